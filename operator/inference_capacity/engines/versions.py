@@ -1,0 +1,83 @@
+"""vLLM version strings and the memory-budget era each one belongs to.
+
+vLLM's KV budget changed meaning between releases (research/vllm-memory.md §2): the init snapshot
+moved after NCCL init in 0.11, the CUDA-graph estimate is subtracted from 0.20 (and the default
+utilization went from 0.90 to 0.92), and from 0.27 the budget is ``requested − consumed −
+transient − CG estimate``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+
+#: the newest vLLM release whose budget rules were checked (research/vllm-memory.md §0)
+NEWEST_SUPPORTED = "0.33.0"
+
+
+class Era(enum.Enum):
+    V0 = "v0"  # V0 engine (≤ 0.10): determine_num_available_blocks
+    V1_EARLY = "v1-0.8"  # 0.7–0.8 V1: absolute peak, no "Available KV cache memory" line
+    V1_PRE_NCCL = "v1-0.9"  # 0.9–0.10 V1: init snapshot before NCCL (NCCL counted)
+    V1_NO_CG = "v1-0.11"  # 0.11–0.19: CUDA graphs outside the budget
+    V1_CG = "v1-0.20"  # 0.20–0.26: CUDA-graph estimate subtracted, default u 0.92
+    V1_CONSUMED = "v1-0.27"  # ≥ 0.27: consumed + transient + CG estimate
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Version:
+    major: int
+    minor: int
+    patch: int
+    text: str = ""
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.major}.{self.minor}.{self.patch}"
+
+
+class VersionError(ValueError):
+    pass
+
+
+def parse_version(text: str) -> Version:
+    """Parse what vLLM reports: ``0.6.4.post1``, ``0.10.1.dev101+gbda9d0535``, ``v0.19.0``,
+    ``0.19`` (a minor line: its first release)."""
+    m = _VERSION_RE.match(text.strip())
+    if not m:
+        raise VersionError(
+            f"engine version: cannot parse {text!r} (expected a vLLM version like 0.19.0)"
+        )
+    major, minor = int(m.group(1)), int(m.group(2))
+    patch = int(m.group(3) or 0)
+    if major != 0:
+        raise VersionError(f"engine version: {text!r} is not a vLLM 0.x version")
+    return Version(major, minor, patch, text.strip())
+
+
+def era_of(version: Version, engine: str | None = None) -> Era:
+    """The budget era. ``engine`` 'v0' forces the V0 engine where it still existed (≤ 0.10)."""
+    k = version.key
+    if engine == "v0":
+        if k >= (0, 11, 0):
+            raise VersionError(f"engine v0: vLLM {version} has no V0 engine (removed in 0.11)")
+        return Era.V0
+    if k < (0, 7, 0):
+        return Era.V0
+    if k < (0, 8, 0) and engine != "v1":
+        return Era.V0  # V1 was opt-in (VLLM_USE_V1=1) before 0.8
+    if k < (0, 9, 0):
+        return Era.V1_EARLY
+    if k < (0, 11, 0):
+        return Era.V1_PRE_NCCL
+    if k < (0, 20, 0):
+        return Era.V1_NO_CG
+    if k < (0, 27, 0):
+        return Era.V1_CG
+    return Era.V1_CONSUMED

@@ -1,0 +1,462 @@
+"""What vLLM will allocate at startup, by version: the numbers its log prints, and whether it
+starts at all.
+
+Exact parts (from vLLM's code, research/vllm-memory.md): the budget formula per era, weights,
+KV page sizes, groups, blocks, tokens and concurrency, defaults. Measured parts (activation
+peak, non-torch memory, CUDA-graph pool) are modelled from the architecture and the batch shape,
+with constants calibrated on real startup logs (shared/data/vllm-startup-logs.jsonl); each
+constant says where it comes from. ``benchmarks/accuracy.py`` measures the result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, layers_on_rank
+from ..ledger.weights import DTYPE_BYTES, WeightBreakdown, pp_layer_ranges, weight_breakdown
+from ..model.config import resolve_dtype
+from ..model.shapes import AttnKind, ModelShape
+from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
+
+GiB = 2**30
+MiB = 2**20
+
+# --- calibrated constants -------------------------------------------------------------------
+#: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
+#: Fitted on vLLM 0.19.0 H100 logs (R = 1024): gemma-2-9b 3.65 GiB / (1024 × 256000) = 14.95 B;
+#: Llama-3.1-8B 1.89, Qwen2.5-7B 2.21 agree within 0.06 GiB.
+SAMPLER_BYTES_PER_LOGIT = 14.95
+#: Forward peak per token: gate_up (2I/tp) + activation (I/tp) + ~4.26 hidden-sized copies, in the
+#: model dtype. Fitted on CodeLlama-7b (0.19.0, T = 8192, vocab 32016: forward-bound) 0.77 GiB.
+FORWARD_HIDDEN_COPIES = 4.26
+#: Fused-MoE workspaces: ~16 × T × H × b / tp. Fitted on the MoE residuals over the dense model
+#: (0.19.0): DeepSeek-V2-Lite +0.47, Qwen3-30B-A3B +0.51, Llama-4-Scout TP4 +0.31 GiB.
+MOE_WORKSPACE_HIDDEN_COPIES = 16.0
+#: V0 profiles sample every dummy sequence (R = 256) with larger fp32 intermediates: fitted on
+#: Llama-3.2-1B, 0.6.4.post1, T = 512 (chunked), R = 256: 7.52 − 2.32 − 0.44 − 3.60 = 1.17 GiB
+#: = 256 × 128256 × 38 B; Llama-3-8B at T = 8192 then gives 1.16 against 1.19–1.26 logged.
+V0_SAMPLER_BYTES_PER_LOGIT = 38.0
+#: V2 model runner (≥ 0.29, and Llama/Mistral/Qwen3 dense from 0.22): fp32 logits pipeline;
+#: ~0.31 log: 1.44 GiB "peak activation" incl. a ~0.3 GiB CG estimate for Llama-3.1-8B.
+V2_SAMPLER_BYTES_PER_LOGIT = 9.3
+#: Non-torch memory growth during profiling at TP = 1 (cuBLAS workspaces, modules): 0.25 GiB in
+#: every 0.19.0 H100 log; 0.07 in a 0.11 log; 0.35 in a 0.9/0.10 log; V0 logs 0.12–0.44.
+NON_TORCH_TP1 = {Era.V0: 0.30, Era.V1_EARLY: 0.35, Era.V1_PRE_NCCL: 0.35,
+                 Era.V1_NO_CG: 0.25, Era.V1_CG: 0.25, Era.V1_CONSUMED: 0.27}
+#: NCCL channel/proxy buffers allocated lazily at the first collective (TP ≥ 2): 2.07 GiB at
+#: TP2 and 2.17 GiB at TP4 (0.19.0 H100 logs), ~1.38 at TP2 on H200 (0.11).
+NCCL_BASE_GIB = 2.02
+NCCL_PER_RANK_GIB = 0.025
+#: With PP only (TP = 1), the profile adds little: 0.07 GiB (0.19.0, Llama-3.1-8B PP2).
+NON_TORCH_PP_ONLY = 0.07
+#: CUDA-graph pool, FULL_AND_PIECEWISE with 51 + 51 graphs: 0.25 + 0.0195 GiB per layer on the
+#: rank (0.19.0 H100 estimates: 0.84–0.89 for 32 layers, 0.86 for 28, 1.09 for 42);
+#: MLA models +0.5 (DeepSeek-V2-Lite 1.57 for 27 layers). ±0.2 GiB.
+CG_BASE_GIB = 0.25
+CG_PER_LAYER_GIB = 0.0195
+CG_MLA_EXTRA_GIB = 0.5
+#: CUDA context and driver reservation before vLLM's init snapshot: 79.19 − 78.68 = 0.51 GiB on
+#: an H100 (0.19.0 DEBUG log). Never in the budget.
+CUDA_CONTEXT_GIB = 0.51
+#: Custom all-reduce / symmetric-memory buffers created before the snapshot at TP ≥ 2 (8–64 MiB).
+CUSTOM_ALLREDUCE_GIB = 0.0625
+#: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
+#: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
+PERSISTENT_MISC_GIB = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """The vLLM flags that move memory. ``None`` means vLLM's default for the version/GPU."""
+
+    version: str = NEWEST_SUPPORTED
+    engine: str | None = None  # "v0" | "v1" | None (version default)
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    usage_context: str = "api"  # "api" (vllm serve) | "llm" (offline LLM class)
+    enable_chunked_prefill: bool | None = None
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    data_parallel: int = 1
+    expert_parallel: bool = False
+    kv_cache_memory_bytes: int | None = None
+    estimate_cuda_graphs: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSettings:
+    """Settings after vLLM's defaults for this version, GPU and model."""
+
+    version: Version
+    era: Era
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    kv_cache_dtype: str
+    dtype: str
+    dtype_bytes: int
+    kv_bytes: int
+    cudagraphs: bool
+    cg_in_budget: bool
+    v2_runner: bool
+    defaults_used: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankPrediction:
+    """What one rank (TP × PP position) will log and allocate. Bytes."""
+
+    rank: int
+    stage: int
+    weights: WeightBreakdown
+    activation_peak: int
+    forward_peak: int
+    sampler_peak: int
+    moe_workspace: int
+    non_torch: int
+    cuda_graph: int  # estimate (≥ 0.18) or actual capture size (before)
+    requested: int
+    available_kv: int
+    layout: KvLayout
+    num_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartupPrediction:
+    settings: ResolvedSettings
+    ranks: tuple[RankPrediction, ...]
+    tp: int
+    pp: int
+    total_bytes: int
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    starts: bool
+    error: str | None
+    binding_rank: int  # the rank with the fewest blocks (vLLM takes the minimum)
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, object]:
+        r = self.ranks[self.binding_rank]
+        return {
+            "weights_gib": round(r.weights.total / GiB, 4),
+            "activation_peak_gib": round(r.activation_peak / GiB, 4),
+            "non_torch_gib": round(r.non_torch / GiB, 4),
+            "cuda_graph_gib": round(r.cuda_graph / GiB, 4),
+            "available_kv_cache_gib": round(r.available_kv / GiB, 4),
+            "num_gpu_blocks": self.num_gpu_blocks,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "starts": self.starts,
+            "error": self.error,
+            "requested_gib": round(r.requested / GiB, 4),
+            "ranks": [
+                {"rank": x.rank, "stage": x.stage,
+                 "weights_gib": round(x.weights.total / GiB, 4),
+                 "activation_peak_gib": round(x.activation_peak / GiB, 4),
+                 "available_kv_cache_gib": round(x.available_kv / GiB, 4),
+                 "num_gpu_blocks": x.num_blocks}
+                for x in self.ranks if x.rank % self.tp == 0
+            ],
+            "block_size": r.layout.block_size,
+            "bytes_per_block": r.layout.bytes_per_block,
+            "kv_groups": r.layout.num_groups,
+            "gpu_memory_utilization": self.settings.gpu_memory_utilization,
+            "max_model_len": self.settings.max_model_len,
+            "max_num_seqs": self.settings.max_num_seqs,
+            "max_num_batched_tokens": self.settings.max_num_batched_tokens,
+            "engine_version": str(self.settings.version),
+            "budget_era": self.settings.era.value,
+            "defaults_used": list(self.settings.defaults_used),
+        }
+
+
+class SettingsError(ValueError):
+    """Engine settings that vLLM itself would reject, or that make no sense."""
+
+
+def _gib(x: float) -> int:
+    return int(round(x * GiB))
+
+
+def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
+    if v.key >= (0, 29, 0):
+        return True
+    if v.key >= (0, 22, 0):
+        return (shape.architecture in ("LlamaForCausalLM", "MistralForCausalLM",
+                                       "Qwen3ForCausalLM") and shape.quantization is None)
+    return False
+
+
+def batch_defaults(v: Version, era: Era, total_bytes: int, gpu_name: str,
+                   usage_context: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) defaults: EngineArgs.get_batch_defaults."""
+    gib = total_bytes / GiB
+    a100 = "a100" in gpu_name.lower()
+    if era is Era.V0:
+        return 0, 256  # tokens resolved with max_model_len below
+    if v.key >= (0, 29, 0) and gib >= 160:
+        return 16384, 1024
+    if v.key < (0, 9, 0):
+        big = gib >= 70
+    else:
+        big = gib >= 70 and not a100
+    if big:
+        return (8192 if usage_context == "api" else 16384), 1024
+    return (2048 if usage_context == "api" else 8192), 256
+
+
+def resolve_settings(shape: ModelShape, total_bytes: int, gpu_name: str,
+                     s: EngineSettings) -> ResolvedSettings:
+    v = parse_version(s.version)
+    era = era_of(v, s.engine)
+    used: list[str] = []
+    u = s.gpu_memory_utilization
+    if u is None:
+        u = 0.92 if v.key >= (0, 20, 0) else 0.90
+        used.append("gpu_memory_utilization")
+    if not (0.0 < u <= 1.0):
+        raise SettingsError(f"gpu_memory_utilization must be in (0, 1], got {u}")
+    L = s.max_model_len
+    if L is None:
+        L = shape.derived_max_model_len
+        used.append("max_model_len")
+    if L <= 0:
+        raise SettingsError(f"max_model_len must be a positive number of tokens, got {L}")
+    if L > 100_000_000:
+        raise SettingsError(f"max_model_len {L:,} is absurd (more than 100M tokens)")
+    if L > shape.derived_max_model_len:
+        raise SettingsError(
+            f"max_model_len {L:,} is larger than the model's maximum "
+            f"{shape.derived_max_model_len:,} (from its config); vLLM refuses this without "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
+    T_def, R_def = batch_defaults(v, era, total_bytes, gpu_name, s.usage_context)
+    R = s.max_num_seqs
+    if R is None:
+        R = R_def
+        used.append("max_num_seqs")
+    if R <= 0:
+        raise SettingsError(f"max_num_seqs must be >= 1, got {R}")
+    T = s.max_num_batched_tokens
+    if T is None:
+        used.append("max_num_batched_tokens")
+        if era is Era.V0:
+            chunked = s.enable_chunked_prefill
+            if chunked is None:
+                chunked = L > 32768  # V0 enabled chunked prefill by default for long contexts
+            T = 2048 if chunked else max(L, 2048)
+        else:
+            T = T_def
+            if s.enable_chunked_prefill is False:
+                T = max(T, L)
+        T = min(T, R * L)
+    if T <= 0:
+        raise SettingsError(f"max_num_batched_tokens must be >= 1, got {T}")
+    if era is not Era.V0 and s.enable_chunked_prefill is False and T < L:
+        raise SettingsError(
+            f"max_num_batched_tokens ({T}) is smaller than max_model_len ({L}) with chunked "
+            "prefill disabled; vLLM rejects this"
+        )
+    B = s.block_size
+    if B is None:
+        B = 16
+        used.append("block_size")
+    if B <= 0 or B & (B - 1):
+        raise SettingsError(f"block_size must be a power of two, got {B}")
+    dtype = resolve_dtype(shape.dtype, s.dtype)
+    dtype_bytes = DTYPE_BYTES[dtype]
+    kv_dt = s.kv_cache_dtype
+    if kv_dt == "auto" and shape.quantization is not None and shape.quantization.kv_cache_fp8:
+        kv_dt = "fp8"
+    kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
+    cudagraphs = not s.enforce_eager and era is not Era.V1_EARLY or (
+        era is Era.V1_EARLY and not s.enforce_eager)
+    est = s.estimate_cuda_graphs
+    if est is None:
+        est = v.key >= (0, 20, 0)
+    cg_in_budget = bool(est) and cudagraphs and v.key >= (0, 18, 0)
+    return ResolvedSettings(v, era, u, L, R, T, B, kv_dt, dtype, dtype_bytes, kvb, cudagraphs,
+                            cg_in_budget, _uses_v2_runner(v, shape), tuple(used))
+
+
+# --- measured terms, modelled ----------------------------------------------------------------
+
+
+def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int,
+                 layers: range) -> int:
+    """Transient peak of the profile forward over ``tokens`` tokens (attention not run in V1)."""
+    inter = shape.intermediate_size
+    dense_in_stage = [i for i in layers if i in shape.dense_layers] or (
+        list(layers) if not shape.is_moe else [])
+    if shape.is_moe and not dense_in_stage:
+        inter = 0
+    per_token = 3 * inter / tp + FORWARD_HIDDEN_COPIES * shape.hidden_size
+    return int(tokens * dtype_bytes * per_token)
+
+
+def moe_workspace(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int) -> int:
+    if not shape.is_moe:
+        return 0
+    return int(MOE_WORKSPACE_HIDDEN_COPIES * tokens * shape.hidden_size * dtype_bytes / tp)
+
+
+def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
+    per = V2_SAMPLER_BYTES_PER_LOGIT if v2_runner else SAMPLER_BYTES_PER_LOGIT
+    return int(rows * shape.vocab_size * per)
+
+
+def non_torch(era: Era, tp: int, pp: int) -> int:
+    if tp >= 2 and era is not Era.V0:
+        return _gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp)
+    if tp >= 2:
+        return _gib(NON_TORCH_TP1[era] + 0.2)
+    if pp >= 2:
+        return _gib(NON_TORCH_PP_ONLY)
+    return _gib(NON_TORCH_TP1[era])
+
+
+def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: bool) -> int:
+    if not cudagraphs:
+        return 0
+    mla = any(layer.kind is AttnKind.MLA for layer in shape.layers)
+    gib = CG_BASE_GIB + CG_PER_LAYER_GIB * layers_on_stage + (CG_MLA_EXTRA_GIB if mla else 0.0)
+    return _gib(gib)
+
+
+# --- the prediction --------------------------------------------------------------------------
+
+
+def _fmt_gib(b: int) -> str:
+    return f"{b / GiB:.2f}"
+
+
+def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int,
+                    settings: EngineSettings) -> StartupPrediction:
+    """Predict vLLM's startup numbers on every rank and whether the engine starts."""
+    if tp < 1 or pp < 1:
+        raise SettingsError(f"tensor/pipeline parallel sizes must be >= 1 (tp={tp}, pp={pp})")
+    if shape.num_attention_heads % tp:
+        raise SettingsError(
+            f"tensor_parallel_size {tp} does not divide the model's {shape.num_attention_heads} "
+            "attention heads (vLLM requires it)"
+        )
+    if pp > shape.num_layers:
+        raise SettingsError(f"pipeline_parallel_size {pp} exceeds {shape.num_layers} layers")
+    if total_bytes <= 0:
+        raise SettingsError("GPU memory must be positive")
+    rs = resolve_settings(shape, total_bytes, gpu_name, settings)
+    era = rs.era
+    ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
+    T = rs.max_num_batched_tokens
+    hybrid = era not in (Era.V0, Era.V1_EARLY)
+    ranks: list[RankPrediction] = []
+    ranges = pp_layer_ranges(shape.num_layers, pp)
+    requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
+    for stage in range(pp):
+        w = weight_breakdown(shape, tp, pp, stage, rs.dtype_bytes, shape.quantization,
+                             settings.max_loras, settings.max_lora_rank, ep=ep)
+        last = stage == pp - 1
+        fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
+        moe = moe_workspace(shape, T, tp, rs.dtype_bytes) if any(
+            i not in shape.dense_layers for i in ranges[stage]) else 0
+        samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
+        if era is Era.V0 and last:
+            samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
+        act = max(fwd, samp) + moe
+        nt = non_torch(era, tp, pp)
+        cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
+        if era is Era.V1_EARLY:
+            # absolute peak (incl. weights) and non-torch incl. the CUDA context
+            avail = requested - (w.total + act) - (nt + _gib(CUDA_CONTEXT_GIB))
+        elif era is Era.V1_CONSUMED:
+            consumed = w.total + nt + _gib(PERSISTENT_MISC_GIB)
+            avail = requested - consumed - act - (cg if rs.cg_in_budget else 0)
+        else:
+            avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)
+        if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
+            avail = settings.kv_cache_memory_bytes
+        layout = kv_layout(layers_on_rank(shape, pp, stage), tp, rs.kv_bytes, rs.dtype_bytes,
+                           rs.block_size, hybrid_manager=hybrid)
+        blocks = layout.num_blocks(avail)
+        for t in range(tp):
+            ranks.append(RankPrediction(stage * tp + t, stage, w, act, fwd, samp, moe, nt, cg,
+                                        requested, avail, layout, blocks))
+    binding = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, ranks[i].available_kv))
+    br = ranks[binding]
+    num_blocks = br.num_blocks
+    layout = br.layout
+    L = rs.max_model_len
+    in_flight = T * (2 if rs.version.key >= (0, 26, 0) else 1)
+    need = layout.blocks_per_request(L, in_flight, 2 if rs.version.key >= (0, 27, 0) else 1)
+    if layout.bytes_per_block == 0:
+        conc, tokens = 0.0, 0
+    elif era is Era.V0:
+        tokens = num_blocks * layout.block_size
+        conc = tokens / L
+    else:
+        conc = num_blocks / need if need else 0.0
+        if rs.version.key >= (0, 21, 0):
+            tokens = int(conc * L)
+        else:
+            tokens = (num_blocks // max(1, layout.num_groups)) * layout.block_size
+    error = None
+    if br.available_kv <= 0 or num_blocks <= 0:
+        error = (f"No available memory for the cache blocks: available KV cache memory is "
+                 f"{_fmt_gib(br.available_kv)} GiB on rank {br.rank} (requested "
+                 f"{_fmt_gib(br.requested)} GiB = {rs.gpu_memory_utilization} × "
+                 f"{_fmt_gib(total_bytes)} GiB; weights {_fmt_gib(br.weights.total)}, activation "
+                 f"{_fmt_gib(br.activation_peak)}, non-torch {_fmt_gib(br.non_torch)}"
+                 + (f", CUDA graphs {_fmt_gib(br.cuda_graph)}" if rs.cg_in_budget else "")
+                 + " GiB). Try increasing gpu_memory_utilization.")
+    else:
+        needed = layout.bytes_for_request(L, in_flight)
+        if era is Era.V0:
+            fits = num_blocks * layout.block_size >= L
+        else:
+            fits = needed <= br.available_kv
+        if not fits:
+            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
+            error = (f"To serve at least one request with the model's max seq len ({L}), "
+                     f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
+                     f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
+                     f"available memory, the estimated maximum model length is {est_len}. Try "
+                     "increasing `gpu_memory_utilization` or decreasing `max_model_len`.")
+    notes: list[str] = []
+    free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
+    if free_check and requested > total_bytes - _gib(CUDA_CONTEXT_GIB) - (
+            _gib(CUSTOM_ALLREDUCE_GIB) if tp > 1 else 0):
+        msg = (f"Free memory on device ({_fmt_gib(total_bytes - _gib(CUDA_CONTEXT_GIB))}/"
+               f"{_fmt_gib(total_bytes)} GiB) on startup is less than desired GPU memory "
+               f"utilization ({rs.gpu_memory_utilization}, {_fmt_gib(requested)} GiB).")
+        if error is None:
+            error = msg
+        else:
+            notes.append(msg)
+    return StartupPrediction(rs, tuple(ranks), tp, pp, total_bytes, num_blocks, tokens, conc,
+                             error is None, error, binding, tuple(notes))
+
+
+def v_supports_kv_bytes(v: Version) -> bool:
+    return v.key >= (0, 11, 0)
+
+
+def _max_len_that_fits(layout: KvLayout, available: int, L: int, in_flight: int) -> int:
+    lo, hi = 0, L
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if layout.bytes_for_request(mid, in_flight) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,166 @@
+"""KV cache: bytes per token, pages, vLLM's KV-cache groups, blocks, tokens and concurrency.
+
+Formulas follow vLLM's ``kv_cache_interface.py`` / ``kv_cache_utils.py`` (research/vllm-memory.md
+§4–§6). Full attention: ``2 × kv_heads_per_rank × head_dim × bytes`` per token per layer
+(Llama-3.1-8B bf16: 32 × 2 × 8 × 128 × 2 = 131,072 B = 128 KiB per token). MLA stores one latent
+``kv_lora_rank + qk_rope_head_dim`` per token, replicated on every TP rank. Sliding-window and
+chunked layers hold at most ``window + in-flight`` tokens per request. Mamba/linear layers hold a
+constant state per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
+from .weights import pp_layer_ranges
+
+KV_DTYPE_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
+                  "fp8_e5m2": 1, "int8": 1}
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
+    if kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(
+            f"kv_cache_dtype: unknown {kv_cache_dtype!r}; one of {', '.join(KV_DTYPE_BYTES)}"
+        )
+    return KV_DTYPE_BYTES[kv_cache_dtype] or model_dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KvGroup:
+    """One vLLM KV-cache group: layers of one kind sharing a block table."""
+
+    kind: AttnKind
+    layers: int  # real layers in the group (the last group of a kind may be padded)
+    page_bytes: int  # bytes of one block of one layer
+    block_size: int
+    window: int = 0
+    state_bytes: int = 0  # Mamba: per-sequence state of one layer (before padding)
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int,
+                           mamba_blocks: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens needs in this group."""
+        if self.kind in (AttnKind.FULL, AttnKind.MLA):
+            return cdiv(max_model_len, self.block_size)
+        if self.kind is AttnKind.SLIDING:
+            tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
+            return cdiv(tokens, self.block_size) + 1
+        if self.kind is AttnKind.CHUNKED:
+            return cdiv(min(self.window + in_flight_tokens, max_model_len), self.block_size)
+        return mamba_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """The KV cache of one rank: groups, page size and the bytes of one block."""
+
+    groups: tuple[KvGroup, ...]
+    group_size: int  # layers per group (after padding)
+    bytes_per_block: int  # what one block id costs across all groups' layers
+    block_size: int
+    bytes_per_token: int  # logical KV bytes per token of context on this rank (full layers)
+    state_bytes_per_sequence: int  # Mamba/linear state per request on this rank
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def num_blocks(self, available_bytes: int) -> int:
+        if self.bytes_per_block == 0 or available_bytes <= 0:
+            return 0
+        return available_bytes // self.bytes_per_block
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int,
+                           mamba_blocks: int = 1) -> int:
+        return sum(g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks)
+                   for g in self.groups)
+
+    def bytes_for_request(self, max_model_len: int, in_flight_tokens: int,
+                          mamba_blocks: int = 1) -> int:
+        """KV bytes one request of ``max_model_len`` tokens needs (vLLM's start check)."""
+        return self.group_size * sum(
+            g.page_bytes * g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks)
+            for g in self.groups
+        )
+
+
+def _layer_key(layer: LayerAttention) -> tuple[AttnKind, int]:
+    return layer.kind, layer.window
+
+
+def layers_on_rank(shape: ModelShape, pp: int, stage: int) -> list[LayerAttention]:
+    rng = pp_layer_ranges(shape.num_layers, pp)[stage]
+    return [shape.layers[i] for i in rng]
+
+
+def kv_layout(layers: list[LayerAttention], tp: int, kv_bytes: int, model_dtype_bytes: int,
+              block_size: int, hybrid_manager: bool = True) -> KvLayout:
+    """Group this rank's layers as vLLM does and size one block.
+
+    ``hybrid_manager`` False (V0, or vLLM before the hybrid allocator): every attention layer is
+    treated as full attention with one shared block table.
+    """
+    cached = [
+        layer for layer in layers
+        if layer.shares_kv_with is None and layer.kind not in (AttnKind.NONE, AttnKind.CROSS)
+    ]
+    token_bytes = sum(layer.token_bytes(tp, kv_bytes) for layer in cached)
+    state = sum(
+        layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
+        for layer in cached if layer.mamba is not None
+    )
+    if not cached:
+        return KvLayout((), 0, 0, block_size, 0, 0)
+    if not hybrid_manager:
+        attn = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
+        page = sum(layer.token_bytes(tp, kv_bytes) for layer in attn) * block_size
+        group = KvGroup(AttnKind.FULL, len(attn), page // max(1, len(attn)), block_size)
+        return KvLayout((group,), len(attn), page, block_size, token_bytes, state)
+    by_kind: dict[tuple[AttnKind, int], list[LayerAttention]] = {}
+    for layer in cached:
+        by_kind.setdefault(_layer_key(layer), []).append(layer)
+    attn_layers = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
+    attn_1tok = max((layer.token_bytes(tp, kv_bytes) for layer in attn_layers), default=0)
+    block = block_size
+    mamba_page = max(
+        (layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
+         for layer in cached if layer.mamba is not None), default=0)
+    if mamba_page and attn_1tok:
+        # platforms/interface.py::_align_hybrid_block_size: raise the attention block size until
+        # an attention page is at least a Mamba page; pad the Mamba page to it
+        needed = block_size * cdiv(mamba_page, block_size * attn_1tok)
+        block = max(block, needed)
+    if len(by_kind) == 1:
+        (kind, window), members = next(iter(by_kind.items()))
+        pages = {layer.token_bytes(tp, kv_bytes) for layer in members}
+        page = (attn_1tok * block) if kind is not AttnKind.MAMBA else mamba_page
+        if len(pages) > 1:  # same type, different sizes: one group, page = sum of pages
+            total = sum(layer.token_bytes(tp, kv_bytes) for layer in members) * block
+            group = KvGroup(kind, len(members), total // len(members), block, window)
+            return KvLayout((group,), len(members), total, block, token_bytes, state)
+        group = KvGroup(kind, len(members), page, block, window, mamba_page)
+        return KvLayout((group,), len(members), page * len(members), block, token_bytes, state)
+    page = attn_1tok * block if attn_1tok else mamba_page
+    counts = [len(v) for v in by_kind.values()]
+    lo, hi = min(counts), max(counts)
+    group_size = hi if hi < 1.5 * lo else lo  # kv_cache_utils: the 1.5 rule (0.21+)
+    groups: list[KvGroup] = []
+    for (kind, window), members in by_kind.items():
+        for start in range(0, len(members), group_size):
+            n = min(group_size, len(members) - start)
+            groups.append(KvGroup(kind, n, page, block, window,
+                                  mamba_page if kind is AttnKind.MAMBA else 0))
+    return KvLayout(tuple(groups), group_size, page * group_size, block, token_bytes, state)
+
+
+def kv_bytes_per_token(shape: ModelShape, tp: int, kv_bytes: int, pp: int = 1,
+                       stage: int | None = None) -> int:
+    """Logical KV bytes per token of context: on one rank (``stage`` given) or over the whole
+    model at this TP (all stages summed), counting every attention layer's full per-token cost."""
+    stages = range(pp) if stage is None else [stage]
+    return sum(
+        layer.token_bytes(tp, kv_bytes)
+        for s in stages for layer in layers_on_rank(shape, pp, s)
+        if layer.kind not in (AttnKind.NONE, AttnKind.CROSS, AttnKind.MAMBA)
+    )

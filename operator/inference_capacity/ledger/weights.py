@@ -1,0 +1,141 @@
+"""Weight bytes per rank: TP shards, PP stages, quantization payload + scales, rope caches, LoRA.
+
+This is what vLLM's "Model loading took X GiB" measures: torch-allocated bytes after loading the
+rank's shard (research/vllm-memory.md §8). Llama-3.1-8B in bf16: 8,030,261,248 params × 2 B +
+the rope cache 131072 × 128 × 2 B = 16,094,076,928 B = 14.9888 GiB, exactly the logged figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.quant import applies_to, quantized_bytes
+from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+#: MXFP4 MoE kernels on Hopper/Blackwell/Ampere (Marlin, Triton, TRTLLM) pad hidden to 256 and
+#: the expert intermediate size to 128 (fused_moe/oracle/mxfp4.py::
+#: mxfp4_round_up_hidden_size_and_intermediate_size); gpt-oss 2880 -> 3072 / 2944.
+MXFP4_HIDDEN_ALIGN = 256
+MXFP4_INTER_ALIGN = 128
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
+    """vLLM's ``get_pp_indices``: even split, the remainder to the stages before the last."""
+    per = num_layers // pp
+    parts = [per] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    out, start = [], 0
+    for n in parts:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def on_stage(tensor: Tensor, stage: int, pp: int, layers: range, tie: bool) -> bool:
+    if tensor.stage is Stage.LAYER:
+        return tensor.layer in layers
+    if tensor.stage in (Stage.FIRST, Stage.ENCODER):
+        # tied embeddings: the last stage needs the same matrix for its lm_head
+        return stage == 0 or (tie and stage == pp - 1 and tensor.group is Group.EMBEDDING
+                              and tensor.name == "embed_tokens")
+    return stage == pp - 1
+
+
+@dataclass(frozen=True, slots=True)
+class WeightBreakdown:
+    """Bytes of one rank's weights, by tensor group, plus rope caches and LoRA slots."""
+
+    by_group: dict[str, int]
+    rope_cache: int
+    lora: int
+    quantized_params: int
+    unquantized_params: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_group.values()) + self.rope_cache + self.lora
+
+
+def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
+    """gpt-oss experts as the MXFP4 kernels store them (padded)."""
+    hid = cdiv(hidden, MXFP4_HIDDEN_ALIGN) * MXFP4_HIDDEN_ALIGN
+    if t.rows == hidden:  # w2: hidden x inter
+        inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
+        return Tensor(t.name, t.group, hid, inter, t.split, t.stage, t.layer, t.experts,
+                      t.quantizable)
+    inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
+    return Tensor(t.name, t.group, inter, hid, t.split, t.stage, t.layer, t.experts,
+                  t.quantizable)
+
+
+def lora_bytes(shape: ModelShape, tp: int, layers: range, max_loras: int, max_rank: int,
+               dtype_bytes: int) -> int:
+    """LoRA slots vLLM allocates at load time for every wrapped linear of this rank
+    (lora/layers/base_linear.py): ``max_loras × rank × (in_shard + out_shard) × dtype``."""
+    if max_loras <= 0:
+        return 0
+    total = 0
+    for t in shape.tensors:
+        if not t.quantizable or t.experts > 1 or t.layer not in layers:
+            continue
+        r, c = t.shape_per_rank(tp)
+        # column-parallel: A is full-in x rank, B is rank x out_shard; row-parallel: the reverse
+        total += max_loras * max_rank * (r + c) * dtype_bytes
+    return total
+
+
+def _expert_parallel(t: Tensor, ep: int) -> Tensor:
+    """With expert parallelism each rank holds ``E / ep`` whole experts instead of a TP slice."""
+    return Tensor(t.name, t.group, t.rows, t.cols, Split.REPLICATED, t.stage, t.layer,
+                  cdiv(t.experts, ep), t.quantizable, t.kv_heads, t.fp32)
+
+
+def weight_breakdown(shape: ModelShape, tp: int, pp: int, stage: int, dtype_bytes: int,
+                     quant: Quantization | None, max_loras: int = 0,
+                     max_lora_rank: int = 16, ep: int = 1) -> WeightBreakdown:
+    """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
+    ep = tp × dp), everything else as TP says."""
+    layers = pp_layer_ranges(shape.num_layers, pp)[stage]
+    by_group: dict[str, int] = {}
+    qparams = uparams = 0
+    for t in shape.tensors:
+        if not on_stage(t, stage, pp, layers, shape.tie_word_embeddings):
+            continue
+        if ep > 1 and t.experts > 1:
+            t = _expert_parallel(t, ep)
+        if quant is not None and applies_to(quant, t):
+            tt = _mxfp4_padded(t, shape.hidden_size) if quant.method == "mxfp4" else t
+            r, c = tt.shape_per_rank(tp)
+            b = quantized_bytes(quant, r, c, tt.experts)
+            qparams += t.numel_per_rank(tp)
+        else:
+            n = t.numel_per_rank(tp)
+            b = n * (4 if t.fp32 else dtype_bytes)
+            uparams += n
+        by_group[t.group.value] = by_group.get(t.group.value, 0) + b
+    # MLA: process_weights_after_loading derives W_UK_T / W_UV from kv_b_proj in the model
+    # dtype and keeps kv_b_proj for prefill (vllm/model_executor/layers/mla / attention/mla)
+    for t in shape.tensors:
+        if t.name == "attn.kv_b_proj" and t.layer in layers:
+            by_group["attention"] = by_group.get("attention", 0) + t.numel_per_rank(tp) * dtype_bytes
+    rope = 0
+    if any(t.stage is Stage.LAYER and t.layer in layers and t.group is Group.ATTENTION
+           for t in shape.tensors):
+        for rc in shape.rope_caches:
+            rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
+    lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes)
+    return WeightBreakdown(by_group, rope, lora, qparams, uparams)
+
+
+def split_rule_summary() -> dict[str, str]:
+    """Human-readable sharding rules, for `explain`."""
+    return {
+        Split.REPLICATED.value: "every TP rank holds the full tensor",
+        Split.VOCAB.value: "rows padded to a multiple of 64, then split evenly over TP",
+        Split.COLUMN.value: "output rows split over TP",
+        Split.ROW.value: "input columns split over TP",
+        Split.KV_HEADS.value: "max(1, kv_heads // tp) heads per rank (replicated when fewer)",
+    }

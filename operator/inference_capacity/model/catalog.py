@@ -1,0 +1,91 @@
+"""The built-in model catalog: public ``config.json`` files shipped with the package.
+
+``--model`` takes a catalog key (``meta-llama/Llama-3.1-8B-Instruct``, case-insensitive, the
+organisation optional when unambiguous) or a path to a ``config.json``; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .config import shape_from_config
+from .errors import ModelConfigError, UnknownModelError
+from .shapes import ModelShape
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, str]:
+    """Catalog key -> file name."""
+    root = resources.files("inference_capacity.catalog").joinpath("models")
+    out: dict[str, str] = {}
+    for entry in root.iterdir():
+        if entry.name.endswith(".json"):
+            out[entry.name[: -len(".json")].replace("__", "/", 1)] = entry.name
+    return out
+
+
+def catalog_names() -> tuple[str, ...]:
+    return tuple(sorted(_index()))
+
+
+@lru_cache(maxsize=256)
+def _read_catalog(file_name: str) -> str:
+    root = resources.files("inference_capacity.catalog").joinpath("models")
+    return root.joinpath(file_name).read_text(encoding="utf-8")
+
+
+def resolve_catalog_key(name: str) -> str | None:
+    index = _index()
+    if name in index:
+        return name
+    lower = {k.lower(): k for k in index}
+    if name.lower() in lower:
+        return lower[name.lower()]
+    short = [k for k in index if k.split("/", 1)[-1].lower() == name.lower()]
+    if len(short) == 1:
+        return short[0]
+    return None
+
+
+def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """(display name, config dict) for a catalog key or a config.json path."""
+    key = resolve_catalog_key(name_or_path)
+    if key is not None:
+        return key, json.loads(_read_catalog(_index()[key]))
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UnknownModelError(f"cannot read model config {str(path)!r}: {exc.strerror}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelConfigError(str(path), f"not valid JSON ({exc.msg} at line {exc.lineno})")
+        if not isinstance(data, dict):
+            raise ModelConfigError(str(path), "expected a JSON object")
+        return str(data.get("_name_or_path") or path), data
+    close = difflib.get_close_matches(name_or_path, list(_index()), n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UnknownModelError(
+        f"unknown model {name_or_path!r}: not in the built-in catalog and not a config.json "
+        f"path.{hint} Run `inference-capacity models` for the catalog, or pass a config.json."
+    )
+
+
+def load_model(name_or_path: str, quantization: str | None = None) -> ModelShape:
+    name, cfg = load_config(name_or_path)
+    return shape_from_config(cfg, name=name, quantization=quantization)
+
+
+def model_from_dict(config: Mapping[str, Any], name: str = "inline",
+                    quantization: str | None = None) -> ModelShape:
+    return shape_from_config(config, name=name, quantization=quantization)

@@ -1,0 +1,254 @@
+"""The shapes of a model, as the ledger needs them.
+
+A model is a list of tensors (each with the rule that shards it over tensor-parallel ranks and the
+pipeline stage it lives on) and a list of per-layer KV-cache specs. Everything downstream (weight
+bytes per rank, KV bytes per token, block sizes) is computed from these two lists, so a formula
+for "how big is a q_proj on rank 3 of TP4" exists exactly once: in :meth:`Tensor.numel_per_rank`.
+
+Why tensors and not a parameter count: vLLM shards each tensor by its own rule (column, row,
+vocab padded to 64, KV heads replicated when fewer than TP ranks, norms replicated), and
+quantization scales depend on each tensor's shape. A single parameter count cannot answer
+"bytes on rank r".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+VOCAB_PADDING = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+class Split(enum.Enum):
+    """How vLLM shards a tensor over tensor-parallel ranks."""
+
+    REPLICATED = "replicated"  # norms, routers, row-parallel biases, MLA down-projections
+    VOCAB = "vocab"  # rows padded to a multiple of 64, then split evenly
+    COLUMN = "column"  # output rows split
+    ROW = "row"  # input columns split
+    KV_HEADS = "kv_heads"  # K/V projections: max(1, kv_heads // tp) heads per rank
+
+
+class Stage(enum.Enum):
+    """Where a tensor lives along the pipeline."""
+
+    FIRST = "first"  # input embeddings (and learned positions)
+    LAYER = "layer"  # a decoder layer: the stage that owns the layer
+    LAST = "last"  # final norm and lm_head
+    ENCODER = "encoder"  # vision/audio tower: first stage
+
+
+class Group(enum.Enum):
+    """Tensor groups, the parameter breakdown the ledger reports."""
+
+    EMBEDDING = "embedding"
+    ATTENTION = "attention"
+    MLP = "mlp"
+    EXPERTS = "experts"
+    SHARED_EXPERTS = "shared_experts"
+    ROUTER = "router"
+    NORM = "norm"
+    MAMBA = "mamba"
+    LM_HEAD = "lm_head"
+    VISION = "vision"
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """One logical tensor (or a stack of identical ones: ``experts``).
+
+    ``rows`` × ``cols`` is the unsharded shape (out × in for a linear; ``cols`` = 1 for a
+    vector). ``quantizable`` marks linear weights that a checkpoint's quantization scheme
+    applies to (embeddings, norms, routers and lm_head stay in the model dtype).
+    """
+
+    name: str
+    group: Group
+    rows: int
+    cols: int
+    split: Split
+    stage: Stage = Stage.LAYER
+    layer: int = -1
+    experts: int = 1
+    quantizable: bool = False
+    kv_heads: int = 0  # for Split.KV_HEADS: rows == kv_heads * head_dim
+    fp32: bool = False  # stored in float32 whatever the model dtype (e.g. Mamba A_log/D)
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols * self.experts
+
+    def shape_per_rank(self, tp: int) -> tuple[int, int]:
+        """(rows, cols) of one expert of this tensor on one TP rank."""
+        if self.split is Split.REPLICATED:
+            return self.rows, self.cols
+        if self.split is Split.VOCAB:
+            padded = cdiv(self.rows, VOCAB_PADDING) * VOCAB_PADDING
+            return cdiv(padded, tp), self.cols
+        if self.split is Split.COLUMN:
+            return cdiv(self.rows, tp), self.cols
+        if self.split is Split.ROW:
+            return self.rows, cdiv(self.cols, tp)
+        head_dim = self.rows // self.kv_heads
+        return max(1, self.kv_heads // tp) * head_dim, self.cols
+
+    def numel_per_rank(self, tp: int) -> int:
+        r, c = self.shape_per_rank(tp)
+        return r * c * self.experts
+
+
+class AttnKind(enum.Enum):
+    FULL = "full"
+    SLIDING = "sliding"
+    CHUNKED = "chunked"  # Llama 4 chunked-local attention
+    MLA = "mla"
+    MAMBA = "mamba"  # Mamba2 / linear attention / GDN: constant state per sequence
+    CROSS = "cross"  # cross-attention to encoder states (no per-token decoder KV)
+    NONE = "none"  # a layer without attention (MLP-only or MoE-only layer)
+
+
+@dataclass(frozen=True, slots=True)
+class MambaState:
+    """Per-sequence recurrent state of one Mamba2 / GDN / linear-attention layer.
+
+    conv state: ``conv_channels`` × (``conv_kernel`` − 1) elements, split over TP;
+    SSM/temporal state: ``ssm_heads`` × ``ssm_head_dim`` × ``ssm_state`` elements, heads
+    split over TP. (vllm/model_executor/layers/mamba/mamba_utils.py)
+    """
+
+    conv_channels: int
+    conv_kernel: int
+    ssm_heads: int
+    ssm_head_dim: int
+    ssm_state: int
+    conv_dtype_bytes: int | None = None  # None: the model dtype
+    ssm_dtype_bytes: int | None = None  # None: the conv dtype
+    groups: int = 0  # mamba2 n_groups: conv channels hold 2*ng*N of them, padded to TP
+
+    def bytes_per_sequence(self, tp: int, model_dtype_bytes: int) -> int:
+        conv_b = self.conv_dtype_bytes or model_dtype_bytes
+        ssm_b = self.ssm_dtype_bytes or conv_b
+        channels = self.conv_channels
+        if self.groups:
+            # ng' = ng + (tp - ng if ng % tp else 0): groups are replicated up to TP
+            ng_pad = self.groups + ((tp - self.groups) if self.groups % tp else 0)
+            extra = ng_pad - self.groups
+            channels = self.conv_channels + 2 * extra * self.ssm_state
+        conv = cdiv(channels, tp) * (self.conv_kernel - 1) * conv_b
+        ssm = cdiv(self.ssm_heads, tp) * self.ssm_head_dim * self.ssm_state * ssm_b
+        return conv + ssm
+
+
+@dataclass(frozen=True, slots=True)
+class LayerAttention:
+    """The KV-cache-relevant description of one decoder layer's attention."""
+
+    kind: AttnKind
+    kv_heads: int = 0
+    head_dim_k: int = 0
+    head_dim_v: int = 0
+    window: int = 0  # sliding window or chunk size, tokens
+    latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
+    mamba: MambaState | None = None
+    shares_kv_with: int | None = None  # cross-layer KV sharing: no cache of its own
+
+    def token_bytes(self, tp: int, kv_dtype_bytes: int) -> int:
+        """KV bytes one token occupies in this layer on one TP rank (0 for stateful layers)."""
+        if self.shares_kv_with is not None:
+            return 0
+        if self.kind in (AttnKind.FULL, AttnKind.SLIDING, AttnKind.CHUNKED):
+            heads = max(1, self.kv_heads // tp)
+            return heads * (self.head_dim_k + self.head_dim_v) * kv_dtype_bytes
+        if self.kind is AttnKind.MLA:
+            return self.latent_dim * kv_dtype_bytes  # one latent, not split by TP
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class RopeCache:
+    """vLLM's rotary cos/sin cache: a buffer of ``positions × rotary_dim`` elements.
+
+    One cache per distinct rope configuration (vLLM memoises ``get_rope``), stored in the model
+    dtype (rotary_embedding/base.py), or float32 where the implementation says so.
+    """
+
+    positions: int
+    rotary_dim: int
+    fp32: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """What the checkpoint's quantization does to linear weights.
+
+    ``method`` names the vLLM quantization; ``weight_bits`` the payload; ``group_size`` the
+    scale granularity along the input dimension (0: per output channel, -1: per tensor);
+    ``block`` a 2-D block for block-wise FP8; ``scope`` which linears are quantized.
+    """
+
+    method: str
+    weight_bits: int
+    group_size: int = -1
+    block: tuple[int, int] | None = None
+    scale_bytes: int = 4
+    zero_points: bool = False
+    g_idx: bool = False
+    scope: str = "linear"  # "linear": all quantizable linears; "experts": MoE experts only
+    excluded: tuple[str, ...] = ()
+    kv_cache_fp8: bool = False
+    float_format: bool = False  # fp8/fp4 payload (not integer)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """Everything about a model's architecture that its memory depends on."""
+
+    name: str
+    model_type: str
+    architecture: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    derived_max_model_len: int
+    dtype: str  # checkpoint dtype: bfloat16 | float16 | float32
+    tensors: tuple[Tensor, ...]
+    layers: tuple[LayerAttention, ...]
+    rope_caches: tuple[RopeCache, ...] = ()
+    num_experts: int = 0
+    num_shared_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    dense_layers: tuple[int, ...] = ()
+    quantization: Quantization | None = None
+    is_multimodal: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_parameters(self) -> int:
+        """Total parameters, counting tied embeddings once (as the checkpoint stores them)."""
+        return sum(t.numel for t in self.tensors)
+
+    def parameters_by_group(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            out[t.group.value] = out.get(t.group.value, 0) + t.numel
+        return out
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({layer.kind.value for layer in self.layers}))

@@ -1,0 +1,237 @@
+"""Tests for the GPU catalog (inference_capacity.hardware)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from inference_capacity.hardware import (
+    GIB,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    Gpu,
+    UnknownGpuError,
+    custom_gpu,
+    get_gpu,
+    gpu_from_node_labels,
+    list_gpus,
+)
+
+GPUS = list_gpus()
+IDS = [gpu.name for gpu in GPUS]
+
+# The memory figures the catalog must hold, in GiB to 2 decimals, as CUDA/ROCm logs them.
+# Kept here independently of the catalog so a slip in either shows up.
+EXPECTED_GIB = {
+    "A10G": 22.20,
+    "L4": 22.03,
+    "L40S": 44.53,
+    "A100-SXM-40GB": 39.56,
+    "A100-PCIe-40GB": 39.56,
+    "A100-SXM-80GB": 79.14,
+    "A100-PCIe-80GB": 79.14,
+    "H100-PCIe-80GB": 79.19,
+    "H100-SXM-80GB": 79.19,
+    "H100-NVL-94GB": 93.00,
+    "H200-SXM-141GB": 139.80,
+    "H20-96GB": 95.00,
+    "H20-141GB": 139.80,
+    "B200-180GB": 178.35,
+    "RTX-3090": 23.58,
+    "RTX-4090": 23.52,
+    "T4": 14.56,
+    "V100-16GB": 15.78,
+    "V100-32GB": 31.75,
+    "MI300X": 191.98,
+}
+
+# Data-centre GDDR cards ship with ECC on, which reserves ~1/16 of the memory.
+ECC_GDDR = {"A10G", "L4", "L40S", "T4"}
+
+
+def test_catalog_covers_the_required_cards() -> None:
+    assert set(EXPECTED_GIB) == set(IDS)
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_memory_figure_matches_the_logged_value(gpu: Gpu) -> None:
+    assert round(gpu.total_bytes / GIB, 2) == EXPECTED_GIB[gpu.name]
+    assert isinstance(gpu.total_bytes, int)
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_source_quotes_the_figure_it_cites(gpu: Gpu) -> None:
+    assert f"{gpu.total_bytes / GIB:.2f}" in gpu.source
+    if gpu.source_kind == "inferred":
+        assert gpu.source.startswith("INFERRED from ")
+        assert _named_in_catalog(gpu.source.split()[2])
+    if gpu.source_kind == "nvml":
+        assert "not a CUDA log" in gpu.source
+
+
+def _named_in_catalog(name: str) -> bool:
+    return any(other.name == name for other in GPUS)
+
+
+def test_h100_is_79_19_gib() -> None:
+    assert round(get_gpu("H100").total_bytes / GIB, 2) == 79.19
+    assert get_gpu("H100").name == "H100-SXM-80GB"
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_total_is_below_the_marketed_size(gpu: Gpu) -> None:
+    # Marketed "80 GB" for GPU memory is binary: 80 GiB of HBM silicon (5 x 16 GiB).
+    # CUDA reports the device minus the driver's reservation, so the right bound is
+    # total < marketed * 2**30, NOT total < marketed * 1e9: 79.19 GiB is 85.03e9 bytes,
+    # above 80e9. The lower bound catches a decimal-GB slip (80e9 bytes = 74.5 GiB,
+    # ratio 0.93): HBM and consumer GDDR cards lose only ~1-2 %, while the data-centre
+    # GDDR cards lose ~6 % more to the ECC carve-out, hence their looser bound.
+    assert gpu.marketed_memory_gb is not None
+    ratio = gpu.total_bytes / (gpu.marketed_memory_gb * GIB)
+    lower = 0.90 if gpu.name in ECC_GDDR else 0.97
+    assert lower <= ratio < 1.0, ratio
+    # And in decimal GB it is still at least 0.9x the marketed number.
+    assert gpu.total_bytes > 0.9 * gpu.marketed_memory_gb * 1e9
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_resolves_by_name_aliases_and_labels(gpu: Gpu) -> None:
+    for spelling in (gpu.name, *gpu.aliases, *gpu.node_label_products):
+        assert get_gpu(spelling) is gpu, spelling
+        assert get_gpu(spelling.upper()) is gpu, spelling
+        assert get_gpu(f"  {spelling.replace('-', '_')} ") is gpu, spelling
+    for product in gpu.node_label_products:
+        assert gpu_from_node_labels({GPU_PRODUCT_LABEL: product}) is gpu
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_aliases_are_lower_case(gpu: Gpu) -> None:
+    assert all(alias == alias.lower() for alias in gpu.aliases)
+
+
+def test_spellings_are_unique_across_gpus() -> None:
+    seen: dict[str, str] = {}
+    for gpu in GPUS:
+        for spelling in (gpu.name, *gpu.aliases, *gpu.node_label_products):
+            key = spelling.lower().replace(" ", "-").replace("_", "-")
+            assert seen.setdefault(key, gpu.name) == gpu.name, spelling
+    assert len(IDS) == len(set(IDS))
+
+
+def test_spaces_underscores_dashes_and_vendor_prefix_are_equivalent() -> None:
+    h100 = get_gpu("H100-SXM-80GB")
+    assert get_gpu("NVIDIA H100 80GB HBM3") is h100
+    assert get_gpu("nvidia_h100__80gb_hbm3") is h100
+    assert get_gpu("h100 80gb hbm3") is h100
+    assert get_gpu("NVIDIA GeForce RTX 4090").name == "RTX-4090"
+    assert get_gpu("Tesla T4").name == "T4"
+    assert get_gpu("AMD Instinct MI300X").name == "MI300X"
+
+
+def test_unknown_gpu_lists_close_matches_and_all_names() -> None:
+    with pytest.raises(UnknownGpuError) as info:
+        get_gpu("H100-SXM-80G")
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert "H100-SXM-80GB" in err.suggestions
+    message = str(err)
+    assert "Did you mean" in message and "H100-SXM-80GB" in message
+    for gpu in GPUS:
+        assert gpu.name in message
+    assert "--gpu-memory-gib" in message
+
+
+def test_ambiguous_short_name_is_refused_with_both_variants() -> None:
+    with pytest.raises(UnknownGpuError) as info:
+        get_gpu("a100")
+    assert {"A100-SXM-40GB", "A100-SXM-80GB"} <= set(info.value.suggestions)
+
+
+def test_unknown_gpu_without_near_match_has_no_suggestions() -> None:
+    with pytest.raises(UnknownGpuError) as info:
+        get_gpu("zzzz")
+    assert info.value.suggestions == ()
+    assert "Did you mean" not in str(info.value)
+
+
+def test_node_labels() -> None:
+    assert gpu_from_node_labels({}) is None
+    assert gpu_from_node_labels({GPU_PRODUCT_LABEL: "NVIDIA-Unknown-X"}) is None
+    assert gpu_from_node_labels({GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}) is get_gpu("h100")
+    assert gpu_from_node_labels({GPU_PRODUCT_LABEL: "Tesla-T4"}) is get_gpu("t4")
+    assert gpu_from_node_labels({GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}) is get_gpu(
+        "A100-SXM-80GB"
+    )
+    # Time-slicing renames the product with -SHARED; the device is the same.
+    shared = {GPU_PRODUCT_LABEL: "NVIDIA-A10G-SHARED"}
+    assert gpu_from_node_labels(shared) is get_gpu("a10g")
+    # A MIG slice is not the whole device.
+    mig = {GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}
+    assert gpu_from_node_labels(mig) is None
+
+
+def test_node_labels_use_memory_only_to_pick_a_variant() -> None:
+    h20 = {GPU_PRODUCT_LABEL: "NVIDIA-H20"}
+    assert gpu_from_node_labels(h20).name == "H20-96GB"  # type: ignore[union-attr]
+    small = gpu_from_node_labels({**h20, GPU_MEMORY_LABEL: "97871"})
+    assert small is not None and small.name == "H20-96GB"
+    large = gpu_from_node_labels({**h20, GPU_MEMORY_LABEL: "143771"})
+    assert large is not None and large.name == "H20-141GB"
+    garbage = gpu_from_node_labels({**h20, GPU_MEMORY_LABEL: "lots"})
+    assert garbage is not None and garbage.name == "H20-96GB"
+    # For a product with no variants the label changes nothing (NVML > CUDA total).
+    h100 = gpu_from_node_labels(
+        {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3", GPU_MEMORY_LABEL: "81559"}
+    )
+    assert h100 is get_gpu("h100")
+
+
+def test_custom_gpu_round_trip() -> None:
+    gpu = custom_gpu(23.58)
+    assert gpu.total_bytes == round(23.58 * 2**30)
+    assert round(gpu.total_gib, 2) == 23.58
+    assert gpu.name == "custom" and gpu.vendor == "unknown"
+    assert gpu.hbm_bandwidth_bytes_per_s is None
+    assert gpu.interconnect_bandwidth_bytes_per_s is None
+    assert gpu.compute_capability is None
+    assert gpu.source_kind == "user" and "23.58" in gpu.source
+    assert custom_gpu(80, name="my-card").name == "my-card"
+    assert custom_gpu(1.0).total_bytes == GIB
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_custom_gpu_rejects_nonsense(bad: float) -> None:
+    with pytest.raises(ValueError):
+        custom_gpu(bad)
+
+
+def test_gpu_is_frozen() -> None:
+    gpu = get_gpu("h100")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gpu.total_bytes = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=IDS)
+def test_spec_fields_are_consistent(gpu: Gpu) -> None:
+    assert gpu.hbm_bandwidth_bytes_per_s is not None and gpu.hbm_bandwidth_bytes_per_s > 1e11
+    assert gpu.interconnect_bandwidth_bytes_per_s is not None
+    if gpu.vendor == "nvidia":
+        assert gpu.compute_capability is not None and gpu.gfx_arch is None
+        major, minor = gpu.compute_capability
+        assert gpu.supports_bf16 == (major >= 8)
+        assert gpu.supports_fp8 == ((major, minor) >= (8, 9))
+    else:
+        assert gpu.vendor == "amd" and gpu.compute_capability is None and gpu.gfx_arch
+        assert gpu.interconnect == "infinity-fabric"
+    if gpu.source_kind != "inferred":
+        assert gpu.source_kind in {"cuda", "rocm", "nvml"}
+
+
+def test_datasheet_bandwidths() -> None:
+    assert get_gpu("h100").hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12)
+    assert get_gpu("h200").hbm_bandwidth_bytes_per_s == pytest.approx(4.8e12)
+    assert get_gpu("a100-80gb").hbm_bandwidth_bytes_per_s == pytest.approx(2.039e12)
+    assert get_gpu("l4").hbm_bandwidth_bytes_per_s == pytest.approx(300e9)
+    assert get_gpu("t4").hbm_bandwidth_bytes_per_s == pytest.approx(320e9)
