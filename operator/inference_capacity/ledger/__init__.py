@@ -1,0 +1,17 @@
+"""The per-rank GPU memory ledger: pure functions, bytes in, bytes out.
+
+``ledger.weights`` and ``ledger.kv`` are the exact parts; ``ledger.ledger`` assembles the
+per-rank items from a vLLM startup prediction (import it from there).
+"""
+
+from .kv import KvLayout, kv_bytes_per_token, kv_layout
+from .weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
+
+__all__ = [
+    "KvLayout",
+    "WeightBreakdown",
+    "kv_bytes_per_token",
+    "kv_layout",
+    "pp_layer_ranges",
+    "weight_breakdown",
+]

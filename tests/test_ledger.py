@@ -1,0 +1,174 @@
+"""The ledger: KV bytes per token, blocks, weights per rank, and its invariants.
+
+Hand-derivable numbers from the seeds (003): Llama 3.1 8B in BF16 stores
+32 layers × 2 (K, V) × 8 KV heads × 128 × 2 B = 131,072 B = 128 KiB per token; the same shape
+with MHA (32 KV heads) stores 512 KiB; a 55 GB pool holds 55e9 / 131,072 ≈ 419,616 tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inference_capacity.engines.vllm import EngineSettings, predict_startup
+from inference_capacity.hardware import get_gpu
+from inference_capacity.ledger.kv import kv_bytes_per_token, kv_layout
+from inference_capacity.ledger.ledger import build_ledger, max_utilization
+from inference_capacity.ledger.weights import pp_layer_ranges, weight_breakdown
+from inference_capacity.model import AttnKind, load_config, load_model, shape_from_config
+
+H100 = get_gpu("H100-SXM-80GB")
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
+DSV2 = load_model("deepseek-ai/DeepSeek-V2-Lite")
+
+
+def test_seed_kv_bytes_per_token() -> None:
+    assert kv_bytes_per_token(LLAMA8B, tp=1, kv_bytes=2) == 131_072
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    mha = shape_from_config({**cfg, "num_key_value_heads": 32})
+    assert kv_bytes_per_token(mha, tp=1, kv_bytes=2) == 512 * 1024
+    assert 55_000_000_000 // kv_bytes_per_token(LLAMA8B, 1, 2) == 419_616
+
+
+def test_llama8b_weights_match_vllm_log_exactly() -> None:
+    # 8,030,261,248 × 2 B + rope cache 131072 × 128 × 2 B = 16,094,076,928 B = 14.9888 GiB
+    w = weight_breakdown(LLAMA8B, 1, 1, 0, 2, None)
+    assert w.total == 8_030_261_248 * 2 + 131072 * 128 * 2 == 16_094_076_928
+
+
+def test_block_and_page_for_dense_model() -> None:
+    layout = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2,
+                       block_size=16)
+    assert layout.bytes_per_block == 32 * 16 * 8 * 256 * 2 == 2 * 2**20  # 2 MiB
+    assert layout.num_blocks(58_107 * 2**20) == 29_053
+
+
+def test_mla_latent_not_split_by_tp() -> None:
+    # (kv_lora_rank + qk_rope_head_dim) × 2 B × 27 layers = 576 × 2 × 27
+    assert kv_bytes_per_token(DSV2, 1, 2) == 576 * 2 * 27
+    assert kv_bytes_per_token(DSV2, 8, 2) == kv_bytes_per_token(DSV2, 1, 2)
+
+
+def test_kv_heads_replicated_when_fewer_than_tp() -> None:
+    # 8 KV heads on TP16: each rank keeps one head (replicated), not half a head
+    assert kv_bytes_per_token(LLAMA8B, 16, 2) == 32 * 2 * 1 * 128 * 2
+
+
+def test_gemma2_hybrid_groups_match_vllm_log() -> None:
+    # vllm-startup-035: 54.12 GiB -> 21,110 blocks, 168,880 tokens: 21 SW + 21 full layers
+    gemma = load_model("google/gemma-2-9b-it")
+    layout = kv_layout(list(gemma.layers), 1, 2, 2, 16)
+    assert layout.num_groups == 2 and layout.group_size == 21
+    assert layout.bytes_per_block == 21 * 16 * 8 * 512 * 2
+    assert layout.blocks_per_request(8192, 8192) == 512 + 513
+
+
+def test_sliding_window_bounds_blocks_per_request() -> None:
+    mistral = load_model("mistralai/Mistral-7B-Instruct-v0.1")  # window 4096 on every layer
+    layout = kv_layout(list(mistral.layers), 1, 2, 2, 16)
+    assert layout.blocks_per_request(32768, 2048) == (4096 - 1 + 2048 + 15) // 16 + 1
+    assert layout.blocks_per_request(1000, 2048) == 63 + 1
+
+
+def test_mamba_state_is_per_sequence() -> None:
+    nemo = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    layout = kv_layout(list(nemo.layers), 1, 2, 2, 16)
+    assert layout.state_bytes_per_sequence > 0
+    # the attention block size grows until an attention page holds a Mamba state
+    assert layout.block_size > 16
+    assert any(g.kind is AttnKind.MAMBA for g in layout.groups)
+
+
+def test_pp_layer_split_matches_vllm() -> None:
+    # get_pp_indices: 61 layers on 4 stages -> the remainder goes before the last stage
+    sizes = [len(r) for r in pp_layer_ranges(61, 4)]
+    assert sizes == [15, 15, 16, 15] and sum(sizes) == 61
+
+
+def test_ledger_sums_to_device_for_examples() -> None:
+    for tp, pp in [(1, 1), (2, 1), (1, 2)]:
+        p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, tp, pp,
+                            EngineSettings(version="0.19.0", gpu_memory_utilization=0.9))
+        for rl in build_ledger(p, 0.05):
+            assert rl.total == H100.total_bytes
+
+
+MODELS = ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B", "google/gemma-2-9b-it",
+          "deepseek-ai/DeepSeek-V2-Lite", "openai/gpt-oss-20b", "mistralai/Mixtral-8x7B-v0.1"]
+VERSIONS = ["0.6.4", "0.8.5", "0.10.1.1", "0.19.0", "0.23.0", "0.33.0"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(MODELS), version=st.sampled_from(VERSIONS),
+       u=st.floats(0.3, 1.0), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
+       gib=st.floats(16, 200))
+def test_items_always_sum_to_the_device(name: str, version: str, u: float, tp: int, pp: int,
+                                        gib: float) -> None:
+    m = load_model(name)
+    total = int(gib * 2**30)
+    p = predict_startup(m, total, "custom", tp, pp, EngineSettings(
+        version=version, gpu_memory_utilization=u, max_model_len=4096))
+    for rl in build_ledger(p, 0.05):
+        assert rl.total == total
+        assert all(i.bytes >= 0 for i in rl.items if i.name != "unallocated")
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(MODELS + ["meta-llama/Llama-3.1-70B-Instruct"]),
+       tp=st.sampled_from([1, 2, 4]))
+def test_more_tp_never_raises_per_rank_weights(name: str, tp: int) -> None:
+    m = load_model(name)
+    a = weight_breakdown(m, tp, 1, 0, 2, m.quantization).total
+    b = weight_breakdown(m, tp * 2, 1, 0, 2, m.quantization).total
+    assert b <= a
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(MODELS), tp=st.sampled_from([1, 2, 4, 8]))
+def test_fp8_kv_halves_bytes_per_token(name: str, tp: int) -> None:
+    m = load_model(name)
+    assert kv_bytes_per_token(m, tp, 1) * 2 == kv_bytes_per_token(m, tp, 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8, 16]))
+def test_mla_bytes_do_not_shrink_with_tp(tp: int) -> None:
+    assert kv_bytes_per_token(DSV2, tp, 2) == kv_bytes_per_token(DSV2, 1, 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(u=st.floats(0.5, 0.99))
+def test_higher_utilization_never_shrinks_the_pool(u: float) -> None:
+    def blocks(x: float) -> int:
+        return predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(
+            version="0.19.0", gpu_memory_utilization=x, max_model_len=8192)).num_gpu_blocks
+    assert blocks(min(u + 0.01, 1.0)) >= blocks(u)
+
+
+def test_max_utilization_leaves_margin_items() -> None:
+    p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
+                        EngineSettings(version="0.19.0", gpu_memory_utilization=0.9))
+    u = max_utilization(p, 0.05)
+    p2 = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
+                         EngineSettings(version="0.19.0", gpu_memory_utilization=u))
+    (rl,) = build_ledger(p2, 0.05)
+    assert 0 <= rl.unallocated < 0.001 * H100.total_bytes + 2**20
+    assert 0.90 < u < 0.95
+
+
+def test_lora_slots_add_weight_bytes() -> None:
+    base = weight_breakdown(LLAMA8B, 1, 1, 0, 2, None)
+    lora = weight_breakdown(LLAMA8B, 1, 1, 0, 2, None, max_loras=4, max_lora_rank=16)
+    # per wrapped linear: 4 × 16 × (in + out) × 2 B; q,k,v,o,gate,up,down per layer
+    per_layer = sum(4 * 16 * (i + o) * 2 for o, i in [
+        (4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096),
+        (14336, 4096), (14336, 4096), (4096, 14336)])
+    assert lora.total - base.total == 32 * per_layer
+
+
+@pytest.mark.parametrize("q,expected", [("fp8", 8.49)])
+def test_online_fp8_weights(q: str, expected: float) -> None:
+    m = load_model("meta-llama/Llama-3.1-8B-Instruct", quantization=q)
+    w = weight_breakdown(m, 1, 1, 0, 2, m.quantization)
+    assert round(w.total / 2**30, 2) == expected  # vllm-startup-031 "Model loading took 8.49"
