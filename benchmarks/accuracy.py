@@ -61,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     a_err: list[float] = []
     failed_total = failed_flagged = 0
     out = []
-    header = (f"{'id':<18} {'eng':<4} {'model':<42} {'tp/pp':<5} {'wGiB':>7} {'w%':>6} "
-              f"{'act':>5} {'act%':>7} {'kvGiB':>7} {'pred':>7} {'kv%':>6} {'tokens':>9} "
-              f"{'tok%':>6} {'start':>9}")
+    header = (
+        f"{'id':<18} {'eng':<4} {'model':<42} {'tp/pp':<5} {'wGiB':>7} {'w%':>6} "
+        f"{'act':>5} {'act%':>7} {'kvGiB':>7} {'pred':>7} {'kv%':>6} {'tokens':>9} "
+        f"{'tok%':>6} {'start':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -107,14 +109,25 @@ def main(argv: list[str] | None = None) -> int:
             w_err.append(abs(we))
         if ae is not None:
             a_err.append(abs(ae))
-        print(f"{p.id:<18} {p.engine:<4} {p.model[:42]:<42} {p.tp}/{p.pp:<3} "
-              f"{r0['weights_gib']:>7.2f} {fmt(we):>6} {r0['activation_peak_gib']:>5.2f} "
-              f"{fmt(ae):>7} {fmt(lg.get('kv_cache_gib'), '.2f'):>7} "
-              f"{r0['available_kv_cache_gib']:>7.2f} {fmt(ke):>6} {pr['kv_cache_tokens']:>9} "
-              f"{fmt(te if te is not None else be):>6} {start:>9}"
-              + (f"  (not in the mean: {EXCLUDED_FROM_MEAN[p.id]})" if excluded else ""))
-        out.append({"id": p.id, "predicted": pr, "logged": lg, "kv_err_pct": ke,
-                    "tokens_err_pct": te, "blocks_err_pct": be, "weights_err_pct": we})
+        print(
+            f"{p.id:<18} {p.engine:<4} {p.model[:42]:<42} {p.tp}/{p.pp:<3} "
+            f"{r0['weights_gib']:>7.2f} {fmt(we):>6} {r0['activation_peak_gib']:>5.2f} "
+            f"{fmt(ae):>7} {fmt(lg.get('kv_cache_gib'), '.2f'):>7} "
+            f"{r0['available_kv_cache_gib']:>7.2f} {fmt(ke):>6} {pr['kv_cache_tokens']:>9} "
+            f"{fmt(te if te is not None else be):>6} {start:>9}"
+            + (f"  (not in the mean: {EXCLUDED_FROM_MEAN[p.id]})" if excluded else "")
+        )
+        out.append(
+            {
+                "id": p.id,
+                "predicted": pr,
+                "logged": lg,
+                "kv_err_pct": ke,
+                "tokens_err_pct": te,
+                "blocks_err_pct": be,
+                "weights_err_pct": we,
+            }
+        )
     print()
 
     def mean(xs: list[float]) -> str:

@@ -18,14 +18,36 @@ EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("inference-capacity", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "inference_capacity.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, input=stdin,
-                          timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, input=stdin, timeout=120, cwd=ROOT
+    )
 
 
-FLAGS = ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-SXM-80GB",
-         "--tp", "1", "--pp", "1", "--gpu-memory-utilization", "0.95", "--max-model-len",
-         "16384", "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192",
-         "--kv-cache-dtype", "auto", "--dtype", "auto", "--engine-version", "0.19.0"]
+FLAGS = [
+    "plan",
+    "--model",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "--gpu",
+    "H100-SXM-80GB",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--gpu-memory-utilization",
+    "0.95",
+    "--max-model-len",
+    "16384",
+    "--max-num-seqs",
+    "1024",
+    "--max-num-batched-tokens",
+    "8192",
+    "--kv-cache-dtype",
+    "auto",
+    "--dtype",
+    "auto",
+    "--engine-version",
+    "0.19.0",
+]
 
 
 def test_flags_form_json_contract() -> None:
@@ -33,9 +55,18 @@ def test_flags_form_json_contract() -> None:
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     vs = out["vllm_startup"]
-    for key in ("weights_gib", "activation_peak_gib", "non_torch_gib", "cuda_graph_gib",
-                "available_kv_cache_gib", "num_gpu_blocks", "kv_cache_tokens",
-                "max_concurrency", "starts", "error"):
+    for key in (
+        "weights_gib",
+        "activation_peak_gib",
+        "non_torch_gib",
+        "cuda_graph_gib",
+        "available_kv_cache_gib",
+        "num_gpu_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "starts",
+        "error",
+    ):
         assert key in vs
     # the 0.19.0 llm-d log of this exact setup: 58.11 GiB, 476,016 tokens, 29.05x
     assert abs(vs["available_kv_cache_gib"] - 58.11) < 0.58
@@ -47,23 +78,58 @@ def test_flags_form_json_contract() -> None:
 
 def test_engine_version_forms_accepted() -> None:
     for v in ("0.6.4.post1", "0.10.1.dev101+gbda9d0535", "0.19.0"):
-        r = run("plan", "--model", "meta-llama/Llama-3.2-1B", "--gpu", "L4",
-                "--max-model-len", "8192", "--engine-version", v, "-o", "json")
+        r = run(
+            "plan",
+            "--model",
+            "meta-llama/Llama-3.2-1B",
+            "--gpu",
+            "L4",
+            "--max-model-len",
+            "8192",
+            "--engine-version",
+            v,
+            "-o",
+            "json",
+        )
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["vllm_startup"]["engine_version"] == v
 
 
 def test_inverse_kv_target() -> None:
-    r = run("plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-SXM-80GB",
-            "--max-model-len", "16384", "--engine-version", "0.19.0", "--kv-cache-gib", "40",
-            "-o", "json")
+    r = run(
+        "plan",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100-SXM-80GB",
+        "--max-model-len",
+        "16384",
+        "--engine-version",
+        "0.19.0",
+        "--kv-cache-gib",
+        "40",
+        "-o",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     inv = json.loads(r.stdout)["inverse"]
     assert 40 <= inv["available_kv_cache_gib"] < 40.01
     # re-run forward at that utilization: vLLM would allocate the same pool
-    r2 = run("plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-SXM-80GB",
-             "--max-model-len", "16384", "--engine-version", "0.19.0",
-             "--gpu-memory-utilization", str(inv["gpu_memory_utilization"]), "-o", "json")
+    r2 = run(
+        "plan",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100-SXM-80GB",
+        "--max-model-len",
+        "16384",
+        "--engine-version",
+        "0.19.0",
+        "--gpu-memory-utilization",
+        str(inv["gpu_memory_utilization"]),
+        "-o",
+        "json",
+    )
     assert json.loads(r2.stdout)["vllm_startup"]["num_gpu_blocks"] == inv["num_gpu_blocks"]
 
 
@@ -76,7 +142,8 @@ def test_manifest_table_yaml_json_patch_and_chart(tmp_path: Path) -> None:
     j = json.loads(run("plan", str(EXAMPLE), "-o", "json").stdout)
     assert y["recommendation"] == j["recommendation"]
     assert j["fits"] is True and j["flags"]["max-num-seqs"] == str(
-        j["recommendation"]["maxNumSeqs"])
+        j["recommendation"]["maxNumSeqs"]
+    )
     patch = json.loads(run("plan", str(EXAMPLE), "-o", "patch").stdout)
     args = patch["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:4] == ["--port", "8000", "--max-model-len", "32768"]  # untouched
@@ -98,25 +165,80 @@ def test_stdin_manifest() -> None:
     assert r.returncode == 0 and json.loads(r.stdout)["name"] == "llama-8b"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H900"], "unknown GPU"),
-    (["plan", "--model", "nope/model", "--gpu", "L4"], "unknown model 'nope/model'"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--tp", "3"],
-     "does not divide"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4",
-      "--gpu-memory-utilization", "1.2"], "must be in (0, 1]"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4",
-      "--gpu-memory-utilization", "0"], "must be in (0, 1]"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4",
-      "--max-model-len", "-4"], "--max-model-len must be >= 1"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4",
-      "--max-model-len", "999999999"], "absurd"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct"], "--gpu NAME or --gpu-memory-gib"),
-    (["plan"], "give FILE.yaml"),
-    (["plan", "/nonexistent.yaml"], "cannot read"),
-    (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4",
-      "--engine-version", "latest"], "cannot parse 'latest'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H900"], "unknown GPU"),
+        (["plan", "--model", "nope/model", "--gpu", "L4"], "unknown model 'nope/model'"),
+        (
+            ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--tp", "3"],
+            "does not divide",
+        ),
+        (
+            [
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--gpu",
+                "L4",
+                "--gpu-memory-utilization",
+                "1.2",
+            ],
+            "must be in (0, 1]",
+        ),
+        (
+            [
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--gpu",
+                "L4",
+                "--gpu-memory-utilization",
+                "0",
+            ],
+            "must be in (0, 1]",
+        ),
+        (
+            [
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--gpu",
+                "L4",
+                "--max-model-len",
+                "-4",
+            ],
+            "--max-model-len must be >= 1",
+        ),
+        (
+            [
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--gpu",
+                "L4",
+                "--max-model-len",
+                "999999999",
+            ],
+            "absurd",
+        ),
+        (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct"], "--gpu NAME or --gpu-memory-gib"),
+        (["plan"], "give FILE.yaml"),
+        (["plan", "/nonexistent.yaml"], "cannot read"),
+        (
+            [
+                "plan",
+                "--model",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--gpu",
+                "L4",
+                "--engine-version",
+                "latest",
+            ],
+            "cannot parse 'latest'",
+        ),
+    ],
+)
 def test_errors_are_one_clear_line(args: list[str], message: str) -> None:
     r = run(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)

@@ -38,8 +38,7 @@ def test_llama8b_weights_match_vllm_log_exactly() -> None:
 
 
 def test_block_and_page_for_dense_model() -> None:
-    layout = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2,
-                       block_size=16)
+    layout = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
     assert layout.bytes_per_block == 32 * 16 * 8 * 256 * 2 == 2 * 2**20  # 2 MiB
     assert layout.num_blocks(58_107 * 2**20) == 29_053
 
@@ -88,35 +87,61 @@ def test_pp_layer_split_matches_vllm() -> None:
 
 def test_ledger_sums_to_device_for_examples() -> None:
     for tp, pp in [(1, 1), (2, 1), (1, 2)]:
-        p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, tp, pp,
-                            EngineSettings(version="0.19.0", gpu_memory_utilization=0.9))
+        p = predict_startup(
+            LLAMA8B,
+            H100.total_bytes,
+            H100.name,
+            tp,
+            pp,
+            EngineSettings(version="0.19.0", gpu_memory_utilization=0.9),
+        )
         for rl in build_ledger(p, 0.05):
             assert rl.total == H100.total_bytes
 
 
-MODELS = ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B", "google/gemma-2-9b-it",
-          "deepseek-ai/DeepSeek-V2-Lite", "openai/gpt-oss-20b", "mistralai/Mixtral-8x7B-v0.1"]
+MODELS = [
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen/Qwen3-30B-A3B",
+    "google/gemma-2-9b-it",
+    "deepseek-ai/DeepSeek-V2-Lite",
+    "openai/gpt-oss-20b",
+    "mistralai/Mixtral-8x7B-v0.1",
+]
 VERSIONS = ["0.6.4", "0.8.5", "0.10.1.1", "0.19.0", "0.23.0", "0.33.0"]
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(MODELS), version=st.sampled_from(VERSIONS),
-       u=st.floats(0.3, 1.0), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
-       gib=st.floats(16, 200))
-def test_items_always_sum_to_the_device(name: str, version: str, u: float, tp: int, pp: int,
-                                        gib: float) -> None:
+@given(
+    name=st.sampled_from(MODELS),
+    version=st.sampled_from(VERSIONS),
+    u=st.floats(0.3, 1.0),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2]),
+    gib=st.floats(16, 200),
+)
+def test_items_always_sum_to_the_device(
+    name: str, version: str, u: float, tp: int, pp: int, gib: float
+) -> None:
     m = load_model(name)
     total = int(gib * 2**30)
-    p = predict_startup(m, total, "custom", tp, pp, EngineSettings(
-        version=version, gpu_memory_utilization=u, max_model_len=4096))
+    p = predict_startup(
+        m,
+        total,
+        "custom",
+        tp,
+        pp,
+        EngineSettings(version=version, gpu_memory_utilization=u, max_model_len=4096),
+    )
     for rl in build_ledger(p, 0.05):
         assert rl.total == total
         assert all(i.bytes >= 0 for i in rl.items if i.name != "unallocated")
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(MODELS + ["meta-llama/Llama-3.1-70B-Instruct"]),
-       tp=st.sampled_from([1, 2, 4]))
+@given(
+    name=st.sampled_from(MODELS + ["meta-llama/Llama-3.1-70B-Instruct"]),
+    tp=st.sampled_from([1, 2, 4]),
+)
 def test_more_tp_never_raises_per_rank_weights(name: str, tp: int) -> None:
     m = load_model(name)
     a = weight_breakdown(m, tp, 1, 0, 2, m.quantization).total
@@ -141,17 +166,36 @@ def test_mla_bytes_do_not_shrink_with_tp(tp: int) -> None:
 @given(u=st.floats(0.5, 0.99))
 def test_higher_utilization_never_shrinks_the_pool(u: float) -> None:
     def blocks(x: float) -> int:
-        return predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(
-            version="0.19.0", gpu_memory_utilization=x, max_model_len=8192)).num_gpu_blocks
+        return predict_startup(
+            LLAMA8B,
+            H100.total_bytes,
+            H100.name,
+            1,
+            1,
+            EngineSettings(version="0.19.0", gpu_memory_utilization=x, max_model_len=8192),
+        ).num_gpu_blocks
+
     assert blocks(min(u + 0.01, 1.0)) >= blocks(u)
 
 
 def test_max_utilization_leaves_margin_items() -> None:
-    p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
-                        EngineSettings(version="0.19.0", gpu_memory_utilization=0.9))
+    p = predict_startup(
+        LLAMA8B,
+        H100.total_bytes,
+        H100.name,
+        1,
+        1,
+        EngineSettings(version="0.19.0", gpu_memory_utilization=0.9),
+    )
     u = max_utilization(p, 0.05)
-    p2 = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
-                         EngineSettings(version="0.19.0", gpu_memory_utilization=u))
+    p2 = predict_startup(
+        LLAMA8B,
+        H100.total_bytes,
+        H100.name,
+        1,
+        1,
+        EngineSettings(version="0.19.0", gpu_memory_utilization=u),
+    )
     (rl,) = build_ledger(p2, 0.05)
     assert 0 <= rl.unallocated < 0.001 * H100.total_bytes + 2**20
     assert 0.90 < u < 0.95
@@ -161,9 +205,18 @@ def test_lora_slots_add_weight_bytes() -> None:
     base = weight_breakdown(LLAMA8B, 1, 1, 0, 2, None)
     lora = weight_breakdown(LLAMA8B, 1, 1, 0, 2, None, max_loras=4, max_lora_rank=16)
     # per wrapped linear: 4 × 16 × (in + out) × 2 B; q,k,v,o,gate,up,down per layer
-    per_layer = sum(4 * 16 * (i + o) * 2 for o, i in [
-        (4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096),
-        (14336, 4096), (14336, 4096), (4096, 14336)])
+    per_layer = sum(
+        4 * 16 * (i + o) * 2
+        for o, i in [
+            (4096, 4096),
+            (1024, 4096),
+            (1024, 4096),
+            (4096, 4096),
+            (14336, 4096),
+            (14336, 4096),
+            (4096, 14336),
+        ]
+    )
     assert lora.total - base.total == 32 * per_layer
 
 

@@ -749,7 +749,8 @@ def test_property_rewrite_then_read(container: Container, desired: dict[str, str
 
 
 def form_is_shell(container: Container) -> bool:
-    return container.get("command", [""])[0] == "sh"
+    command: list[str] = container.get("command") or [""]
+    return command[0] == "sh"
 
 
 @settings(max_examples=200)

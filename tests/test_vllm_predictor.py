@@ -24,9 +24,19 @@ H100 = get_gpu("H100-SXM-80GB")
 LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
 
 # V1 points with a logged "Available KV cache memory" whose numbers are self-consistent
-V1_POINTS = ["vllm-startup-017", "vllm-startup-027", "vllm-startup-029", "vllm-startup-031",
-             "vllm-startup-033", "vllm-startup-035", "vllm-startup-037", "vllm-startup-039",
-             "vllm-startup-041", "vllm-startup-043", "vllm-startup-045"]
+V1_POINTS = [
+    "vllm-startup-017",
+    "vllm-startup-027",
+    "vllm-startup-029",
+    "vllm-startup-031",
+    "vllm-startup-033",
+    "vllm-startup-035",
+    "vllm-startup-037",
+    "vllm-startup-039",
+    "vllm-startup-041",
+    "vllm-startup-043",
+    "vllm-startup-045",
+]
 
 
 @pytest.mark.parametrize("pid", V1_POINTS)
@@ -40,8 +50,9 @@ def test_available_kv_within_2_percent_of_the_log(pid: str) -> None:
     assert pred["starts"]
 
 
-@pytest.mark.parametrize("pid", [pid for pid in V1_POINTS if POINTS[pid].logged.get(
-    "kv_cache_tokens")])
+@pytest.mark.parametrize(
+    "pid", [pid for pid in V1_POINTS if POINTS[pid].logged.get("kv_cache_tokens")]
+)
 def test_kv_tokens_within_2_percent_of_the_log(pid: str) -> None:
     p = POINTS[pid]
     pred, _ = predict_point(p)
@@ -49,8 +60,10 @@ def test_kv_tokens_within_2_percent_of_the_log(pid: str) -> None:
     logged = p.logged["kv_cache_tokens"]
     assert abs(pred["kv_cache_tokens"] - logged) / logged < 0.02
     if p.logged.get("max_concurrency"):
-        assert abs(pred["max_concurrency"] - p.logged["max_concurrency"]) / \
-            p.logged["max_concurrency"] < 0.02
+        assert (
+            abs(pred["max_concurrency"] - p.logged["max_concurrency"]) / p.logged["max_concurrency"]
+            < 0.02
+        )
 
 
 FAILED = [pid for pid, p in POINTS.items() if p.failed]
@@ -72,8 +85,14 @@ def test_every_failed_start_is_flagged(pid: str) -> None:
 
 def test_worked_example_019_0_exact_terms() -> None:
     # research §10: 0.19.0, H100 79.19, u 0.95, L 16384: 29,751 blocks, 476,016 tokens, 29.05x
-    p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(
-        version="0.19.0", gpu_memory_utilization=0.95, max_model_len=16384))
+    p = predict_startup(
+        LLAMA8B,
+        H100.total_bytes,
+        H100.name,
+        1,
+        1,
+        EngineSettings(version="0.19.0", gpu_memory_utilization=0.95, max_model_len=16384),
+    )
     assert abs(p.num_gpu_blocks - 29_751) / 29_751 < 0.005
     assert p.kv_cache_tokens == p.num_gpu_blocks * 16
     assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / 1024)
@@ -81,19 +100,34 @@ def test_worked_example_019_0_exact_terms() -> None:
 
 def test_cuda_graph_estimate_enters_the_budget_from_0_20() -> None:
     def avail(v: str) -> int:
-        p = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(
-            version=v, gpu_memory_utilization=0.9, max_model_len=8192))
+        p = predict_startup(
+            LLAMA8B,
+            H100.total_bytes,
+            H100.name,
+            1,
+            1,
+            EngineSettings(version=v, gpu_memory_utilization=0.9, max_model_len=8192),
+        )
         return p.ranks[0].available_kv
-    cg = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(
-        version="0.20.0")).ranks[0].cuda_graph
+
+    cg = (
+        predict_startup(
+            LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(version="0.20.0")
+        )
+        .ranks[0]
+        .cuda_graph
+    )
     assert avail("0.19.0") - avail("0.20.0") == cg
 
 
 def test_defaults_follow_version_and_gpu() -> None:
     a100 = get_gpu("A100-SXM-80GB")
     rs = resolve_settings(LLAMA8B, H100.total_bytes, H100.name, EngineSettings(version="0.19.0"))
-    assert (rs.gpu_memory_utilization, rs.max_num_batched_tokens, rs.max_num_seqs) == \
-        (0.90, 8192, 1024)
+    assert (rs.gpu_memory_utilization, rs.max_num_batched_tokens, rs.max_num_seqs) == (
+        0.90,
+        8192,
+        1024,
+    )
     rs = resolve_settings(LLAMA8B, H100.total_bytes, H100.name, EngineSettings(version="0.20.0"))
     assert rs.gpu_memory_utilization == 0.92
     rs = resolve_settings(LLAMA8B, a100.total_bytes, a100.name, EngineSettings(version="0.19.0"))
@@ -103,14 +137,17 @@ def test_defaults_follow_version_and_gpu() -> None:
     assert rs.max_model_len == 131072 and rs.max_num_batched_tokens == 2048  # chunked > 32K
 
 
-@pytest.mark.parametrize("text,key,era", [
-    ("0.6.4.post1", (0, 6, 4), Era.V0),
-    ("0.10.1.dev101+gbda9d0535", (0, 10, 1), Era.V1_PRE_NCCL),
-    ("0.19.0", (0, 19, 0), Era.V1_NO_CG),
-    ("v0.23.1", (0, 23, 1), Era.V1_CG),
-    ("0.33", (0, 33, 0), Era.V1_CONSUMED),
-    ("0.8.5", (0, 8, 5), Era.V1_EARLY),
-])
+@pytest.mark.parametrize(
+    "text,key,era",
+    [
+        ("0.6.4.post1", (0, 6, 4), Era.V0),
+        ("0.10.1.dev101+gbda9d0535", (0, 10, 1), Era.V1_PRE_NCCL),
+        ("0.19.0", (0, 19, 0), Era.V1_NO_CG),
+        ("v0.23.1", (0, 23, 1), Era.V1_CG),
+        ("0.33", (0, 33, 0), Era.V1_CONSUMED),
+        ("0.8.5", (0, 8, 5), Era.V1_EARLY),
+    ],
+)
 def test_versions(text: str, key: tuple[int, int, int], era: Era) -> None:
     v = parse_version(text)
     assert v.key == key and era_of(v) is era
@@ -124,8 +161,14 @@ def test_bad_versions_and_engines() -> None:
 
 
 def test_max_model_len_beyond_kv_is_refused_with_numbers() -> None:
-    p = predict_startup(LLAMA8B, int(23.58 * 2**30), "RTX-3090", 1, 1, EngineSettings(
-        version="0.19.0", gpu_memory_utilization=0.9, max_model_len=131072))
+    p = predict_startup(
+        LLAMA8B,
+        int(23.58 * 2**30),
+        "RTX-3090",
+        1,
+        1,
+        EngineSettings(version="0.19.0", gpu_memory_utilization=0.9, max_model_len=131072),
+    )
     assert not p.starts
     assert "max seq len (131072)" in (p.error or "")
     assert "estimated maximum model length is" in (p.error or "")
@@ -137,18 +180,22 @@ def test_negative_kv_is_refused() -> None:
     assert not p.starts and "No available memory for the cache blocks" in (p.error or "")
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in"),
-    ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization must be in"),
-    ({"max_model_len": -5}, "max_model_len must be a positive"),
-    ({"max_model_len": 10**9}, "absurd"),
-    ({"max_model_len": 200_000}, "larger than the model's maximum"),
-    ({"block_size": 24}, "power of two"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization must be in"),
+        ({"max_model_len": -5}, "max_model_len must be a positive"),
+        ({"max_model_len": 10**9}, "absurd"),
+        ({"max_model_len": 200_000}, "larger than the model's maximum"),
+        ({"block_size": 24}, "power of two"),
+    ],
+)
 def test_bad_settings(kw: dict[str, object], match: str) -> None:
     with pytest.raises(SettingsError, match=match):
-        predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
-                        EngineSettings(version="0.19.0", **kw))  # type: ignore[arg-type]
+        predict_startup(
+            LLAMA8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(version="0.19.0", **kw)
+        )  # type: ignore[arg-type]
 
 
 def test_tp_must_divide_heads() -> None:

@@ -24,20 +24,36 @@ GiB = 2**30
 #: config.json files are not in the catalog; these mirror their published quantization blocks)
 _CT_FP8_CHANNEL = {
     "quant_method": "compressed-tensors",
-    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-        "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}},
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+        }
+    },
     "ignore": ["lm_head"],
 }
 _CT_W4A16 = {
     "quant_method": "compressed-tensors",
-    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-        "num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
-        "symmetric": True}}},
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {
+                "num_bits": 4,
+                "type": "int",
+                "strategy": "group",
+                "group_size": 128,
+                "symmetric": True,
+            },
+        }
+    },
     "ignore": ["lm_head"],
 }
 _GPTQ_4BIT = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}
-_FP8_BLOCK = {"quant_method": "fp8", "weight_block_size": [128, 128],
-              "activation_scheme": "dynamic"}
+_FP8_BLOCK = {
+    "quant_method": "fp8",
+    "weight_block_size": [128, 128],
+    "activation_scheme": "dynamic",
+}
 
 
 @dataclass(frozen=True)
@@ -53,49 +69,78 @@ class PointSetup:
 
 
 POINT_SETUP: dict[str, PointSetup] = {
-    "vllm-startup-001": PointSetup("meta-llama/Llama-3.1-8B-Instruct", version="0.6.4",
-                                   note="V0 'Memory profiling results' format of 0.6.4/0.6.5"),
+    "vllm-startup-001": PointSetup(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        version="0.6.4",
+        note="V0 'Memory profiling results' format of 0.6.4/0.6.5",
+    ),
     "vllm-startup-003": PointSetup(
-        "meta-llama/Meta-Llama-3.1-8B", version="0.6.4",
+        "meta-llama/Meta-Llama-3.1-8B",
+        version="0.6.4",
         config_patch={"max_position_embeddings": 8192, "rope_scaling": None},
-        note="Meta-Llama-3-8B = the 3.1 shapes with 8192 positions and no rope scaling"),
+        note="Meta-Llama-3-8B = the 3.1 shapes with 8192 positions and no rope scaling",
+    ),
     "vllm-startup-005": PointSetup(
-        "meta-llama/Llama-2-7b-hf", version="0.2.4", gpu="A100-SXM-80GB",
-        settings={"dtype": "float16"}, note="vLLM ~0.2.4 (Dec 2023), A100-80GB"),
+        "meta-llama/Llama-2-7b-hf",
+        version="0.2.4",
+        gpu="A100-SXM-80GB",
+        settings={"dtype": "float16"},
+        note="vLLM ~0.2.4 (Dec 2023), A100-80GB",
+    ),
     "vllm-startup-007": PointSetup(
-        None, skip="DeepSeek-R1-Distill-Qwen-14B config.json is not in the public data"),
+        None, skip="DeepSeek-R1-Distill-Qwen-14B config.json is not in the public data"
+    ),
     "vllm-startup-009": PointSetup(
-        None, skip="Kimi-Linear (KDA linear attention) config.json is not in the public data"),
+        None, skip="Kimi-Linear (KDA linear attention) config.json is not in the public data"
+    ),
     "vllm-startup-011": PointSetup(
-        "deepseek-ai/deepseek-coder-6.7b-instruct", version="0.4.3", gpu="T4",
-        note="vLLM ~0.4.x (June 2024); T4 total from the GPU catalog"),
-    "vllm-startup-013": PointSetup("meta-llama/Llama-3.2-1B",
-                                   settings={"max_num_batched_tokens": 512}),
+        "deepseek-ai/deepseek-coder-6.7b-instruct",
+        version="0.4.3",
+        gpu="T4",
+        note="vLLM ~0.4.x (June 2024); T4 total from the GPU catalog",
+    ),
+    "vllm-startup-013": PointSetup(
+        "meta-llama/Llama-3.2-1B", settings={"max_num_batched_tokens": 512}
+    ),
     "vllm-startup-015": PointSetup(
-        None, skip="realtreetune/rho-1b-sft-GSM8K config.json is not in the public data"),
-    "vllm-startup-017": PointSetup("openai/gpt-oss-20b", gpu="A100-SXM-80GB",
-                                   note="A100 size not stated; 80GB is consistent"),
+        None, skip="realtreetune/rho-1b-sft-GSM8K config.json is not in the public data"
+    ),
+    "vllm-startup-017": PointSetup(
+        "openai/gpt-oss-20b", gpu="A100-SXM-80GB", note="A100 size not stated; 80GB is consistent"
+    ),
     "vllm-startup-019": PointSetup(
-        "openai/gpt-oss-120b", version="0.11.0",
+        "openai/gpt-oss-120b",
+        version="0.11.0",
         note="summary table; version not shown; its terms do not add up to its KV figure "
-             "(71.26 - 64.38 - 7.38 - 0.13 != 3.33), so KV is compared as logged"),
+        "(71.26 - 64.38 - 7.38 - 0.13 != 3.33), so KV is compared as logged",
+    ),
     "vllm-startup-021": PointSetup(
-        "meta-llama/Llama-3.3-70B-Instruct", version="0.10.1",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        version="0.10.1",
         quantization_config=_CT_FP8_CHANNEL,
         note="RedHatAI FP8-dynamic = compressed-tensors FP8 per-channel; version not shown, "
-             "its KV figure has no CUDA-graph term (pre-0.20)"),
+        "its KV figure has no CUDA-graph term (pre-0.20)",
+    ),
     "vllm-startup-023": PointSetup(
-        "Qwen/Qwen3-Coder-480B-A35B-Instruct", gpu="H20-141GB",
+        "Qwen/Qwen3-Coder-480B-A35B-Instruct",
+        gpu="H20-141GB",
         quantization_config=_FP8_BLOCK,
         settings={"data_parallel": 8, "expert_parallel": True},
         note="FP8 block-128 checkpoint; -dp=8 --enable-expert-parallel; H20 141GB variant "
-             "(a 96GB card cannot hold the weights)"),
-    "vllm-startup-025": PointSetup("Qwen/Qwen1.5-7B-Chat", version="0.3.0",
-                                   gpu="RTX-3090", quantization_config=_GPTQ_4BIT,
-                                   note="Qwen1.5-7B-Chat-GPTQ-Int4: 4-bit, group 128"),
-    "vllm-startup-043": PointSetup("meta-llama/Llama-3.1-8B-Instruct",
-                                   quantization_config=_CT_W4A16,
-                                   note="RedHatAI w4a16 = compressed-tensors W4A16 g128"),
+        "(a 96GB card cannot hold the weights)",
+    ),
+    "vllm-startup-025": PointSetup(
+        "Qwen/Qwen1.5-7B-Chat",
+        version="0.3.0",
+        gpu="RTX-3090",
+        quantization_config=_GPTQ_4BIT,
+        note="Qwen1.5-7B-Chat-GPTQ-Int4: 4-bit, group 128",
+    ),
+    "vllm-startup-043": PointSetup(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        quantization_config=_CT_W4A16,
+        note="RedHatAI w4a16 = compressed-tensors W4A16 g128",
+    ),
     "vllm-startup-045": PointSetup("Qwen/Qwen2.5-7B-Instruct"),
     "vllm-startup-027": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
     "vllm-startup-029": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
@@ -104,7 +149,8 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-035": PointSetup("google/gemma-2-9b-it"),
     "vllm-startup-037": PointSetup(
         "deepseek-ai/DeepSeek-V2-Lite",
-        note="the -Chat variant has the same config.json shapes as DeepSeek-V2-Lite"),
+        note="the -Chat variant has the same config.json shapes as DeepSeek-V2-Lite",
+    ),
     "vllm-startup-039": PointSetup("Qwen/Qwen3-30B-A3B"),
     "vllm-startup-041": PointSetup("meta-llama/Llama-4-Scout-17B-16E-Instruct"),
 }
@@ -136,8 +182,9 @@ class LogPoint:
         if kv is not None and kv <= 0:
             return True
         text = " ".join(self.raw.get("raw_lines", [])) + " " + self.raw.get("notes", "")
-        return any(s in text for s in ("ValueError", "start then errored", "Start FAILED",
-                                       "ENGINE FAILED"))
+        return any(
+            s in text for s in ("ValueError", "start then errored", "Start FAILED", "ENGINE FAILED")
+        )
 
 
 def load_points(path: Path) -> list[LogPoint]:
@@ -146,15 +193,27 @@ def load_points(path: Path) -> list[LogPoint]:
         if not line.strip():
             continue
         d = json.loads(line)
-        points.append(LogPoint(
-            id=d["id"], model=d["model"], gpu=d["gpu"],
-            total_gpu_memory_gib=d.get("total_gpu_memory_gib"), tp=d.get("tp") or 1,
-            pp=d.get("pp") or 1, gpu_memory_utilization=d.get("gpu_memory_utilization"),
-            max_model_len=d.get("max_model_len"), max_num_seqs=d.get("max_num_seqs"),
-            kv_cache_dtype=d.get("kv_cache_dtype") or "auto", quantization=d.get("quantization"),
-            dtype=d.get("dtype"), vllm_version=d.get("vllm_version"), engine=d.get("engine", "v1"),
-            block_size=d.get("block_size"), logged=d.get("logged", {}), raw=d,
-        ))
+        points.append(
+            LogPoint(
+                id=d["id"],
+                model=d["model"],
+                gpu=d["gpu"],
+                total_gpu_memory_gib=d.get("total_gpu_memory_gib"),
+                tp=d.get("tp") or 1,
+                pp=d.get("pp") or 1,
+                gpu_memory_utilization=d.get("gpu_memory_utilization"),
+                max_model_len=d.get("max_model_len"),
+                max_num_seqs=d.get("max_num_seqs"),
+                kv_cache_dtype=d.get("kv_cache_dtype") or "auto",
+                quantization=d.get("quantization"),
+                dtype=d.get("dtype"),
+                vllm_version=d.get("vllm_version"),
+                engine=d.get("engine", "v1"),
+                block_size=d.get("block_size"),
+                logged=d.get("logged", {}),
+                raw=d,
+            )
+        )
     return points
 
 
@@ -172,8 +231,11 @@ def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
     if setup.quantization_config:
         cfg["quantization_config"] = setup.quantization_config
     quant_flag = None
-    if p.quantization == "fp8" and not setup.quantization_config and "quantization_config" \
-            not in cfg:
+    if (
+        p.quantization == "fp8"
+        and not setup.quantization_config
+        and "quantization_config" not in cfg
+    ):
         quant_flag = "fp8"
     shape = shape_from_config(cfg, name=name, quantization=quant_flag)
     if p.total_gpu_memory_gib is not None:

@@ -75,58 +75,86 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     plan = sub.add_parser(
-        "plan", help="plan an InferenceCapacity manifest, or a what-if given as flags",
+        "plan",
+        help="plan an InferenceCapacity manifest, or a what-if given as flags",
         description="Plan FILE.yaml (an InferenceCapacity, optionally with its Deployment), or "
-                    "a what-if from flags (--model and --gpu/--gpu-memory-gib).")
+        "a what-if from flags (--model and --gpu/--gpu-memory-gib).",
+    )
     plan.add_argument("file", nargs="?", help="InferenceCapacity manifest (YAML; - for stdin)")
     plan.add_argument("--model", help="catalog name (see `models`) or a config.json path")
     plan.add_argument("--gpu", help="GPU catalog name (see `gpus`)")
     plan.add_argument("--gpu-memory-gib", type=_gib, help="device memory as CUDA reports it")
-    plan.add_argument("--tp", "--tensor-parallel-size", dest="tp",
-                      type=_positive_int("--tp"), default=None)
-    plan.add_argument("--pp", "--pipeline-parallel-size", dest="pp",
-                      type=_positive_int("--pp"), default=None)
-    plan.add_argument("--dp", "--data-parallel-size", dest="dp", type=_positive_int("--dp"),
-                      default=1)
+    plan.add_argument(
+        "--tp", "--tensor-parallel-size", dest="tp", type=_positive_int("--tp"), default=None
+    )
+    plan.add_argument(
+        "--pp", "--pipeline-parallel-size", dest="pp", type=_positive_int("--pp"), default=None
+    )
+    plan.add_argument(
+        "--dp", "--data-parallel-size", dest="dp", type=_positive_int("--dp"), default=1
+    )
     plan.add_argument("--enable-expert-parallel", action="store_true")
     plan.add_argument("--gpu-memory-utilization", type=_fraction("--gpu-memory-utilization"))
     plan.add_argument("--max-model-len", type=_positive_int("--max-model-len"))
     plan.add_argument("--max-num-seqs", type=_positive_int("--max-num-seqs"))
     plan.add_argument("--max-num-batched-tokens", type=_positive_int("--max-num-batched-tokens"))
     plan.add_argument("--block-size", type=_positive_int("--block-size"))
-    plan.add_argument("--kv-cache-dtype", default="auto",
-                      choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"])
-    plan.add_argument("--dtype", default="auto",
-                      choices=["auto", "bfloat16", "float16", "float32", "half"])
+    plan.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"],
+    )
+    plan.add_argument(
+        "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32", "half"]
+    )
     plan.add_argument("--quantization", help="vLLM --quantization (e.g. fp8, gptq_marlin)")
-    plan.add_argument("--engine-version", default=None,
-                      help=f"vLLM version as it reports it (default {NEWEST_SUPPORTED})")
-    plan.add_argument("--engine", choices=["v0", "v1"], default=None,
-                      help="force the V0 engine (vLLM <= 0.10)")
+    plan.add_argument(
+        "--engine-version",
+        default=None,
+        help=f"vLLM version as it reports it (default {NEWEST_SUPPORTED})",
+    )
+    plan.add_argument(
+        "--engine", choices=["v0", "v1"], default=None, help="force the V0 engine (vLLM <= 0.10)"
+    )
     plan.add_argument("--enforce-eager", action="store_true")
     plan.add_argument("--max-loras", type=int, default=0)
     plan.add_argument("--max-lora-rank", type=int, default=16)
-    plan.add_argument("--kv-cache-gib", type=_gib,
-                      help="inverse: the KV pool wanted per GPU; prints the utilization for it")
-    plan.add_argument("--operational-headroom", type=float, default=0.05,
-                      help="fraction of the device kept free beyond vLLM's view (0.05)")
-    plan.add_argument("--deployment", help="the target Deployment manifest (YAML), for the "
-                                           "patch preview; may also be in FILE")
-    plan.add_argument("-o", "--output", default="table",
-                      choices=["table", "json", "yaml", "patch"])
+    plan.add_argument(
+        "--kv-cache-gib",
+        type=_gib,
+        help="inverse: the KV pool wanted per GPU; prints the utilization for it",
+    )
+    plan.add_argument(
+        "--operational-headroom",
+        type=float,
+        default=0.05,
+        help="fraction of the device kept free beyond vLLM's view (0.05)",
+    )
+    plan.add_argument(
+        "--deployment",
+        help="the target Deployment manifest (YAML), for the patch preview; may also be in FILE",
+    )
+    plan.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml", "patch"])
     plan.add_argument("--chart", help="write the per-rank ledger as a stacked bar (.svg/.png)")
-    plan.add_argument("--fail-if-not-fits", action="store_true",
-                      help="exit 1 when the plan does not fit (for CI)")
+    plan.add_argument(
+        "--fail-if-not-fits", action="store_true", help="exit 1 when the plan does not fit (for CI)"
+    )
     sub.add_parser("crd", help="print the InferenceCapacity CustomResourceDefinition (YAML)")
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the GPU catalog")
     run = sub.add_parser("run", help="run the operator (Kopf)")
-    run.add_argument("--namespace", "-n", action="append", default=[],
-                     help="watch only these namespaces (repeatable); default all")
+    run.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="watch only these namespaces (repeatable); default all",
+    )
     run.add_argument("--standalone", action="store_true", help="no peering (single replica)")
     run.add_argument("--peering", default=None, help="Kopf peering name for several replicas")
-    run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                     help="liveness endpoint URL")
+    run.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL"
+    )
     run.add_argument("--metrics-port", type=int, default=9090)
     run.add_argument("--verbose", "-v", action="store_true")
     return p
@@ -148,19 +176,37 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     else:
         gpu = get_gpu(a.gpu)
     settings = EngineSettings(
-        version=a.engine_version or NEWEST_SUPPORTED, engine=a.engine,
-        gpu_memory_utilization=a.gpu_memory_utilization, max_model_len=a.max_model_len,
-        max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
-        block_size=a.block_size, kv_cache_dtype=a.kv_cache_dtype, dtype=a.dtype,
-        enforce_eager=a.enforce_eager, max_loras=a.max_loras, max_lora_rank=a.max_lora_rank,
-        data_parallel=a.dp, expert_parallel=a.enable_expert_parallel)
+        version=a.engine_version or NEWEST_SUPPORTED,
+        engine=a.engine,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+        max_model_len=a.max_model_len,
+        max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        block_size=a.block_size,
+        kv_cache_dtype=a.kv_cache_dtype,
+        dtype=a.dtype,
+        enforce_eager=a.enforce_eager,
+        max_loras=a.max_loras,
+        max_lora_rank=a.max_lora_rank,
+        data_parallel=a.dp,
+        expert_parallel=a.enable_expert_parallel,
+    )
     if not 0 <= a.operational_headroom < 1:
         raise CliError("--operational-headroom must be in [0, 1)")
-    base = PlanInput(model=shape, gpu=gpu, tp=a.tp or 1, pp=a.pp or 1, engine=settings,
-                     headroom=Headroom(operational_fraction=a.operational_headroom))
+    base = PlanInput(
+        model=shape,
+        gpu=gpu,
+        tp=a.tp or 1,
+        pp=a.pp or 1,
+        engine=settings,
+        headroom=Headroom(operational_fraction=a.operational_headroom),
+    )
     # what-if: vLLM at exactly these flags
-    whatif = make_plan(replace(base, choose_utilization=a.gpu_memory_utilization is None,
-                               choose_max_num_seqs=False))
+    whatif = make_plan(
+        replace(
+            base, choose_utilization=a.gpu_memory_utilization is None, choose_max_num_seqs=False
+        )
+    )
     # recommendation: the utilization the ledger recommends (or the one for --kv-cache-gib)
     kv_pool = int(a.kv_cache_gib * 2**30) if a.kv_cache_gib is not None else None
     rec = make_plan(replace(base, kv_pool_bytes=kv_pool, choose_max_num_seqs=False))
@@ -173,10 +219,14 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             "gpu_memory_utilization": rec.recommendation.gpu_memory_utilization,
             "num_gpu_blocks": rec.prediction.num_gpu_blocks,
             "available_kv_cache_gib": round(
-                rec.prediction.ranks[rec.prediction.binding_rank].available_kv / 2**30, 4),
+                rec.prediction.ranks[rec.prediction.binding_rank].available_kv / 2**30, 4
+            ),
         }
-    text = table(whatif) + "\n\nRecommended: " + " ".join(
-        f"--{k} {v}" for k, v in rec.recommendation.flags().items())
+    text = (
+        table(whatif)
+        + "\n\nRecommended: "
+        + " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
+    )
     return out, text, whatif
 
 
@@ -200,27 +250,36 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         raise CliError(f"{a.file}: not valid YAML: {exc}") from None
     others = list(docs.others)
     if a.deployment:
-        extra = load_manifests(_read_text(a.deployment))
-        others += extra.others
+        others += load_manifests(_read_text(a.deployment)).others
     if not docs.capacities:
         raise CliError(f"{a.file}: no InferenceCapacity document found")
     config_maps = {
         d.get("metadata", {}).get("name"): d.get("data", {}) or {}
-        for d in others if d.get("kind") == "ConfigMap"
+        for d in others
+        if d.get("kind") == "ConfigMap"
     }
     results = []
     for doc in docs.capacities:
         icap = InferenceCapacity.from_manifest(doc, ignore_status=True)
         spec = icap.spec
-        dep = next((d for d in others if d.get("kind") == "Deployment"
-                    and d.get("metadata", {}).get("name") == spec.target_ref.name), None)
+        dep = next(
+            (
+                d
+                for d in others
+                if d.get("kind") == "Deployment"
+                and d.get("metadata", {}).get("name") == spec.target_ref.name
+            ),
+            None,
+        )
         resolved = resolve(spec, dep, config_maps)
         plan = make_plan(resolved.plan_input)
         rec = plan.recommendation
-        flags = rec.flags(max_model_len=spec.policy.set_max_model_len,
-                          batched_tokens=spec.policy.set_max_num_batched_tokens,
-                          kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-                          kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+        flags = rec.flags(
+            max_model_len=spec.policy.set_max_model_len,
+            batched_tokens=spec.policy.set_max_num_batched_tokens,
+            kv_cache_dtype=spec.policy.set_kv_cache_dtype,
+            kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
+        )
         extra: dict[str, Any] = {
             "name": icap.metadata.name,
             "namespace": icap.metadata.namespace,
@@ -234,32 +293,45 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         if dep is not None and resolved.container_index is not None and plan.fits:
             ro = rec.rollout
             change = build_change(
-                dep, resolved.container_index, flags, resolved.running_flags,
+                dep,
+                resolved.container_index,
+                flags,
+                resolved.running_flags,
                 ro.replicas if spec.rollout.manage_replicas else None,
                 {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
-                if spec.rollout.manage_strategy and ro.safe else None)
+                if spec.rollout.manage_strategy and ro.safe
+                else None,
+            )
             patch = change.patch
             extra["patch"] = {
                 "target": f"deployment/{spec.target_ref.name}",
                 "strategicMergePatch": patch,
-                "changedFlags": {k: {"from": v[0], "to": v[1]}
-                                 for k, v in change.changed_flags.items()},
+                "changedFlags": {
+                    k: {"from": v[0], "to": v[1]} for k, v in change.changed_flags.items()
+                },
             }
             if patch:
                 new = apply_strategic(dep, patch)
                 c = new["spec"]["template"]["spec"]["containers"][resolved.container_index]
-                extra["patch"]["container"] = {"command": c.get("command"),
-                                               "args": c.get("args")}
+                extra["patch"]["container"] = {"command": c.get("command"), "args": c.get("args")}
         elif dep is None:
-            extra["patch"] = {"target": f"deployment/{spec.target_ref.name}",
-                              "note": "Deployment not in the input: flags only", "flags": flags}
+            extra["patch"] = {
+                "target": f"deployment/{spec.target_ref.name}",
+                "note": "Deployment not in the input: flags only",
+                "flags": flags,
+            }
         else:
-            extra["patch"] = {"target": f"deployment/{spec.target_ref.name}",
-                              "note": f"not patched: {plan.reason}"}
+            extra["patch"] = {
+                "target": f"deployment/{spec.target_ref.name}",
+                "note": f"not patched: {plan.reason}",
+            }
         out = plan_json(plan, extra)
-        text = table(plan, f"{icap.metadata.name}: {plan.input.model.name} on "
-                           f"{plan.input.gpu.name} TP={plan.input.tp} PP={plan.input.pp}, vLLM "
-                           f"{resolved.engine_version} ({resolved.engine_version_source})")
+        text = table(
+            plan,
+            f"{icap.metadata.name}: {plan.input.model.name} on "
+            f"{plan.input.gpu.name} TP={plan.input.tp} PP={plan.input.pp}, vLLM "
+            f"{resolved.engine_version} ({resolved.engine_version_source})",
+        )
         text += "\n\nWould patch " + extra["patch"]["target"] + ": "
         if patch:
             text += "\n" + yaml.safe_dump(patch, sort_keys=False).rstrip()
@@ -313,9 +385,11 @@ def cmd_models(_: argparse.Namespace) -> int:
     for name in catalog_names():
         try:
             m = load_model(name)
-            desc = (f"{m.model_type:<18} {m.num_parameters / 1e9:>8.2f}B  "
-                    f"{','.join(m.attention_kinds)}"
-                    + (f"  {m.quantization.method}" if m.quantization else ""))
+            desc = (
+                f"{m.model_type:<18} {m.num_parameters / 1e9:>8.2f}B  "
+                f"{','.join(m.attention_kinds)}"
+                + (f"  {m.quantization.method}" if m.quantization else "")
+            )
         except ValueError as exc:
             desc = f"not sizeable: {exc}"
         print(f"{name:<50} {desc}")
@@ -325,23 +399,37 @@ def cmd_models(_: argparse.Namespace) -> int:
 def cmd_gpus(_: argparse.Namespace) -> int:
     for g in list_gpus():
         bw = g.hbm_bandwidth_bytes_per_s
-        print(f"{g.name:<18} {g.total_bytes / 2**30:>8.2f} GiB  "
-              f"{(bw or 0) / 1e12:>5.2f} TB/s  {g.vendor}")
+        print(
+            f"{g.name:<18} {g.total_bytes / 2**30:>8.2f} GiB  "
+            f"{(bw or 0) / 1e12:>5.2f} TB/s  {g.vendor}"
+        )
     return 0
 
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .controller.main import run_operator
 
-    return run_operator(namespaces=a.namespace, standalone=a.standalone, peering=a.peering,
-                        liveness=a.liveness, metrics_port=a.metrics_port, verbose=a.verbose)
+    code: int = run_operator(
+        namespaces=a.namespace,
+        standalone=a.standalone,
+        peering=a.peering,
+        liveness=a.liveness,
+        metrics_port=a.metrics_port,
+        verbose=a.verbose,
+    )
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    handlers = {"plan": cmd_plan, "crd": cmd_crd, "models": cmd_models, "gpus": cmd_gpus,
-                "run": cmd_run}
+    handlers = {
+        "plan": cmd_plan,
+        "crd": cmd_crd,
+        "models": cmd_models,
+        "gpus": cmd_gpus,
+        "run": cmd_run,
+    }
     try:
         return handlers[a.command](a)
     except (CliError, ValueError, KeyError, FileNotFoundError) as exc:

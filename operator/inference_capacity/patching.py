@@ -34,23 +34,30 @@ class DeploymentChange:
         return not self.patch
 
 
-def applied_hash(flags: Mapping[str, str], replicas: int | None,
-                 strategy: Mapping[str, Any] | None) -> str:
-    blob = json.dumps({"flags": dict(sorted(flags.items())), "replicas": replicas,
-                       "strategy": strategy}, sort_keys=True)
+def applied_hash(
+    flags: Mapping[str, str], replicas: int | None, strategy: Mapping[str, Any] | None
+) -> str:
+    blob = json.dumps(
+        {"flags": dict(sorted(flags.items())), "replicas": replicas, "strategy": strategy},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def build_change(deployment: Mapping[str, Any], container_index: int, flags: Mapping[str, str],
-                 current_flags: Mapping[str, str], replicas: int | None,
-                 strategy: Mapping[str, Any] | None, owner: str | None = None
-                 ) -> DeploymentChange:
+def build_change(
+    deployment: Mapping[str, Any],
+    container_index: int,
+    flags: Mapping[str, str],
+    current_flags: Mapping[str, str],
+    replicas: int | None,
+    strategy: Mapping[str, Any] | None,
+    owner: str | None = None,
+) -> DeploymentChange:
     """The patch that sets ``flags`` on the container, and replicas/strategy when given."""
     spec = deployment.get("spec", {})
     containers = spec.get("template", {}).get("spec", {}).get("containers", [])
     container = containers[container_index]
-    changed = {k: (current_flags.get(k), v) for k, v in flags.items()
-               if current_flags.get(k) != v}
+    changed = {k: (current_flags.get(k), v) for k, v in flags.items() if current_flags.get(k) != v}
     patch: dict[str, Any] = {}
     if changed:
         new = rewrite_flags(container, {k: v for k, v in flags.items()})
@@ -60,11 +67,11 @@ def build_change(deployment: Mapping[str, Any], container_index: int, flags: Map
                 cpatch[key] = new.get(key)
         if new.get("env") != container.get("env"):
             old_env = {e.get("name"): e for e in container.get("env", []) or []}
-            cpatch["env"] = [e for e in new.get("env", []) or []
-                             if old_env.get(e.get("name")) != e]
+            cpatch["env"] = [e for e in new.get("env", []) or [] if old_env.get(e.get("name")) != e]
         if len(cpatch) > 1:
-            patch.setdefault("spec", {}).setdefault("template", {}).setdefault(
-                "spec", {})["containers"] = [cpatch]
+            patch.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})[
+                "containers"
+            ] = [cpatch]
     rep_change = None
     if replicas is not None and spec.get("replicas") != replicas:
         patch.setdefault("spec", {})["replicas"] = replicas
@@ -75,13 +82,23 @@ def build_change(deployment: Mapping[str, Any], container_index: int, flags: Map
         cur_type = spec.get("strategy", {}).get("type", "RollingUpdate")
         if cur != dict(strategy) or cur_type != "RollingUpdate":
             patch.setdefault("spec", {})["strategy"] = {
-                "type": "RollingUpdate", "rollingUpdate": dict(strategy)}
+                "type": "RollingUpdate",
+                "rollingUpdate": dict(strategy),
+            }
             strat_change = (cur, dict(strategy))
     h = applied_hash(flags, replicas, strategy)
     if patch:
-        ann = {ANNOTATION_APPLIED: json.dumps(
-            {"flags": dict(sorted(flags.items())), "replicas": replicas,
-             "strategy": dict(strategy) if strategy else None, "hash": h}, sort_keys=True)}
+        ann = {
+            ANNOTATION_APPLIED: json.dumps(
+                {
+                    "flags": dict(sorted(flags.items())),
+                    "replicas": replicas,
+                    "strategy": dict(strategy) if strategy else None,
+                    "hash": h,
+                },
+                sort_keys=True,
+            )
+        }
         if owner:
             ann[ANNOTATION_OWNER] = owner
         patch.setdefault("metadata", {})["annotations"] = ann
@@ -118,4 +135,5 @@ def apply_strategic(deployment: Mapping[str, Any], patch: Mapping[str, Any]) -> 
                 dst[k] = json.loads(json.dumps(v))
 
     merge(out, patch, "")
-    return out
+    result: dict[str, Any] = out
+    return result

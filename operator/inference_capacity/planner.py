@@ -74,8 +74,14 @@ class Recommendation:
     rollout: RolloutPlan
     provenance: dict[str, str]
 
-    def flags(self, *, max_model_len: bool = False, batched_tokens: bool = False,
-              kv_cache_dtype: bool = False, kv_cache_memory: bool = False) -> dict[str, str]:
+    def flags(
+        self,
+        *,
+        max_model_len: bool = False,
+        batched_tokens: bool = False,
+        kv_cache_dtype: bool = False,
+        kv_cache_memory: bool = False,
+    ) -> dict[str, str]:
         """The vLLM flags to set (names without the leading dashes)."""
         out: dict[str, str] = {}
         if kv_cache_memory and self.kv_cache_memory_bytes is not None:
@@ -120,15 +126,27 @@ def format_utilization(u: float) -> str:
 def utilization_for_pool(inp: PlanInput, settings: EngineSettings, pool_bytes: int) -> float:
     """The smallest utilization (6 decimals) at which vLLM's available KV memory on the binding
     rank is at least ``pool_bytes``: the inverse of the budget formula."""
-    probe = predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp,
-                            replace(settings, gpu_memory_utilization=0.5))
+    probe = predict_startup(
+        inp.model,
+        inp.gpu.total_bytes,
+        inp.gpu.name,
+        inp.tp,
+        inp.pp,
+        replace(settings, gpu_memory_utilization=0.5),
+    )
     r = probe.ranks[probe.binding_rank]
     non_kv = r.requested - r.available_kv
     u = math.ceil((pool_bytes + non_kv) / inp.gpu.total_bytes * 1e6) / 1e6
     # requested is ceil(total × u): check and nudge once for rounding
     for _ in range(3):
-        p = predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp,
-                            replace(settings, gpu_memory_utilization=min(u, 1.0)))
+        p = predict_startup(
+            inp.model,
+            inp.gpu.total_bytes,
+            inp.gpu.name,
+            inp.tp,
+            inp.pp,
+            replace(settings, gpu_memory_utilization=min(u, 1.0)),
+        )
         if p.ranks[p.binding_rank].available_kv >= pool_bytes or u >= 1.0:
             break
         u += 1e-6
@@ -146,10 +164,15 @@ def make_plan(inp: PlanInput) -> Plan:
         raise SettingsError("headroom.operationalFraction must be in [0, 1)")
     settings = inp.engine
     notes: list[str] = []
-    provenance = {"gpuMemoryUtilization": "calibrated", "maxNumSeqs": "assumed",
-                  "maxModelLen": "exact", "replicas": "assumed"}
-    probe = _predict(inp, replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization
-                                  or 0.9))
+    provenance = {
+        "gpuMemoryUtilization": "calibrated",
+        "maxNumSeqs": "assumed",
+        "maxModelLen": "exact",
+        "replicas": "assumed",
+    }
+    probe = _predict(
+        inp, replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization or 0.9)
+    )
     rs = probe.settings
     if inp.choose_utilization:
         u_max = max_utilization(probe, h.operational_fraction)
@@ -157,8 +180,10 @@ def make_plan(inp: PlanInput) -> Plan:
         if inp.kv_pool_bytes is not None:
             u_pool = utilization_for_pool(inp, settings, inp.kv_pool_bytes)
             if u_pool > u_max:
-                notes.append(f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
-                             f"utilization {u_pool}, above the safe maximum {u_max}")
+                notes.append(
+                    f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
+                    f"utilization {u_pool}, above the safe maximum {u_max}"
+                )
             u = u_pool
         settings = replace(settings, gpu_memory_utilization=u)
     pred = _predict(inp, settings)
@@ -166,40 +191,69 @@ def make_plan(inp: PlanInput) -> Plan:
     R = pred.settings.max_num_seqs
     r = pred.ranks[pred.binding_rank]
     hbm = inp.gpu.hbm_bandwidth_bytes_per_s
-    if inp.choose_max_num_seqs and inp.workload is not None and inp.workload.cohorts and \
-            pred.starts:
+    if (
+        inp.choose_max_num_seqs
+        and inp.workload is not None
+        and inp.workload.cohorts
+        and pred.starts
+    ):
         cap = min(inp.max_num_seqs_cap or 1 << 20, 1 << 20)
         for _ in range(2):
-            seqs = size_max_num_seqs(inp.workload, r.layout, pred.num_gpu_blocks,
-                                     pred.settings.max_model_len, h.kv_safety_fraction, cap,
-                                     r.weights.total, hbm)
+            seqs = size_max_num_seqs(
+                inp.workload,
+                r.layout,
+                pred.num_gpu_blocks,
+                pred.settings.max_model_len,
+                h.kv_safety_fraction,
+                cap,
+                r.weights.total,
+                hbm,
+            )
             if seqs.max_num_seqs <= 0:
                 break
             R = seqs.max_num_seqs
             settings = replace(settings, max_num_seqs=R)
             if inp.choose_utilization and inp.kv_pool_bytes is None:
                 probe2 = _predict(inp, replace(settings, gpu_memory_utilization=0.9))
-                settings = replace(settings, gpu_memory_utilization=max_utilization(
-                    probe2, h.operational_fraction))
+                settings = replace(
+                    settings, gpu_memory_utilization=max_utilization(probe2, h.operational_fraction)
+                )
             pred = _predict(inp, settings)
             r = pred.ranks[pred.binding_rank]
         provenance["maxNumSeqs"] = "calibrated"
     elif inp.choose_max_num_seqs and inp.workload is None:
-        notes.append(f"no workload cohorts: max-num-seqs left at {R} (vLLM's default); give "
-                     "spec.workload.cohorts to size it")
+        notes.append(
+            f"no workload cohorts: max-num-seqs left at {R} (vLLM's default); give "
+            "spec.workload.cohorts to size it"
+        )
     rs = pred.settings
     ledger = build_ledger(pred, h.operational_fraction)
     per_replica = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
-    rollout = plan_rollout(peak, per_replica, h.recovery_replicas, inp.rollout.min_replicas,
-                           inp.rollout.max_replicas, inp.tp * inp.pp, inp.rollout.spare_gpus,
-                           inp.rollout.hpa_min_replicas)
+    rollout = plan_rollout(
+        peak,
+        per_replica,
+        h.recovery_replicas,
+        inp.rollout.min_replicas,
+        inp.rollout.max_replicas,
+        inp.tp * inp.pp,
+        inp.rollout.spare_gpus,
+        inp.rollout.hpa_min_replicas,
+    )
     if peak is not None:
         provenance["replicas"] = "calibrated" if seqs is not None else "assumed"
     kv_mem = r.available_kv if r.available_kv > 0 else None
-    rec = Recommendation(rs.gpu_memory_utilization, per_replica, rs.max_model_len,
-                         rs.max_num_batched_tokens, rs.kv_cache_dtype, kv_mem, per_replica,
-                         rollout, provenance)
+    rec = Recommendation(
+        rs.gpu_memory_utilization,
+        per_replica,
+        rs.max_model_len,
+        rs.max_num_batched_tokens,
+        rs.kv_cache_dtype,
+        kv_mem,
+        per_replica,
+        rollout,
+        provenance,
+    )
     fits, reason, message = True, "Fits", ""
     over = [rl for rl in ledger if rl.unallocated < 0]
     if not pred.starts:
@@ -207,26 +261,37 @@ def make_plan(inp: PlanInput) -> Plan:
     elif over:
         rl = over[0]
         fits, reason = False, "OverCommitted"
-        message = (f"rank {rl.rank}: the plan needs {-rl.unallocated / GiB:.2f} GiB more than "
-                   f"the device's {rl.device_bytes / GiB:.2f} GiB (utilization "
-                   f"{rs.gpu_memory_utilization} leaves too little for the CUDA context, "
-                   "graphs and headroom)")
+        message = (
+            f"rank {rl.rank}: the plan needs {-rl.unallocated / GiB:.2f} GiB more than "
+            f"the device's {rl.device_bytes / GiB:.2f} GiB (utilization "
+            f"{rs.gpu_memory_utilization} leaves too little for the CUDA context, "
+            "graphs and headroom)"
+        )
     elif seqs is not None and seqs.max_num_seqs <= 0:
         fits, reason = False, "WorkloadDoesNotFit"
-        message = (f"not one {inp.workload.quantile if inp.workload else ''} sequence fits: "
-                   + seqs.message)
+        message = (
+            f"not one {inp.workload.quantile if inp.workload else ''} sequence fits: "
+            + seqs.message
+        )
     elif not rollout.fits_max_replicas:
         fits, reason, message = False, "ExceedsMaxReplicas", rollout.message
     else:
-        message = (f"KV pool {r.num_blocks * r.layout.bytes_per_block / GiB:.2f} GiB = "
-                   f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_replica}"
-                   + (f" ({seqs.message})" if seqs is not None else ""))
+        message = (
+            f"KV pool {r.num_blocks * r.layout.bytes_per_block / GiB:.2f} GiB = "
+            f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_replica}"
+            + (f" ({seqs.message})" if seqs is not None else "")
+        )
     kvb = rs.kv_bytes
     return Plan(
-        input=inp, prediction=pred, ledger=ledger, recommendation=rec, seqs=seqs, fits=fits,
-        reason=reason, message=message,
-        kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp,
-                                                   stage=r.stage),
+        input=inp,
+        prediction=pred,
+        ledger=ledger,
+        recommendation=rec,
+        seqs=seqs,
+        fits=fits,
+        reason=reason,
+        message=message,
+        kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp, stage=r.stage),
         kv_bytes_per_token_model=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp) * inp.tp,
         notes=tuple(notes) + pred.notes,
     )

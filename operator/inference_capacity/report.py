@@ -19,8 +19,14 @@ def ledger_json(plan: Plan) -> dict[str, Any]:
                 "rank": rl.rank,
                 "stage": rl.stage,
                 "items": [
-                    {"name": i.name, "lifetime": i.lifetime, "owner": i.owner, "bytes": i.bytes,
-                     "gib": round(i.gib, 4), "provenance": i.provenance}
+                    {
+                        "name": i.name,
+                        "lifetime": i.lifetime,
+                        "owner": i.owner,
+                        "bytes": i.bytes,
+                        "gib": round(i.gib, 4),
+                        "provenance": i.provenance,
+                    }
                     for i in rl.items
                 ],
                 "totalBytes": rl.total,
@@ -39,11 +45,16 @@ def startup_json(plan: Plan) -> dict[str, Any]:
     """``status.vllmStartup`` (camelCase)."""
     j = plan.prediction.to_json()
     return {
-        "weightsGib": j["weights_gib"], "activationPeakGib": j["activation_peak_gib"],
-        "nonTorchGib": j["non_torch_gib"], "cudaGraphGib": j["cuda_graph_gib"],
-        "availableKvCacheGib": j["available_kv_cache_gib"], "numGpuBlocks": j["num_gpu_blocks"],
-        "kvCacheTokens": j["kv_cache_tokens"], "maxConcurrency": j["max_concurrency"],
-        "starts": j["starts"], "error": j["error"],
+        "weightsGib": j["weights_gib"],
+        "activationPeakGib": j["activation_peak_gib"],
+        "nonTorchGib": j["non_torch_gib"],
+        "cudaGraphGib": j["cuda_graph_gib"],
+        "availableKvCacheGib": j["available_kv_cache_gib"],
+        "numGpuBlocks": j["num_gpu_blocks"],
+        "kvCacheTokens": j["kv_cache_tokens"],
+        "maxConcurrency": j["max_concurrency"],
+        "starts": j["starts"],
+        "error": j["error"],
     }
 
 
@@ -73,14 +84,21 @@ def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]
     pred = plan.prediction
     out: dict[str, Any] = {
         "model": {
-            "name": m.name, "model_type": m.model_type, "architecture": m.architecture,
-            "parameters": m.num_parameters, "parameters_by_group": m.parameters_by_group(),
-            "layers": m.num_layers, "attention_kinds": list(m.attention_kinds),
+            "name": m.name,
+            "model_type": m.model_type,
+            "architecture": m.architecture,
+            "parameters": m.num_parameters,
+            "parameters_by_group": m.parameters_by_group(),
+            "layers": m.num_layers,
+            "attention_kinds": list(m.attention_kinds),
             "quantization": m.quantization.method if m.quantization else None,
             "dtype": pred.settings.dtype,
         },
-        "gpu": {"name": plan.input.gpu.name, "total_bytes": plan.input.gpu.total_bytes,
-                "total_gib": round(plan.input.gpu.total_bytes / GiB, 2)},
+        "gpu": {
+            "name": plan.input.gpu.name,
+            "total_bytes": plan.input.gpu.total_bytes,
+            "total_gib": round(plan.input.gpu.total_bytes / GiB, 2),
+        },
         "parallelism": {"tensor_parallel": plan.input.tp, "pipeline_parallel": plan.input.pp},
         "vllm_startup": pred.to_json(),
         "kv": {
@@ -96,9 +114,11 @@ def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]
         "fits": plan.fits,
         "reason": plan.reason,
         "message": plan.message,
-        "rollout": {"safe": plan.recommendation.rollout.safe,
-                    "reason": plan.recommendation.rollout.reason,
-                    "message": plan.recommendation.rollout.message},
+        "rollout": {
+            "safe": plan.recommendation.rollout.safe,
+            "reason": plan.recommendation.rollout.reason,
+            "message": plan.recommendation.rollout.message,
+        },
         "notes": list(plan.notes),
     }
     if extra:
@@ -111,47 +131,66 @@ def table(plan: Plan, title: str = "") -> str:
     rs = pred.settings
     lines: list[str] = []
     m = plan.input.model
-    lines.append(title or f"{m.name} on {plan.input.gpu.name} "
-                          f"({plan.input.gpu.total_bytes / GiB:.2f} GiB) TP={plan.input.tp} "
-                          f"PP={plan.input.pp}, vLLM {rs.version} ({rs.era.value})")
-    lines.append(f"  parameters {m.num_parameters:,}  dtype {rs.dtype}  quantization "
-                 f"{m.quantization.method if m.quantization else 'none'}  KV dtype "
-                 f"{rs.kv_cache_dtype}")
+    lines.append(
+        title
+        or f"{m.name} on {plan.input.gpu.name} "
+        f"({plan.input.gpu.total_bytes / GiB:.2f} GiB) TP={plan.input.tp} "
+        f"PP={plan.input.pp}, vLLM {rs.version} ({rs.era.value})"
+    )
+    lines.append(
+        f"  parameters {m.num_parameters:,}  dtype {rs.dtype}  quantization "
+        f"{m.quantization.method if m.quantization else 'none'}  KV dtype "
+        f"{rs.kv_cache_dtype}"
+    )
     for rl in plan.ledger:
         lines.append("")
-        lines.append(f"Rank {rl.rank} (stage {rl.stage}) ledger — "
-                     f"{rl.device_bytes / GiB:.2f} GiB device")
-        lines.append(f"  {'item':<26} {'GiB':>9} {'bytes':>16}  {'lifetime':<9} "
-                     f"{'provenance':<10} budget")
+        lines.append(
+            f"Rank {rl.rank} (stage {rl.stage}) ledger — {rl.device_bytes / GiB:.2f} GiB device"
+        )
+        lines.append(
+            f"  {'item':<26} {'GiB':>9} {'bytes':>16}  {'lifetime':<9} {'provenance':<10} budget"
+        )
         for i in rl.items:
-            lines.append(f"  {i.name:<26} {i.gib:>9.3f} {i.bytes:>16,}  {i.lifetime:<9} "
-                         f"{i.provenance:<10} {'vLLM' if i.in_vllm_budget else 'margin'}")
+            lines.append(
+                f"  {i.name:<26} {i.gib:>9.3f} {i.bytes:>16,}  {i.lifetime:<9} "
+                f"{i.provenance:<10} {'vLLM' if i.in_vllm_budget else 'margin'}"
+            )
         lines.append(f"  {'total':<26} {rl.total / GiB:>9.3f} {rl.total:>16,}")
     j = pred.to_json()
     lines.append("")
     lines.append("vLLM startup (predicted log lines)")
-    lines.append(f"  Model loading took {j['weights_gib']:.2f} GiB; activation peak "
-                 f"{j['activation_peak_gib']:.2f} GiB; non-torch {j['non_torch_gib']:.2f} GiB; "
-                 f"CUDA graphs {j['cuda_graph_gib']:.2f} GiB")
-    lines.append(f"  Available KV cache memory: {j['available_kv_cache_gib']:.2f} GiB "
-                 f"(requested {j['requested_gib']:.2f} GiB = {rs.gpu_memory_utilization} × total)")
-    lines.append(f"  GPU KV cache size: {pred.kv_cache_tokens:,} tokens "
-                 f"({pred.num_gpu_blocks:,} blocks), Maximum concurrency for "
-                 f"{rs.max_model_len:,} tokens per request: {pred.max_concurrency:.2f}x")
+    lines.append(
+        f"  Model loading took {j['weights_gib']:.2f} GiB; activation peak "
+        f"{j['activation_peak_gib']:.2f} GiB; non-torch {j['non_torch_gib']:.2f} GiB; "
+        f"CUDA graphs {j['cuda_graph_gib']:.2f} GiB"
+    )
+    lines.append(
+        f"  Available KV cache memory: {j['available_kv_cache_gib']:.2f} GiB "
+        f"(requested {j['requested_gib']:.2f} GiB = {rs.gpu_memory_utilization} × total)"
+    )
+    lines.append(
+        f"  GPU KV cache size: {pred.kv_cache_tokens:,} tokens "
+        f"({pred.num_gpu_blocks:,} blocks), Maximum concurrency for "
+        f"{rs.max_model_len:,} tokens per request: {pred.max_concurrency:.2f}x"
+    )
     lines.append(f"  starts: {'yes' if pred.starts else 'NO — ' + str(pred.error)}")
     lines.append("")
-    lines.append(f"KV bytes per token: {plan.kv_bytes_per_token_rank:,} per rank "
-                 f"({plan.kv_bytes_per_token_rank / 1024:.1f} KiB), "
-                 f"{plan.kv_bytes_per_token_model:,} per replica")
+    lines.append(
+        f"KV bytes per token: {plan.kv_bytes_per_token_rank:,} per rank "
+        f"({plan.kv_bytes_per_token_rank / 1024:.1f} KiB), "
+        f"{plan.kv_bytes_per_token_model:,} per replica"
+    )
     rec = plan.recommendation
     ro = rec.rollout
     lines.append("")
     lines.append("Recommendation")
     flags = rec.flags()
     lines.append("  vLLM flags: " + " ".join(f"--{k} {v}" for k, v in flags.items()))
-    lines.append(f"  replicas {ro.replicas} (peak needs {ro.min_replicas_for_peak}), maxSurge "
-                 f"{ro.max_surge}, maxUnavailable {ro.max_unavailable}, PDB minAvailable "
-                 f"{ro.pdb_min_available}")
+    lines.append(
+        f"  replicas {ro.replicas} (peak needs {ro.min_replicas_for_peak}), maxSurge "
+        f"{ro.max_surge}, maxUnavailable {ro.max_unavailable}, PDB minAvailable "
+        f"{ro.pdb_min_available}"
+    )
     lines.append(f"  fits: {'yes' if plan.fits else 'NO'} ({plan.reason}) {plan.message}")
     lines.append(f"  rollout: {'safe' if ro.safe else 'NOT SAFE'} ({ro.reason}) {ro.message}")
     for n in plan.notes:
@@ -160,11 +199,21 @@ def table(plan: Plan, title: str = "") -> str:
 
 
 _COLOURS = {
-    "weights": "#4C72B0", "lora": "#8172B3", "activation": "#DD8452", "moe": "#E5AE38",
-    "non_torch": "#937860", "cuda_graph": "#DA8BC3", "kv_cache_pool": "#55A868",
-    "kv_block": "#8DCB9A", "budget": "#CCCCCC", "cuda_context": "#C44E52",
-    "custom": "#B07AA1", "allocator": "#FF9DA7", "post_kv": "#9C755F",
-    "operational": "#76B7B2", "unallocated": "#EEEEEE",
+    "weights": "#4C72B0",
+    "lora": "#8172B3",
+    "activation": "#DD8452",
+    "moe": "#E5AE38",
+    "non_torch": "#937860",
+    "cuda_graph": "#DA8BC3",
+    "kv_cache_pool": "#55A868",
+    "kv_block": "#8DCB9A",
+    "budget": "#CCCCCC",
+    "cuda_context": "#C44E52",
+    "custom": "#B07AA1",
+    "allocator": "#FF9DA7",
+    "post_kv": "#9C755F",
+    "operational": "#76B7B2",
+    "unallocated": "#EEEEEE",
 }
 
 
@@ -194,19 +243,29 @@ def chart(plan: Plan, path: str) -> None:
             name = "weights" if item.name.startswith("weights.") else item.name
             label = name if name not in labels_done else None
             labels_done.add(name)
-            ax.bar(x, item.gib, bottom=bottom, color=_colour(item.name), edgecolor="white",
-                   linewidth=0.5, label=label)
+            ax.bar(
+                x,
+                item.gib,
+                bottom=bottom,
+                color=_colour(item.name),
+                edgecolor="white",
+                linewidth=0.5,
+                label=label,
+            )
             bottom += item.gib
     u = plan.prediction.settings.gpu_memory_utilization
     total = plan.prediction.total_bytes / GiB
     ax.axhline(total * u, color="black", linestyle="--", linewidth=1)
     ax.text(len(plan.ledger) - 0.5, total * u, f" u={u}", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(plan.ledger)), [f"rank {rl.rank}\nstage {rl.stage}"
-                                            for rl in plan.ledger])
+    ax.set_xticks(
+        range(len(plan.ledger)), [f"rank {rl.rank}\nstage {rl.stage}" for rl in plan.ledger]
+    )
     ax.set_ylabel("GiB")
     ax.set_ylim(0, total * 1.02)
-    ax.set_title(f"{plan.input.model.name}\n{plan.input.gpu.name} TP{plan.input.tp} "
-                 f"PP{plan.input.pp}", fontsize=9)
+    ax.set_title(
+        f"{plan.input.model.name}\n{plan.input.gpu.name} TP{plan.input.tp} PP{plan.input.pp}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path)

@@ -52,8 +52,9 @@ def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
         return None
 
 
-def resolve_model(spec: InferenceCapacitySpec,
-                  config_maps: Mapping[str, Mapping[str, str]] | None = None) -> ModelShape:
+def resolve_model(
+    spec: InferenceCapacitySpec, config_maps: Mapping[str, Mapping[str, str]] | None = None
+) -> ModelShape:
     m = spec.model
     quant = m.quantization
     try:
@@ -63,20 +64,27 @@ def resolve_model(spec: InferenceCapacitySpec,
             ref = m.config_map_ref
             data = (config_maps or {}).get(ref.name)
             if data is None:
-                raise ResolveError("spec.model.configMapRef",
-                                   f"ConfigMap {ref.name!r} not found", "ModelConfigNotFound")
+                raise ResolveError(
+                    "spec.model.configMapRef",
+                    f"ConfigMap {ref.name!r} not found",
+                    "ModelConfigNotFound",
+                )
             if ref.key not in data:
-                raise ResolveError("spec.model.configMapRef.key",
-                                   f"ConfigMap {ref.name!r} has no key {ref.key!r}",
-                                   "ModelConfigNotFound")
+                raise ResolveError(
+                    "spec.model.configMapRef.key",
+                    f"ConfigMap {ref.name!r} has no key {ref.key!r}",
+                    "ModelConfigNotFound",
+                )
             import json
 
             try:
                 cfg = json.loads(data[ref.key])
             except json.JSONDecodeError as exc:
-                raise ResolveError("spec.model.configMapRef",
-                                   f"{ref.name}/{ref.key} is not JSON: {exc.msg}",
-                                   "InvalidModelConfig") from exc
+                raise ResolveError(
+                    "spec.model.configMapRef",
+                    f"{ref.name}/{ref.key} is not JSON: {exc.msg}",
+                    "InvalidModelConfig",
+                ) from exc
             return model_from_dict(cfg, name=f"configmap/{ref.name}", quantization=quant)
         assert m.name is not None
         return load_model(m.name, quantization=quant)
@@ -103,16 +111,21 @@ def resolve_gpu(spec: InferenceCapacitySpec) -> Gpu:
         raise ResolveError("spec.hardware.gpu", str(exc), "UnknownGpu") from exc
 
 
-def resolve(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None = None,
-            config_maps: Mapping[str, Mapping[str, str]] | None = None,
-            spare_gpus: int | None = None, hpa_min_replicas: int | None = None) -> Resolved:
+def resolve(
+    spec: InferenceCapacitySpec,
+    deployment: Mapping[str, Any] | None = None,
+    config_maps: Mapping[str, Mapping[str, str]] | None = None,
+    spare_gpus: int | None = None,
+    hpa_min_replicas: int | None = None,
+) -> Resolved:
     running: dict[str, str] = {}
     conflicts: list[str] = []
     image_version = None
     index = None
     if deployment is not None:
-        containers = (deployment.get("spec", {}).get("template", {}).get("spec", {})
-                      .get("containers", []))
+        containers = (
+            deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        )
         index = find_vllm_container(containers, spec.target_ref.container)
         running = read_flags(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
@@ -124,20 +137,30 @@ def resolve(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None = 
         if spec_value is not None:
             run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
             if run is not None and run_norm != str(spec_value):
-                conflicts.append(f"{name} is {spec_value} in the spec but --{flag} {run} on the "
-                                 "Deployment")
+                conflicts.append(
+                    f"{name} is {spec_value} in the spec but --{flag} {run} on the Deployment"
+                )
             return spec_value
         if run is not None and _castable(run, cast):
             return cast(run)
         return None
 
-    tp = pick("spec.hardware.tensorParallel", spec.hardware.tensor_parallel,
-              "tensor-parallel-size") or 1
-    pp = pick("spec.hardware.pipelineParallel", spec.hardware.pipeline_parallel,
-              "pipeline-parallel-size") or 1
+    tp = (
+        pick("spec.hardware.tensorParallel", spec.hardware.tensor_parallel, "tensor-parallel-size")
+        or 1
+    )
+    pp = (
+        pick(
+            "spec.hardware.pipelineParallel",
+            spec.hardware.pipeline_parallel,
+            "pipeline-parallel-size",
+        )
+        or 1
+    )
     max_len = pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
-    kv_dtype = pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype",
-                    str) or "auto"
+    kv_dtype = (
+        pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str) or "auto"
+    )
     batched = spec.engine.max_num_batched_tokens or _int_flag(running, "max-num-batched-tokens")
     block = spec.engine.block_size or _int_flag(running, "block-size")
     if spec.engine.version:
@@ -165,11 +188,15 @@ def resolve(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None = 
     if w.cohorts or w.peak_concurrency is not None:
         workload = Workload(
             cohorts=tuple(
-                Cohort(c.name, c.weight,
-                       Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
-                       Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
-                       c.shared_prefix_tokens)
-                for c in w.cohorts),
+                Cohort(
+                    c.name,
+                    c.weight,
+                    Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
+                    Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
+                    c.shared_prefix_tokens,
+                )
+                for c in w.cohorts
+            ),
             quantile=w.quantile,
             peak_concurrency=w.peak_concurrency,
             itl_target_ms=w.itl_target_ms,
@@ -177,7 +204,12 @@ def resolve(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None = 
     hr = spec.headroom
     ro = spec.rollout
     inp = PlanInput(
-        model=shape, gpu=gpu, tp=int(tp), pp=int(pp), engine=settings, workload=workload,
+        model=shape,
+        gpu=gpu,
+        tp=int(tp),
+        pp=int(pp),
+        engine=settings,
+        workload=workload,
         headroom=Headroom(hr.operational_fraction, hr.kv_safety_fraction, hr.recovery_replicas),
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,

@@ -42,8 +42,14 @@ V0_SAMPLER_BYTES_PER_LOGIT = 38.0
 V2_SAMPLER_BYTES_PER_LOGIT = 9.3
 #: Non-torch memory growth during profiling at TP = 1 (cuBLAS workspaces, modules): 0.25 GiB in
 #: every 0.19.0 H100 log; 0.07 in a 0.11 log; 0.35 in a 0.9/0.10 log; V0 logs 0.12–0.44.
-NON_TORCH_TP1 = {Era.V0: 0.30, Era.V1_EARLY: 0.35, Era.V1_PRE_NCCL: 0.35,
-                 Era.V1_NO_CG: 0.25, Era.V1_CG: 0.25, Era.V1_CONSUMED: 0.27}
+NON_TORCH_TP1 = {
+    Era.V0: 0.30,
+    Era.V1_EARLY: 0.35,
+    Era.V1_PRE_NCCL: 0.35,
+    Era.V1_NO_CG: 0.25,
+    Era.V1_CG: 0.25,
+    Era.V1_CONSUMED: 0.27,
+}
 #: NCCL channel/proxy buffers allocated lazily at the first collective (TP ≥ 2): 2.07 GiB at
 #: TP2 and 2.17 GiB at TP4 (0.19.0 H100 logs), ~1.38 at TP2 on H200 (0.11).
 NCCL_BASE_GIB = 2.02
@@ -160,12 +166,16 @@ class StartupPrediction:
             "error": self.error,
             "requested_gib": round(r.requested / GiB, 4),
             "ranks": [
-                {"rank": x.rank, "stage": x.stage,
-                 "weights_gib": round(x.weights.total / GiB, 4),
-                 "activation_peak_gib": round(x.activation_peak / GiB, 4),
-                 "available_kv_cache_gib": round(x.available_kv / GiB, 4),
-                 "num_gpu_blocks": x.num_blocks}
-                for x in self.ranks if x.rank % self.tp == 0
+                {
+                    "rank": x.rank,
+                    "stage": x.stage,
+                    "weights_gib": round(x.weights.total / GiB, 4),
+                    "activation_peak_gib": round(x.activation_peak / GiB, 4),
+                    "available_kv_cache_gib": round(x.available_kv / GiB, 4),
+                    "num_gpu_blocks": x.num_blocks,
+                }
+                for x in self.ranks
+                if x.rank % self.tp == 0
             ],
             "block_size": r.layout.block_size,
             "bytes_per_block": r.layout.bytes_per_block,
@@ -192,13 +202,16 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     if v.key >= (0, 29, 0):
         return True
     if v.key >= (0, 22, 0):
-        return (shape.architecture in ("LlamaForCausalLM", "MistralForCausalLM",
-                                       "Qwen3ForCausalLM") and shape.quantization is None)
+        return (
+            shape.architecture in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
+            and shape.quantization is None
+        )
     return False
 
 
-def batch_defaults(v: Version, era: Era, total_bytes: int, gpu_name: str,
-                   usage_context: str) -> tuple[int, int]:
+def batch_defaults(
+    v: Version, era: Era, total_bytes: int, gpu_name: str, usage_context: str
+) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) defaults: EngineArgs.get_batch_defaults."""
     gib = total_bytes / GiB
     a100 = "a100" in gpu_name.lower()
@@ -215,8 +228,9 @@ def batch_defaults(v: Version, era: Era, total_bytes: int, gpu_name: str,
     return (2048 if usage_context == "api" else 8192), 256
 
 
-def resolve_settings(shape: ModelShape, total_bytes: int, gpu_name: str,
-                     s: EngineSettings) -> ResolvedSettings:
+def resolve_settings(
+    shape: ModelShape, total_bytes: int, gpu_name: str, s: EngineSettings
+) -> ResolvedSettings:
     v = parse_version(s.version)
     era = era_of(v, s.engine)
     used: list[str] = []
@@ -279,25 +293,43 @@ def resolve_settings(shape: ModelShape, total_bytes: int, gpu_name: str,
     if kv_dt == "auto" and shape.quantization is not None and shape.quantization.kv_cache_fp8:
         kv_dt = "fp8"
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
-    cudagraphs = not s.enforce_eager and era is not Era.V1_EARLY or (
-        era is Era.V1_EARLY and not s.enforce_eager)
+    cudagraphs = (
+        not s.enforce_eager
+        and era is not Era.V1_EARLY
+        or (era is Era.V1_EARLY and not s.enforce_eager)
+    )
     est = s.estimate_cuda_graphs
     if est is None:
         est = v.key >= (0, 20, 0)
     cg_in_budget = bool(est) and cudagraphs and v.key >= (0, 18, 0)
-    return ResolvedSettings(v, era, u, L, R, T, B, kv_dt, dtype, dtype_bytes, kvb, cudagraphs,
-                            cg_in_budget, _uses_v2_runner(v, shape), tuple(used))
+    return ResolvedSettings(
+        v,
+        era,
+        u,
+        L,
+        R,
+        T,
+        B,
+        kv_dt,
+        dtype,
+        dtype_bytes,
+        kvb,
+        cudagraphs,
+        cg_in_budget,
+        _uses_v2_runner(v, shape),
+        tuple(used),
+    )
 
 
 # --- measured terms, modelled ----------------------------------------------------------------
 
 
-def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int,
-                 layers: range) -> int:
+def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int, layers: range) -> int:
     """Transient peak of the profile forward over ``tokens`` tokens (attention not run in V1)."""
     inter = shape.intermediate_size
     dense_in_stage = [i for i in layers if i in shape.dense_layers] or (
-        list(layers) if not shape.is_moe else [])
+        list(layers) if not shape.is_moe else []
+    )
     if shape.is_moe and not dense_in_stage:
         inter = 0
     per_token = 3 * inter / tp + FORWARD_HIDDEN_COPIES * shape.hidden_size
@@ -340,8 +372,9 @@ def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
 
-def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int,
-                    settings: EngineSettings) -> StartupPrediction:
+def predict_startup(
+    shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int, settings: EngineSettings
+) -> StartupPrediction:
     """Predict vLLM's startup numbers on every rank and whether the engine starts."""
     if tp < 1 or pp < 1:
         raise SettingsError(f"tensor/pipeline parallel sizes must be >= 1 (tp={tp}, pp={pp})")
@@ -364,12 +397,24 @@ def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int,
     ranges = pp_layer_ranges(shape.num_layers, pp)
     requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
     for stage in range(pp):
-        w = weight_breakdown(shape, tp, pp, stage, rs.dtype_bytes, shape.quantization,
-                             settings.max_loras, settings.max_lora_rank, ep=ep)
+        w = weight_breakdown(
+            shape,
+            tp,
+            pp,
+            stage,
+            rs.dtype_bytes,
+            shape.quantization,
+            settings.max_loras,
+            settings.max_lora_rank,
+            ep=ep,
+        )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
-        moe = moe_workspace(shape, T, tp, rs.dtype_bytes) if any(
-            i not in shape.dense_layers for i in ranges[stage]) else 0
+        moe = (
+            moe_workspace(shape, T, tp, rs.dtype_bytes)
+            if any(i not in shape.dense_layers for i in ranges[stage])
+            else 0
+        )
         samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
         if era is Era.V0 and last:
             samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
@@ -386,12 +431,33 @@ def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int,
             avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)
         if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
             avail = settings.kv_cache_memory_bytes
-        layout = kv_layout(layers_on_rank(shape, pp, stage), tp, rs.kv_bytes, rs.dtype_bytes,
-                           rs.block_size, hybrid_manager=hybrid)
+        layout = kv_layout(
+            layers_on_rank(shape, pp, stage),
+            tp,
+            rs.kv_bytes,
+            rs.dtype_bytes,
+            rs.block_size,
+            hybrid_manager=hybrid,
+        )
         blocks = layout.num_blocks(avail)
         for t in range(tp):
-            ranks.append(RankPrediction(stage * tp + t, stage, w, act, fwd, samp, moe, nt, cg,
-                                        requested, avail, layout, blocks))
+            ranks.append(
+                RankPrediction(
+                    stage * tp + t,
+                    stage,
+                    w,
+                    act,
+                    fwd,
+                    samp,
+                    moe,
+                    nt,
+                    cg,
+                    requested,
+                    avail,
+                    layout,
+                    blocks,
+                )
+            )
     binding = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, ranks[i].available_kv))
     br = ranks[binding]
     num_blocks = br.num_blocks
@@ -412,13 +478,15 @@ def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int,
             tokens = (num_blocks // max(1, layout.num_groups)) * layout.block_size
     error = None
     if br.available_kv <= 0 or num_blocks <= 0:
-        error = (f"No available memory for the cache blocks: available KV cache memory is "
-                 f"{_fmt_gib(br.available_kv)} GiB on rank {br.rank} (requested "
-                 f"{_fmt_gib(br.requested)} GiB = {rs.gpu_memory_utilization} × "
-                 f"{_fmt_gib(total_bytes)} GiB; weights {_fmt_gib(br.weights.total)}, activation "
-                 f"{_fmt_gib(br.activation_peak)}, non-torch {_fmt_gib(br.non_torch)}"
-                 + (f", CUDA graphs {_fmt_gib(br.cuda_graph)}" if rs.cg_in_budget else "")
-                 + " GiB). Try increasing gpu_memory_utilization.")
+        error = (
+            f"No available memory for the cache blocks: available KV cache memory is "
+            f"{_fmt_gib(br.available_kv)} GiB on rank {br.rank} (requested "
+            f"{_fmt_gib(br.requested)} GiB = {rs.gpu_memory_utilization} × "
+            f"{_fmt_gib(total_bytes)} GiB; weights {_fmt_gib(br.weights.total)}, activation "
+            f"{_fmt_gib(br.activation_peak)}, non-torch {_fmt_gib(br.non_torch)}"
+            + (f", CUDA graphs {_fmt_gib(br.cuda_graph)}" if rs.cg_in_budget else "")
+            + " GiB). Try increasing gpu_memory_utilization."
+        )
     else:
         needed = layout.bytes_for_request(L, in_flight)
         if era is Era.V0:
@@ -427,24 +495,41 @@ def predict_startup(shape: ModelShape, total_bytes: int, gpu_name: str, tp: int,
             fits = needed <= br.available_kv
         if not fits:
             est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
-            error = (f"To serve at least one request with the model's max seq len ({L}), "
-                     f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
-                     f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
-                     f"available memory, the estimated maximum model length is {est_len}. Try "
-                     "increasing `gpu_memory_utilization` or decreasing `max_model_len`.")
+            error = (
+                f"To serve at least one request with the model's max seq len ({L}), "
+                f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
+                f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
+                f"available memory, the estimated maximum model length is {est_len}. Try "
+                "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
+            )
     notes: list[str] = []
     free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
     if free_check and requested > total_bytes - _gib(CUDA_CONTEXT_GIB) - (
-            _gib(CUSTOM_ALLREDUCE_GIB) if tp > 1 else 0):
-        msg = (f"Free memory on device ({_fmt_gib(total_bytes - _gib(CUDA_CONTEXT_GIB))}/"
-               f"{_fmt_gib(total_bytes)} GiB) on startup is less than desired GPU memory "
-               f"utilization ({rs.gpu_memory_utilization}, {_fmt_gib(requested)} GiB).")
+        _gib(CUSTOM_ALLREDUCE_GIB) if tp > 1 else 0
+    ):
+        msg = (
+            f"Free memory on device ({_fmt_gib(total_bytes - _gib(CUDA_CONTEXT_GIB))}/"
+            f"{_fmt_gib(total_bytes)} GiB) on startup is less than desired GPU memory "
+            f"utilization ({rs.gpu_memory_utilization}, {_fmt_gib(requested)} GiB)."
+        )
         if error is None:
             error = msg
         else:
             notes.append(msg)
-    return StartupPrediction(rs, tuple(ranks), tp, pp, total_bytes, num_blocks, tokens, conc,
-                             error is None, error, binding, tuple(notes))
+    return StartupPrediction(
+        rs,
+        tuple(ranks),
+        tp,
+        pp,
+        total_bytes,
+        num_blocks,
+        tokens,
+        conc,
+        error is None,
+        error,
+        binding,
+        tuple(notes),
+    )
 
 
 def v_supports_kv_bytes(v: Version) -> bool:

@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
 from .weights import pp_layer_ranges
 
-KV_DTYPE_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
-                  "fp8_e5m2": 1, "int8": 1}
+KV_DTYPE_BYTES = {
+    "auto": 0,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
@@ -38,8 +45,9 @@ class KvGroup:
     window: int = 0
     state_bytes: int = 0  # Mamba: per-sequence state of one layer (before padding)
 
-    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int,
-                           mamba_blocks: int) -> int:
+    def blocks_per_request(
+        self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int
+    ) -> int:
         """Blocks one request of ``max_model_len`` tokens needs in this group."""
         if self.kind in (AttnKind.FULL, AttnKind.MLA):
             return cdiv(max_model_len, self.block_size)
@@ -71,13 +79,16 @@ class KvLayout:
             return 0
         return available_bytes // self.bytes_per_block
 
-    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int,
-                           mamba_blocks: int = 1) -> int:
-        return sum(g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks)
-                   for g in self.groups)
+    def blocks_per_request(
+        self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int = 1
+    ) -> int:
+        return sum(
+            g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks) for g in self.groups
+        )
 
-    def bytes_for_request(self, max_model_len: int, in_flight_tokens: int,
-                          mamba_blocks: int = 1) -> int:
+    def bytes_for_request(
+        self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int = 1
+    ) -> int:
         """KV bytes one request of ``max_model_len`` tokens needs (vLLM's start check)."""
         return self.group_size * sum(
             g.page_bytes * g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks)
@@ -94,21 +105,29 @@ def layers_on_rank(shape: ModelShape, pp: int, stage: int) -> list[LayerAttentio
     return [shape.layers[i] for i in rng]
 
 
-def kv_layout(layers: list[LayerAttention], tp: int, kv_bytes: int, model_dtype_bytes: int,
-              block_size: int, hybrid_manager: bool = True) -> KvLayout:
+def kv_layout(
+    layers: list[LayerAttention],
+    tp: int,
+    kv_bytes: int,
+    model_dtype_bytes: int,
+    block_size: int,
+    hybrid_manager: bool = True,
+) -> KvLayout:
     """Group this rank's layers as vLLM does and size one block.
 
     ``hybrid_manager`` False (V0, or vLLM before the hybrid allocator): every attention layer is
     treated as full attention with one shared block table.
     """
     cached = [
-        layer for layer in layers
+        layer
+        for layer in layers
         if layer.shares_kv_with is None and layer.kind not in (AttnKind.NONE, AttnKind.CROSS)
     ]
     token_bytes = sum(layer.token_bytes(tp, kv_bytes) for layer in cached)
     state = sum(
         layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
-        for layer in cached if layer.mamba is not None
+        for layer in cached
+        if layer.mamba is not None
     )
     if not cached:
         return KvLayout((), 0, 0, block_size, 0, 0)
@@ -124,8 +143,13 @@ def kv_layout(layers: list[LayerAttention], tp: int, kv_bytes: int, model_dtype_
     attn_1tok = max((layer.token_bytes(tp, kv_bytes) for layer in attn_layers), default=0)
     block = block_size
     mamba_page = max(
-        (layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
-         for layer in cached if layer.mamba is not None), default=0)
+        (
+            layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
+            for layer in cached
+            if layer.mamba is not None
+        ),
+        default=0,
+    )
     if mamba_page and attn_1tok:
         # platforms/interface.py::_align_hybrid_block_size: raise the attention block size until
         # an attention page is at least a Mamba page; pad the Mamba page to it
@@ -149,18 +173,21 @@ def kv_layout(layers: list[LayerAttention], tp: int, kv_bytes: int, model_dtype_
     for (kind, window), members in by_kind.items():
         for start in range(0, len(members), group_size):
             n = min(group_size, len(members) - start)
-            groups.append(KvGroup(kind, n, page, block, window,
-                                  mamba_page if kind is AttnKind.MAMBA else 0))
+            groups.append(
+                KvGroup(kind, n, page, block, window, mamba_page if kind is AttnKind.MAMBA else 0)
+            )
     return KvLayout(tuple(groups), group_size, page * group_size, block, token_bytes, state)
 
 
-def kv_bytes_per_token(shape: ModelShape, tp: int, kv_bytes: int, pp: int = 1,
-                       stage: int | None = None) -> int:
+def kv_bytes_per_token(
+    shape: ModelShape, tp: int, kv_bytes: int, pp: int = 1, stage: int | None = None
+) -> int:
     """Logical KV bytes per token of context: on one rank (``stage`` given) or over the whole
     model at this TP (all stages summed), counting every attention layer's full per-token cost."""
     stages = range(pp) if stage is None else [stage]
     return sum(
         layer.token_bytes(tp, kv_bytes)
-        for s in stages for layer in layers_on_rank(shape, pp, s)
+        for s in stages
+        for layer in layers_on_rank(shape, pp, s)
         if layer.kind not in (AttnKind.NONE, AttnKind.CROSS, AttnKind.MAMBA)
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..engines.versions import Era
 from ..engines.vllm import (
     CUDA_CONTEXT_GIB,
     CUSTOM_ALLREDUCE_GIB,
@@ -20,7 +21,6 @@ from ..engines.vllm import (
     RankPrediction,
     StartupPrediction,
 )
-from ..engines.versions import Era
 
 #: Allocator fragmentation at run time: blocks the caching allocator holds but cannot reuse.
 #: Assumed 1 % of the transient activation + CUDA-graph terms plus 64 MiB.
@@ -69,79 +69,205 @@ def _gib(x: float) -> int:
     return int(round(x * GiB))
 
 
-def margin_items(pred: StartupPrediction, r: RankPrediction,
-                 operational_fraction: float) -> list[LedgerItem]:
+def margin_items(
+    pred: StartupPrediction, r: RankPrediction, operational_fraction: float
+) -> list[LedgerItem]:
     """What must fit outside vLLM's budget on this rank."""
     items = [
-        LedgerItem("cuda_context", _gib(CUDA_CONTEXT_GIB), "worker", "CUDA driver", "calibrated",
-                   False, "used before vLLM's init snapshot (0.51 GiB on an H100)"),
+        LedgerItem(
+            "cuda_context",
+            _gib(CUDA_CONTEXT_GIB),
+            "worker",
+            "CUDA driver",
+            "calibrated",
+            False,
+            "used before vLLM's init snapshot (0.51 GiB on an H100)",
+        ),
     ]
     if pred.tp > 1:
-        items.append(LedgerItem("custom_allreduce_buffers", _gib(CUSTOM_ALLREDUCE_GIB), "worker",
-                                "vLLM all-reduce", "assumed", False,
-                                "IPC/symmetric-memory buffers created before the snapshot"))
+        items.append(
+            LedgerItem(
+                "custom_allreduce_buffers",
+                _gib(CUSTOM_ALLREDUCE_GIB),
+                "worker",
+                "vLLM all-reduce",
+                "assumed",
+                False,
+                "IPC/symmetric-memory buffers created before the snapshot",
+            )
+        )
     if r.cuda_graph and not pred.settings.cg_in_budget:
-        items.append(LedgerItem("cuda_graph_pool", r.cuda_graph, "worker", "CUDA graphs",
-                                "calibrated", False,
-                                "captured after the KV cache; outside the budget before 0.20"))
-    frag = max(FRAGMENTATION_FLOOR,
-               int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph)))
-    items.append(LedgerItem("allocator_fragmentation", frag, "worker", "torch caching allocator",
-                            "assumed", False))
-    items.append(LedgerItem("post_kv_workspaces", _gib(POST_KV_WORKSPACE_GIB), "worker",
-                            "attention backend / sampler", "assumed", False,
-                            "allocated after the KV cache (e.g. FlashInfer workspace)"))
-    items.append(LedgerItem("operational_headroom", int(operational_fraction * pred.total_bytes),
-                            "worker", "inference-capacity policy", "exact", False,
-                            f"{operational_fraction:.0%} of the device kept free"))
+        items.append(
+            LedgerItem(
+                "cuda_graph_pool",
+                r.cuda_graph,
+                "worker",
+                "CUDA graphs",
+                "calibrated",
+                False,
+                "captured after the KV cache; outside the budget before 0.20",
+            )
+        )
+    frag = max(
+        FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
+    )
+    items.append(
+        LedgerItem(
+            "allocator_fragmentation", frag, "worker", "torch caching allocator", "assumed", False
+        )
+    )
+    items.append(
+        LedgerItem(
+            "post_kv_workspaces",
+            _gib(POST_KV_WORKSPACE_GIB),
+            "worker",
+            "attention backend / sampler",
+            "assumed",
+            False,
+            "allocated after the KV cache (e.g. FlashInfer workspace)",
+        )
+    )
+    items.append(
+        LedgerItem(
+            "operational_headroom",
+            int(operational_fraction * pred.total_bytes),
+            "worker",
+            "inference-capacity policy",
+            "exact",
+            False,
+            f"{operational_fraction:.0%} of the device kept free",
+        )
+    )
     return items
 
 
-def rank_ledger(pred: StartupPrediction, r: RankPrediction,
-                operational_fraction: float) -> RankLedger:
+def rank_ledger(
+    pred: StartupPrediction, r: RankPrediction, operational_fraction: float
+) -> RankLedger:
     s = pred.settings
     items: list[LedgerItem] = []
     for group, b in sorted(r.weights.by_group.items()):
         items.append(LedgerItem(f"weights.{group}", b, "worker", "model", "exact", True))
     if r.weights.rope_cache:
-        items.append(LedgerItem("weights.rope_cache", r.weights.rope_cache, "worker", "model",
-                                "exact", True, "rotary cos/sin cache"))
+        items.append(
+            LedgerItem(
+                "weights.rope_cache",
+                r.weights.rope_cache,
+                "worker",
+                "model",
+                "exact",
+                True,
+                "rotary cos/sin cache",
+            )
+        )
     if r.weights.lora:
-        items.append(LedgerItem("lora_adapters", r.weights.lora, "worker", "LoRA slots", "exact",
-                                True, f"max_loras × rank, {s.dtype}"))
+        items.append(
+            LedgerItem(
+                "lora_adapters",
+                r.weights.lora,
+                "worker",
+                "LoRA slots",
+                "exact",
+                True,
+                f"max_loras × rank, {s.dtype}",
+            )
+        )
     which = "sampler logits" if r.sampler_peak >= r.forward_peak else "forward activations"
-    items.append(LedgerItem("activation_peak", max(r.forward_peak, r.sampler_peak),
-                            "iteration", "profile run", "calibrated", True,
-                            f"{which} at {s.max_num_batched_tokens} tokens / "
-                            f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences"))
+    items.append(
+        LedgerItem(
+            "activation_peak",
+            max(r.forward_peak, r.sampler_peak),
+            "iteration",
+            "profile run",
+            "calibrated",
+            True,
+            f"{which} at {s.max_num_batched_tokens} tokens / "
+            f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences",
+        )
+    )
     if r.moe_workspace:
-        items.append(LedgerItem("moe_workspace", r.moe_workspace, "iteration", "fused MoE",
-                                "calibrated", True))
-    items.append(LedgerItem("non_torch", r.non_torch, "worker",
-                            "NCCL buffers, cuBLAS" if pred.tp > 1 else "cuBLAS, kernels",
-                            "calibrated", True))
+        items.append(
+            LedgerItem(
+                "moe_workspace", r.moe_workspace, "iteration", "fused MoE", "calibrated", True
+            )
+        )
+    items.append(
+        LedgerItem(
+            "non_torch",
+            r.non_torch,
+            "worker",
+            "NCCL buffers, cuBLAS" if pred.tp > 1 else "cuBLAS, kernels",
+            "calibrated",
+            True,
+        )
+    )
     if r.cuda_graph and s.cg_in_budget:
-        items.append(LedgerItem("cuda_graph_pool", r.cuda_graph, "worker", "CUDA graphs",
-                                "calibrated", True, "estimate subtracted from the budget (0.20+)"))
+        items.append(
+            LedgerItem(
+                "cuda_graph_pool",
+                r.cuda_graph,
+                "worker",
+                "CUDA graphs",
+                "calibrated",
+                True,
+                "estimate subtracted from the budget (0.20+)",
+            )
+        )
     pool = max(0, r.num_blocks * r.layout.bytes_per_block)
-    items.append(LedgerItem("kv_cache_pool", pool, "request", "vLLM KV cache", "exact", True,
-                            f"{r.num_blocks} blocks × {r.layout.bytes_per_block} B"))
+    items.append(
+        LedgerItem(
+            "kv_cache_pool",
+            pool,
+            "request",
+            "vLLM KV cache",
+            "exact",
+            True,
+            f"{r.num_blocks} blocks × {r.layout.bytes_per_block} B",
+        )
+    )
     rounding = max(0, r.available_kv - pool) if r.available_kv > 0 else 0
     if s.era is Era.V0 or rounding:
-        items.append(LedgerItem("kv_block_rounding", rounding, "worker", "vLLM KV cache",
-                                "exact", True, "budget left below one block"))
+        items.append(
+            LedgerItem(
+                "kv_block_rounding",
+                rounding,
+                "worker",
+                "vLLM KV cache",
+                "exact",
+                True,
+                "budget left below one block",
+            )
+        )
     used_in_budget = sum(i.bytes for i in items)
     unbudgeted_in_requested = r.requested - used_in_budget
     if unbudgeted_in_requested < 0:
         # the budget is over-committed (available KV <= 0): nothing left inside it
         unbudgeted_in_requested = 0
     if unbudgeted_in_requested:
-        items.append(LedgerItem("budget_slack", unbudgeted_in_requested, "worker", "vLLM budget",
-                                "exact", True, "requested but not used"))
+        items.append(
+            LedgerItem(
+                "budget_slack",
+                unbudgeted_in_requested,
+                "worker",
+                "vLLM budget",
+                "exact",
+                True,
+                "requested but not used",
+            )
+        )
     items += margin_items(pred, r, operational_fraction)
     rest = pred.total_bytes - sum(i.bytes for i in items)
-    items.append(LedgerItem("unallocated", rest, "worker", "free", "exact", False,
-                            "negative: the plan over-commits the device" if rest < 0 else ""))
+    items.append(
+        LedgerItem(
+            "unallocated",
+            rest,
+            "worker",
+            "free",
+            "exact",
+            False,
+            "negative: the plan over-commits the device" if rest < 0 else "",
+        )
+    )
     return RankLedger(r.rank, r.stage, tuple(items), pred.total_bytes)
 
 

@@ -8,6 +8,7 @@ the rope cache 131072 × 128 × 2 B = 16,094,076,928 B = 14.9888 GiB, exactly th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..model.quant import applies_to, quantized_bytes
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
@@ -39,8 +40,12 @@ def on_stage(tensor: Tensor, stage: int, pp: int, layers: range, tie: bool) -> b
         return tensor.layer in layers
     if tensor.stage in (Stage.FIRST, Stage.ENCODER):
         # tied embeddings: the last stage needs the same matrix for its lm_head
-        return stage == 0 or (tie and stage == pp - 1 and tensor.group is Group.EMBEDDING
-                              and tensor.name == "embed_tokens")
+        return stage == 0 or (
+            tie
+            and stage == pp - 1
+            and tensor.group is Group.EMBEDDING
+            and tensor.name == "embed_tokens"
+        )
     return stage == pp - 1
 
 
@@ -64,15 +69,16 @@ def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
     hid = cdiv(hidden, MXFP4_HIDDEN_ALIGN) * MXFP4_HIDDEN_ALIGN
     if t.rows == hidden:  # w2: hidden x inter
         inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
-        return Tensor(t.name, t.group, hid, inter, t.split, t.stage, t.layer, t.experts,
-                      t.quantizable)
+        return Tensor(
+            t.name, t.group, hid, inter, t.split, t.stage, t.layer, t.experts, t.quantizable
+        )
     inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
-    return Tensor(t.name, t.group, inter, hid, t.split, t.stage, t.layer, t.experts,
-                  t.quantizable)
+    return Tensor(t.name, t.group, inter, hid, t.split, t.stage, t.layer, t.experts, t.quantizable)
 
 
-def lora_bytes(shape: ModelShape, tp: int, layers: range, max_loras: int, max_rank: int,
-               dtype_bytes: int) -> int:
+def lora_bytes(
+    shape: ModelShape, tp: int, layers: range, max_loras: int, max_rank: int, dtype_bytes: int
+) -> int:
     """LoRA slots vLLM allocates at load time for every wrapped linear of this rank
     (lora/layers/base_linear.py): ``max_loras × rank × (in_shard + out_shard) × dtype``."""
     if max_loras <= 0:
@@ -89,15 +95,65 @@ def lora_bytes(shape: ModelShape, tp: int, layers: range, max_loras: int, max_ra
 
 def _expert_parallel(t: Tensor, ep: int) -> Tensor:
     """With expert parallelism each rank holds ``E / ep`` whole experts instead of a TP slice."""
-    return Tensor(t.name, t.group, t.rows, t.cols, Split.REPLICATED, t.stage, t.layer,
-                  cdiv(t.experts, ep), t.quantizable, t.kv_heads, t.fp32)
+    return Tensor(
+        t.name,
+        t.group,
+        t.rows,
+        t.cols,
+        Split.REPLICATED,
+        t.stage,
+        t.layer,
+        cdiv(t.experts, ep),
+        t.quantizable,
+        t.kv_heads,
+        t.fp32,
+    )
 
 
-def weight_breakdown(shape: ModelShape, tp: int, pp: int, stage: int, dtype_bytes: int,
-                     quant: Quantization | None, max_loras: int = 0,
-                     max_lora_rank: int = 16, ep: int = 1) -> WeightBreakdown:
+#: memo of weight_breakdown by shape identity: a plan predicts the same weights several times
+#: (probe, chosen utilization, chosen max-num-seqs) and sweeps reuse one shape for many points.
+#: The shape is kept in the value so its id cannot be reused while cached.
+_MEMO: dict[tuple[Any, ...], tuple[ModelShape, WeightBreakdown]] = {}
+_MEMO_MAX = 512
+
+
+def weight_breakdown(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stage: int,
+    dtype_bytes: int,
+    quant: Quantization | None,
+    max_loras: int = 0,
+    max_lora_rank: int = 16,
+    ep: int = 1,
+) -> WeightBreakdown:
     """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
     ep = tp × dp), everything else as TP says."""
+    key = (id(shape), tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    result = _weight_breakdown(
+        shape, tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep
+    )
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[key] = (shape, result)
+    return result
+
+
+def _weight_breakdown(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stage: int,
+    dtype_bytes: int,
+    quant: Quantization | None,
+    max_loras: int,
+    max_lora_rank: int,
+    ep: int,
+) -> WeightBreakdown:
     layers = pp_layer_ranges(shape.num_layers, pp)[stage]
     by_group: dict[str, int] = {}
     qparams = uparams = 0
@@ -120,10 +176,13 @@ def weight_breakdown(shape: ModelShape, tp: int, pp: int, stage: int, dtype_byte
     # dtype and keeps kv_b_proj for prefill (vllm/model_executor/layers/mla / attention/mla)
     for t in shape.tensors:
         if t.name == "attn.kv_b_proj" and t.layer in layers:
-            by_group["attention"] = by_group.get("attention", 0) + t.numel_per_rank(tp) * dtype_bytes
+            extra = t.numel_per_rank(tp) * dtype_bytes
+            by_group["attention"] = by_group.get("attention", 0) + extra
     rope = 0
-    if any(t.stage is Stage.LAYER and t.layer in layers and t.group is Group.ATTENTION
-           for t in shape.tensors):
+    if any(
+        t.stage is Stage.LAYER and t.layer in layers and t.group is Group.ATTENTION
+        for t in shape.tensors
+    ):
         for rc in shape.rope_caches:
             rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
     lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes)

@@ -65,11 +65,15 @@ def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise UnknownModelError(f"cannot read model config {str(path)!r}: {exc.strerror}")
+            raise UnknownModelError(
+                f"cannot read model config {str(path)!r}: {exc.strerror}"
+            ) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ModelConfigError(str(path), f"not valid JSON ({exc.msg} at line {exc.lineno})")
+            raise ModelConfigError(
+                str(path), f"not valid JSON ({exc.msg} at line {exc.lineno})"
+            ) from None
         if not isinstance(data, dict):
             raise ModelConfigError(str(path), "expected a JSON object")
         return str(data.get("_name_or_path") or path), data
@@ -86,6 +90,7 @@ def load_model(name_or_path: str, quantization: str | None = None) -> ModelShape
     return shape_from_config(cfg, name=name, quantization=quantization)
 
 
-def model_from_dict(config: Mapping[str, Any], name: str = "inline",
-                    quantization: str | None = None) -> ModelShape:
+def model_from_dict(
+    config: Mapping[str, Any], name: str = "inline", quantization: str | None = None
+) -> ModelShape:
     return shape_from_config(config, name=name, quantization=quantization)

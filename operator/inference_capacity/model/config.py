@@ -55,7 +55,7 @@ class _Cfg:
     def path(self, key: str) -> str:
         return f"{self.prefix}{key}"
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def integer(self, key: str, default: int | None = None) -> int:
         value = self.data.get(key)
         if value is None:
             if default is None:
@@ -68,12 +68,12 @@ class _Cfg:
         return int(value)
 
     def pos(self, key: str, default: int | None = None) -> int:
-        value = self.int(key, default)
+        value = self.integer(key, default)
         if value <= 0:
             raise ModelConfigError(self.path(key), f"must be > 0, got {value}")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
         return default if value is None else bool(value)
 
@@ -139,7 +139,7 @@ class _Decoder:
 
 def _rope_factor_len(cfg: _Cfg, model_type: str) -> int:
     """vLLM's derived max_model_len (config/model.py::_get_and_verify_max_len)."""
-    lens = [cfg.int(k) for k in _MAX_LEN_KEYS if cfg.has(k)]
+    lens = [cfg.integer(k) for k in _MAX_LEN_KEYS if cfg.has(k)]
     if not lens:
         raise ModelConfigError(cfg.path("max_position_embeddings"), "missing")
     derived = min(lens)
@@ -157,19 +157,49 @@ def _attention(d: _Decoder, i: int) -> list[Tensor]:
     h, q_out, kv_out = d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim
     t = [
         Tensor("attn.q_proj", Group.ATTENTION, q_out, h, Split.COLUMN, layer=i, quantizable=True),
-        Tensor("attn.k_proj", Group.ATTENTION, kv_out, h, Split.KV_HEADS, layer=i,
-               quantizable=True, kv_heads=d.kv_heads),
-        Tensor("attn.v_proj", Group.ATTENTION, kv_out, h, Split.KV_HEADS, layer=i,
-               quantizable=True, kv_heads=d.kv_heads),
+        Tensor(
+            "attn.k_proj",
+            Group.ATTENTION,
+            kv_out,
+            h,
+            Split.KV_HEADS,
+            layer=i,
+            quantizable=True,
+            kv_heads=d.kv_heads,
+        ),
+        Tensor(
+            "attn.v_proj",
+            Group.ATTENTION,
+            kv_out,
+            h,
+            Split.KV_HEADS,
+            layer=i,
+            quantizable=True,
+            kv_heads=d.kv_heads,
+        ),
         Tensor("attn.o_proj", Group.ATTENTION, h, q_out, Split.ROW, layer=i, quantizable=True),
     ]
     if d.qkv_bias:
         t += [
             Tensor("attn.q_bias", Group.ATTENTION, q_out, 1, Split.COLUMN, layer=i),
-            Tensor("attn.k_bias", Group.ATTENTION, kv_out, 1, Split.KV_HEADS, layer=i,
-                   kv_heads=d.kv_heads),
-            Tensor("attn.v_bias", Group.ATTENTION, kv_out, 1, Split.KV_HEADS, layer=i,
-                   kv_heads=d.kv_heads),
+            Tensor(
+                "attn.k_bias",
+                Group.ATTENTION,
+                kv_out,
+                1,
+                Split.KV_HEADS,
+                layer=i,
+                kv_heads=d.kv_heads,
+            ),
+            Tensor(
+                "attn.v_bias",
+                Group.ATTENTION,
+                kv_out,
+                1,
+                Split.KV_HEADS,
+                layer=i,
+                kv_heads=d.kv_heads,
+            ),
         ]
     if d.o_bias:
         t.append(Tensor("attn.o_bias", Group.ATTENTION, h, 1, Split.REPLICATED, layer=i))
@@ -189,24 +219,61 @@ def _mla(d: _Decoder, i: int) -> list[Tensor]:
     t: list[Tensor] = []
     if d.q_lora_rank:
         t += [
-            Tensor("attn.q_a_proj", Group.ATTENTION, d.q_lora_rank, h, Split.REPLICATED,
-                   layer=i, quantizable=True),
-            Tensor("attn.q_a_layernorm", Group.NORM, d.q_lora_rank, 1, Split.REPLICATED,
-                   layer=i),
-            Tensor("attn.q_b_proj", Group.ATTENTION, n * qk_head, d.q_lora_rank, Split.COLUMN,
-                   layer=i, quantizable=True),
+            Tensor(
+                "attn.q_a_proj",
+                Group.ATTENTION,
+                d.q_lora_rank,
+                h,
+                Split.REPLICATED,
+                layer=i,
+                quantizable=True,
+            ),
+            Tensor("attn.q_a_layernorm", Group.NORM, d.q_lora_rank, 1, Split.REPLICATED, layer=i),
+            Tensor(
+                "attn.q_b_proj",
+                Group.ATTENTION,
+                n * qk_head,
+                d.q_lora_rank,
+                Split.COLUMN,
+                layer=i,
+                quantizable=True,
+            ),
         ]
     else:
-        t.append(Tensor("attn.q_proj", Group.ATTENTION, n * qk_head, h, Split.COLUMN, layer=i,
-                        quantizable=True))
+        t.append(
+            Tensor(
+                "attn.q_proj",
+                Group.ATTENTION,
+                n * qk_head,
+                h,
+                Split.COLUMN,
+                layer=i,
+                quantizable=True,
+            )
+        )
     t += [
-        Tensor("attn.kv_a_proj_with_mqa", Group.ATTENTION, d.kv_lora_rank + d.qk_rope, h,
-               Split.REPLICATED, layer=i, quantizable=True),
+        Tensor(
+            "attn.kv_a_proj_with_mqa",
+            Group.ATTENTION,
+            d.kv_lora_rank + d.qk_rope,
+            h,
+            Split.REPLICATED,
+            layer=i,
+            quantizable=True,
+        ),
         Tensor("attn.kv_a_layernorm", Group.NORM, d.kv_lora_rank, 1, Split.REPLICATED, layer=i),
-        Tensor("attn.kv_b_proj", Group.ATTENTION, n * (d.qk_nope + d.v_head), d.kv_lora_rank,
-               Split.COLUMN, layer=i, quantizable=True),
-        Tensor("attn.o_proj", Group.ATTENTION, h, n * d.v_head, Split.ROW, layer=i,
-               quantizable=True),
+        Tensor(
+            "attn.kv_b_proj",
+            Group.ATTENTION,
+            n * (d.qk_nope + d.v_head),
+            d.kv_lora_rank,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor(
+            "attn.o_proj", Group.ATTENTION, h, n * d.v_head, Split.ROW, layer=i, quantizable=True
+        ),
     ]
     return t
 
@@ -223,8 +290,14 @@ def _mlp(d: _Decoder, i: int, inter: int, group: Group, prefix: str) -> list[Ten
     t.append(Tensor(f"{prefix}.down_proj", group, h, inter, Split.ROW, layer=i, quantizable=True))
     if d.mlp_bias:
         t += [
-            Tensor(f"{prefix}.up_bias", group, inter * (2 if d.gated_mlp else 1), 1, Split.COLUMN,
-                   layer=i),
+            Tensor(
+                f"{prefix}.up_bias",
+                group,
+                inter * (2 if d.gated_mlp else 1),
+                1,
+                Split.COLUMN,
+                layer=i,
+            ),
             Tensor(f"{prefix}.down_bias", group, h, 1, Split.REPLICATED, layer=i),
         ]
     return t
@@ -235,25 +308,37 @@ def _moe(d: _Decoder, i: int) -> list[Tensor]:
     rows13 = 2 * ie if d.gated_mlp else ie
     t = [
         Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layer=i),
-        Tensor("mlp.experts.w13", Group.EXPERTS, rows13, h, Split.COLUMN, layer=i, experts=e,
-               quantizable=True),
-        Tensor("mlp.experts.w2", Group.EXPERTS, h, ie, Split.ROW, layer=i, experts=e,
-               quantizable=True),
+        Tensor(
+            "mlp.experts.w13",
+            Group.EXPERTS,
+            rows13,
+            h,
+            Split.COLUMN,
+            layer=i,
+            experts=e,
+            quantizable=True,
+        ),
+        Tensor(
+            "mlp.experts.w2", Group.EXPERTS, h, ie, Split.ROW, layer=i, experts=e, quantizable=True
+        ),
     ]
     if d.router_bias:
         t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layer=i))
     if d.expert_bias:
         t += [
-            Tensor("mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layer=i,
-                   experts=e),
-            Tensor("mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layer=i,
-                   experts=e),
+            Tensor(
+                "mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layer=i, experts=e
+            ),
+            Tensor(
+                "mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layer=i, experts=e
+            ),
         ]
     if d.shared_intermediate:
         t += _mlp(d, i, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
         if d.shared_gate:
-            t.append(Tensor("mlp.shared_expert_gate", Group.ROUTER, 1, h, Split.REPLICATED,
-                            layer=i))
+            t.append(
+                Tensor("mlp.shared_expert_gate", Group.ROUTER, 1, h, Split.REPLICATED, layer=i)
+            )
     return t
 
 
@@ -275,15 +360,32 @@ def _mamba2(d: _Decoder, i: int) -> list[Tensor]:
     ]
 
 
-def _build(name: str, model_type: str, arch: str, d: _Decoder, cfg: _Cfg, dtype: str,
-           quant: Quantization | None, multimodal: bool, vision: list[Tensor]) -> ModelShape:
+def _build(
+    name: str,
+    model_type: str,
+    arch: str,
+    d: _Decoder,
+    cfg: _Cfg,
+    dtype: str,
+    quant: Quantization | None,
+    multimodal: bool,
+    vision: list[Tensor],
+) -> ModelShape:
     h = d.hidden
     tensors: list[Tensor] = [
         Tensor("embed_tokens", Group.EMBEDDING, d.vocab, h, Split.VOCAB, stage=Stage.FIRST)
     ]
     if d.learned_positions:
-        tensors.append(Tensor("embed_positions", Group.EMBEDDING, d.learned_positions, h,
-                              Split.REPLICATED, stage=Stage.FIRST))
+        tensors.append(
+            Tensor(
+                "embed_positions",
+                Group.EMBEDDING,
+                d.learned_positions,
+                h,
+                Split.REPLICATED,
+                stage=Stage.FIRST,
+            )
+        )
     kinds = d.kinds or [AttnKind.FULL] * d.layers
     layers: list[LayerAttention] = []
     for i in range(d.layers):
@@ -298,11 +400,16 @@ def _build(name: str, model_type: str, arch: str, d: _Decoder, cfg: _Cfg, dtype:
             layers.append(LayerAttention(AttnKind.NONE))
         else:
             tensors += _attention(d, i)
-            layers.append(LayerAttention(kind, kv_heads=d.kv_heads, head_dim_k=d.head_dim,
-                                         head_dim_v=d.head_dim,
-                                         window=d.window if kind is not AttnKind.FULL else 0))
-        if (i in d.mamba_layers or i in d.mlp_only_layers or i in d.moe_only_layers
-                or d.attn_only):
+            layers.append(
+                LayerAttention(
+                    kind,
+                    kv_heads=d.kv_heads,
+                    head_dim_k=d.head_dim,
+                    head_dim_v=d.head_dim,
+                    window=d.window if kind is not AttnKind.FULL else 0,
+                )
+            )
+        if i in d.mamba_layers or i in d.mlp_only_layers or i in d.moe_only_layers or d.attn_only:
             n_norms = 1
         else:
             n_norms = d.norms_per_layer
@@ -318,25 +425,28 @@ def _build(name: str, model_type: str, arch: str, d: _Decoder, cfg: _Cfg, dtype:
         for k in range(n_norms):
             tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layer=i))
             if d.norm_bias:
-                tensors.append(Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED,
-                                      layer=i))
+                tensors.append(Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layer=i))
     if d.final_norm:
         tensors.append(Tensor("norm", Group.NORM, h, 1, Split.REPLICATED, stage=Stage.LAST))
         if d.norm_bias:
-            tensors.append(Tensor("norm_bias", Group.NORM, h, 1, Split.REPLICATED,
-                                  stage=Stage.LAST))
+            tensors.append(
+                Tensor("norm_bias", Group.NORM, h, 1, Split.REPLICATED, stage=Stage.LAST)
+            )
     if not d.tie:
-        tensors.append(Tensor("lm_head", Group.LM_HEAD, d.vocab, h, Split.VOCAB,
-                              stage=Stage.LAST))
+        tensors.append(Tensor("lm_head", Group.LM_HEAD, d.vocab, h, Split.VOCAB, stage=Stage.LAST))
     if d.lm_head_bias:
-        tensors.append(Tensor("lm_head_bias", Group.LM_HEAD, d.vocab, 1, Split.VOCAB,
-                              stage=Stage.LAST))
+        tensors.append(
+            Tensor("lm_head_bias", Group.LM_HEAD, d.vocab, 1, Split.VOCAB, stage=Stage.LAST)
+        )
     tensors += vision
     ropes: tuple[RopeCache, ...] = ()
     if d.rotary_dim:
         ropes = (RopeCache(d.rope_positions or d.max_pos, d.rotary_dim, d.rope_fp32),)
-    dense = tuple(i for i in range(d.layers) if d.experts and i not in d.moe_layers
-                  and i not in d.mamba_layers)
+    dense = tuple(
+        i
+        for i in range(d.layers)
+        if d.experts and i not in d.moe_layers and i not in d.mamba_layers
+    )
     return ModelShape(
         name=name,
         model_type=model_type,
@@ -385,7 +495,7 @@ def _base(c: _Cfg, **kw: Any) -> _Decoder:
         head_dim=head_dim,
         vocab=c.pos("vocab_size"),
         intermediate=c.pos("intermediate_size") if "intermediate" not in kw else 0,
-        tie=c.bool("tie_word_embeddings", False),
+        tie=c.boolean("tie_word_embeddings", False),
         max_pos=c.pos("max_position_embeddings"),
     )
     for k, v in kw.items():
@@ -397,8 +507,12 @@ def _base(c: _Cfg, **kw: Any) -> _Decoder:
 
 
 def _llama(c: _Cfg) -> _Decoder:
-    d = _base(c, qkv_bias=c.bool("attention_bias", False), o_bias=c.bool("attention_bias", False),
-              mlp_bias=c.bool("mlp_bias", False))
+    d = _base(
+        c,
+        qkv_bias=c.boolean("attention_bias", False),
+        o_bias=c.boolean("attention_bias", False),
+        mlp_bias=c.boolean("mlp_bias", False),
+    )
     return d
 
 
@@ -413,13 +527,13 @@ def _mistral(c: _Cfg) -> _Decoder:
 
 def _qwen2(c: _Cfg) -> _Decoder:
     d = _base(c, qkv_bias=True)
-    if c.bool("use_sliding_window", False) and c.get("sliding_window"):
+    if c.boolean("use_sliding_window", False) and c.get("sliding_window"):
         d.notes.append("use_sliding_window is set; vLLM serves Qwen2 with full attention")
     return d
 
 
 def _qwen3(c: _Cfg) -> _Decoder:
-    return _base(c, qkv_bias=c.bool("attention_bias", False), qk_norm=True)
+    return _base(c, qkv_bias=c.boolean("attention_bias", False), qk_norm=True)
 
 
 def _qwen_moe(c: _Cfg, qwen3: bool) -> _Decoder:
@@ -431,7 +545,7 @@ def _qwen_moe(c: _Cfg, qwen3: bool) -> _Decoder:
     mlp_only = set(c.get("mlp_only_layers", []) or [])
     d.moe_layers = {i for i in range(d.layers) if i not in mlp_only and (i + 1) % step == 0}
     if not qwen3:
-        d.shared_intermediate = c.int("shared_expert_intermediate_size", 0)
+        d.shared_intermediate = c.integer("shared_expert_intermediate_size", 0)
         d.shared_gate = bool(d.shared_intermediate)
     return d
 
@@ -447,19 +561,19 @@ def _mixtral(c: _Cfg) -> _Decoder:
 
 def _deepseek(c: _Cfg) -> _Decoder:
     d = _base(c, mla=True)
-    d.q_lora_rank = c.int("q_lora_rank", 0)
+    d.q_lora_rank = c.integer("q_lora_rank", 0)
     d.kv_lora_rank = c.pos("kv_lora_rank")
     d.qk_nope = c.pos("qk_nope_head_dim")
     d.qk_rope = c.pos("qk_rope_head_dim")
     d.v_head = c.pos("v_head_dim")
     d.head_dim = d.qk_nope + d.qk_rope
     d.kinds = [AttnKind.MLA] * d.layers
-    d.experts = c.int("n_routed_experts", 0)
+    d.experts = c.integer("n_routed_experts", 0)
     if d.experts:
         d.expert_intermediate = c.pos("moe_intermediate_size")
         d.experts_per_token = c.pos("num_experts_per_tok")
-        d.shared_intermediate = c.int("n_shared_experts", 0) * d.expert_intermediate
-        first = c.int("first_k_dense_replace", 0)
+        d.shared_intermediate = c.integer("n_shared_experts", 0) * d.expert_intermediate
+        first = c.integer("first_k_dense_replace", 0)
         freq = c.pos("moe_layer_freq", 1)
         d.moe_layers = {i for i in range(d.layers) if i >= first and i % freq == 0}
         d.router_bias = c.get("topk_method") == "noaux_tc"
@@ -467,10 +581,11 @@ def _deepseek(c: _Cfg) -> _Decoder:
     rope = c.get("rope_scaling")
     if isinstance(rope, Mapping) and "factor" in rope:
         # DeepseekScalingRotaryEmbedding: cache of original_max × factor positions, in fp32
-        d.rope_positions = int(rope.get("original_max_position_embeddings", d.max_pos)
-                               * float(rope["factor"]))
+        d.rope_positions = int(
+            rope.get("original_max_position_embeddings", d.max_pos) * float(rope["factor"])
+        )
         d.rope_fp32 = True
-    if c.int("num_nextn_predict_layers", 0):
+    if c.integer("num_nextn_predict_layers", 0):
         d.notes.append("MTP (next-n) layers are only loaded with speculative decoding; not counted")
     return d
 
@@ -487,19 +602,18 @@ def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
         d.kinds = [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
     else:
         # Gemma 2: even layers slide; Gemma 3: every `pattern`-th layer is global
-        d.kinds = [AttnKind.FULL if (i + 1) % pattern == 0 else AttnKind.SLIDING
-                   for i in range(d.layers)]
+        d.kinds = [
+            AttnKind.FULL if (i + 1) % pattern == 0 else AttnKind.SLIDING for i in range(d.layers)
+        ]
         if version == 2:
-            d.kinds = [AttnKind.SLIDING if i % 2 == 0 else AttnKind.FULL
-                       for i in range(d.layers)]
+            d.kinds = [AttnKind.SLIDING if i % 2 == 0 else AttnKind.FULL for i in range(d.layers)]
     if version == 3:
         d.rope_positions = d.max_pos
     return d
 
 
 def _gpt_oss(c: _Cfg) -> _Decoder:
-    d = _base(c, qkv_bias=True, o_bias=True, attn_sinks=True, expert_bias=True,
-              router_bias=True)
+    d = _base(c, qkv_bias=True, o_bias=True, attn_sinks=True, expert_bias=True, router_bias=True)
     d.experts = c.pos("num_local_experts")
     d.expert_intermediate = c.pos("intermediate_size")
     d.experts_per_token = c.pos("num_experts_per_tok")
@@ -511,25 +625,38 @@ def _gpt_oss(c: _Cfg) -> _Decoder:
     d.kinds = [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
     rope = c.get("rope_scaling")
     if isinstance(rope, Mapping) and "factor" in rope:
-        d.rope_positions = int(rope.get("original_max_position_embeddings", d.max_pos)
-                               * float(rope["factor"]))
+        d.rope_positions = int(
+            rope.get("original_max_position_embeddings", d.max_pos) * float(rope["factor"])
+        )
         d.rope_fp32 = True
     return d
 
 
 def _phi(c: _Cfg) -> _Decoder:
     # PhiForCausalLM: parallel attn+MLP, one LayerNorm per layer, biases everywhere
-    return _base(c, qkv_bias=True, o_bias=True, gated_mlp=False, mlp_bias=True,
-                 norms_per_layer=1, norm_bias=True, lm_head_bias=True)
+    return _base(
+        c,
+        qkv_bias=True,
+        o_bias=True,
+        gated_mlp=False,
+        mlp_bias=True,
+        norms_per_layer=1,
+        norm_bias=True,
+        lm_head_bias=True,
+    )
 
 
 def _opt(c: _Cfg) -> _Decoder:
     proj = c.pos("word_embed_proj_dim", c.pos("hidden_size"))
     if proj != c.pos("hidden_size"):
-        raise ModelConfigError(c.path("word_embed_proj_dim"),
-                               "OPT with project_in/project_out (350m) is not supported")
-    data = {**c.data, "intermediate_size": c.pos("ffn_dim"),
-            "tie_word_embeddings": c.bool("tie_word_embeddings", True)}
+        raise ModelConfigError(
+            c.path("word_embed_proj_dim"), "OPT with project_in/project_out (350m) is not supported"
+        )
+    data = {
+        **c.data,
+        "intermediate_size": c.pos("ffn_dim"),
+        "tie_word_embeddings": c.boolean("tie_word_embeddings", True),
+    }
     cc = _Cfg(data, c.prefix)
     d = _base(cc, qkv_bias=True, o_bias=True, gated_mlp=False, mlp_bias=True, norm_bias=True)
     d.learned_positions = d.max_pos + 2  # OPTLearnedPositionalEmbedding offset of 2
@@ -546,7 +673,7 @@ def _llama4(c: _Cfg) -> _Decoder:
     step = c.pos("interleave_moe_layer_step", 1)
     d.moe_layers = {i for i in range(d.layers) if (i + 1) % step == 0}
     d.shared_intermediate = d.expert_intermediate
-    chunk = c.int("attention_chunk_size", 0)
+    chunk = c.integer("attention_chunk_size", 0)
     no_rope = c.get("no_rope_layers")
     if chunk:
         d.window = chunk
@@ -554,8 +681,9 @@ def _llama4(c: _Cfg) -> _Decoder:
             d.kinds = [AttnKind.CHUNKED if int(r) else AttnKind.FULL for r in no_rope]
         else:
             # every 4th layer is a global NoPE layer (Llama4TextConfig.no_rope_layer_interval)
-            d.kinds = [AttnKind.FULL if (i + 1) % 4 == 0 else AttnKind.CHUNKED
-                       for i in range(d.layers)]
+            d.kinds = [
+                AttnKind.FULL if (i + 1) % 4 == 0 else AttnKind.CHUNKED for i in range(d.layers)
+            ]
     return d
 
 
@@ -565,9 +693,10 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         raise ModelConfigError(c.path("hybrid_override_pattern"), "missing")
     n = c.pos("num_hidden_layers")
     if len(pattern) != n:
-        raise ModelConfigError(c.path("hybrid_override_pattern"),
-                               f"has {len(pattern)} entries for {n} layers")
-    head_dim = c.pos("head_dim", c.int("attention_head_dim", 0) or None)
+        raise ModelConfigError(
+            c.path("hybrid_override_pattern"), f"has {len(pattern)} entries for {n} layers"
+        )
+    head_dim = c.pos("head_dim", c.integer("attention_head_dim", 0) or None)
     data = {**c.data, "head_dim": head_dim}
     d = _base(_Cfg(data, c.prefix), gated_mlp=False, norms_per_layer=1)
     d.intermediate = c.pos("intermediate_size")
@@ -597,15 +726,16 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
             d.moe_only_layers.add(i)
             kinds.append(AttnKind.NONE)
         else:
-            raise ModelConfigError(c.path("hybrid_override_pattern"),
-                                   f"unknown layer code {ch!r} at {i}")
+            raise ModelConfigError(
+                c.path("hybrid_override_pattern"), f"unknown layer code {ch!r} at {i}"
+            )
     d.kinds = kinds
     d.attn_only = True
     if d.moe_only_layers:
         d.experts = c.pos("n_routed_experts")
         d.expert_intermediate = c.pos("moe_intermediate_size")
         d.experts_per_token = c.pos("num_experts_per_tok")
-        d.shared_intermediate = c.int("moe_shared_expert_intermediate_size", 0)
+        d.shared_intermediate = c.integer("moe_shared_expert_intermediate_size", 0)
         d.router_bias = True
     d.rotary_dim = 0  # Nemotron-H attention layers use no RoPE
     return d
@@ -650,10 +780,18 @@ _UNSUPPORTED = {
 #: transformers config-class defaults for fields a family's config.json may omit
 _DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers Gemma3TextConfig (the 4B/27B configs omit these)
-    "gemma3_text": dict(vocab_size=262208, num_attention_heads=8, num_key_value_heads=4,
-                        head_dim=256, max_position_embeddings=131072, num_hidden_layers=26,
-                        intermediate_size=9216, hidden_size=2304, sliding_window=4096,
-                        sliding_window_pattern=6),
+    "gemma3_text": dict(
+        vocab_size=262208,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        max_position_embeddings=131072,
+        num_hidden_layers=26,
+        intermediate_size=9216,
+        hidden_size=2304,
+        sliding_window=4096,
+        sliding_window_pattern=6,
+    ),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(set(_FAMILIES) | _WRAPPERS))
@@ -674,10 +812,15 @@ def _vision_tensors(vc: Mapping[str, Any] | None) -> list[Tensor]:
     chans = int(vc.get("num_channels", vc.get("in_chans", 3)) or 3)
     # vLLM shards the vision towers it implements (SigLIP, Llama 4, Qwen2.5-VL, Mllama) over TP
     return [
-        Tensor("vision.layers", Group.VISION, per_layer, layers, Split.COLUMN,
-               stage=Stage.ENCODER),
-        Tensor("vision.patch_embed", Group.VISION, h, chans * patch * patch, Split.REPLICATED,
-               stage=Stage.ENCODER),
+        Tensor("vision.layers", Group.VISION, per_layer, layers, Split.COLUMN, stage=Stage.ENCODER),
+        Tensor(
+            "vision.patch_embed",
+            Group.VISION,
+            h,
+            chans * patch * patch,
+            Split.REPLICATED,
+            stage=Stage.ENCODER,
+        ),
     ]
 
 
@@ -696,8 +839,9 @@ def resolve_dtype(config_dtype: str | None, requested: str) -> str:
     return dt
 
 
-def shape_from_config(config: Mapping[str, Any], name: str = "custom",
-                      quantization: str | None = None) -> ModelShape:
+def shape_from_config(
+    config: Mapping[str, Any], name: str = "custom", quantization: str | None = None
+) -> ModelShape:
     """Derive the :class:`ModelShape` of a Hugging Face ``config.json``."""
     if not isinstance(config, Mapping):
         raise ModelConfigError("config.json", "expected a JSON object")
@@ -720,8 +864,9 @@ def shape_from_config(config: Mapping[str, Any], name: str = "custom",
         text = _Cfg(tc, "text_config.")
         inner_type = str(tc.get("model_type") or f"{model_type}_text")
         if inner_type in _UNSUPPORTED:
-            raise ModelConfigError("text_config.model_type",
-                                   f"{inner_type!r}: {_UNSUPPORTED[inner_type]}")
+            raise ModelConfigError(
+                "text_config.model_type", f"{inner_type!r}: {_UNSUPPORTED[inner_type]}"
+            )
         if model_type == "gemma3":
             inner_type = "gemma3_text"
         vision = _vision_tensors(config.get("vision_config"))
@@ -739,19 +884,20 @@ def shape_from_config(config: Mapping[str, Any], name: str = "custom",
             f"{', '.join(SUPPORTED_MODEL_TYPES)}",
         )
     if family_type in _DEFAULTS:
-        merged = {**_DEFAULTS[family_type],
-                  **{k: v for k, v in text.data.items() if v is not None}}
+        merged = {**_DEFAULTS[family_type], **{k: v for k, v in text.data.items() if v is not None}}
         text = _Cfg(merged, text.prefix)
     decoder = builder(text)
     if family_type == "mllama_text_model":
         cross = set(text.get("cross_attention_layers", []) or [])
-        decoder.kinds = [AttnKind.CROSS if i in cross else AttnKind.FULL
-                         for i in range(decoder.layers)]
+        decoder.kinds = [
+            AttnKind.CROSS if i in cross else AttnKind.FULL for i in range(decoder.layers)
+        ]
         decoder.vocab = decoder.vocab + 8  # MllamaTextModel embeds vocab_size + 8 tokens
     qcfg = text.get("quantization_config") or top.get("quantization_config")
     quant = parse_quantization(qcfg, quantization)
-    dtype_raw = text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get(
-        "dtype")
+    dtype_raw = (
+        text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+    )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
     return replace(shape, model_type=model_type if model_type not in _WRAPPERS else family_type)

@@ -146,8 +146,12 @@ def parse_quantization(
                 kv_cache_fp8=kv,
             )
         return Quantization(
-            method="fp8", weight_bits=8, group_size=-1, excluded=_excluded(cfg),
-            float_format=True, kv_cache_fp8=kv,
+            method="fp8",
+            weight_bits=8,
+            group_size=-1,
+            excluded=_excluded(cfg),
+            float_format=True,
+            kv_cache_fp8=kv,
         )
     if base in ("gptq", "awq"):
         bits = int(cfg.get("bits", cfg.get("w_bit", 4)))
@@ -165,7 +169,11 @@ def parse_quantization(
         return _compressed_tensors(cfg)
     if base == "mxfp4":
         return Quantization(
-            method="mxfp4", weight_bits=4, group_size=32, scale_bytes=1, scope="experts",
+            method="mxfp4",
+            weight_bits=4,
+            group_size=32,
+            scale_bytes=1,
+            scope="experts",
             float_format=True,
         )
     if base == "bitsandbytes":
@@ -174,12 +182,19 @@ def parse_quantization(
         double = bool(cfg.get("bnb_4bit_use_double_quant", False))
         # absmax per 64-element block: fp32, or uint8 + fp32 per 256 blocks with double quant
         return Quantization(
-            method="bitsandbytes", weight_bits=4, group_size=64, scale_bytes=1 if double else 4,
+            method="bitsandbytes",
+            weight_bits=4,
+            group_size=64,
+            scale_bytes=1 if double else 4,
             excluded=_excluded(cfg),
         )
     if base == "modelopt_fp4":
         return Quantization(
-            method="modelopt_fp4", weight_bits=4, group_size=16, scale_bytes=1, float_format=True,
+            method="modelopt_fp4",
+            weight_bits=4,
+            group_size=16,
+            scale_bytes=1,
+            float_format=True,
             excluded=_excluded(cfg),
         )
     if base == "experts_int8":

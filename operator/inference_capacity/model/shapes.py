@@ -16,7 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-VOCAB_PADDING = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+#: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+VOCAB_PADDING = 64
 
 
 def cdiv(a: int, b: int) -> int:

@@ -62,10 +62,16 @@ def _ctx(c: Cohort, q: str, max_model_len: int) -> int:
     return min(max_model_len, c.prompt.at(q) + c.output.at(q))
 
 
-def size_max_num_seqs(workload: Workload, layout: KvLayout, num_blocks: int,
-                      max_model_len: int, safety_fraction: float, cap: int,
-                      weight_bytes: int = 0, hbm_bytes_per_s: float | None = None
-                      ) -> SeqSizing:
+def size_max_num_seqs(
+    workload: Workload,
+    layout: KvLayout,
+    num_blocks: int,
+    max_model_len: int,
+    safety_fraction: float,
+    cap: int,
+    weight_bytes: int = 0,
+    hbm_bytes_per_s: float | None = None,
+) -> SeqSizing:
     """The largest safe ``max-num-seqs`` for this workload on one replica."""
     if not workload.cohorts:
         raise ValueError("workload.cohorts: at least one cohort is needed to size max-num-seqs")
@@ -89,18 +95,22 @@ def size_max_num_seqs(workload: Workload, layout: KvLayout, num_blocks: int,
     budget = usable * (1.0 - safety_fraction) - shared
     by_kv = int(budget // blocks) if blocks > 0 and budget > 0 else 0
     result, limited = by_kv, "kv"
-    msg = (f"{by_kv} sequences of {blocks:.1f} blocks ({tokens:,.0f} tokens at {q}) fit "
-           f"{usable:,} usable blocks less {safety_fraction:.0%} safety"
-           + (f" and {shared} shared-prefix blocks" if shared else ""))
+    msg = (
+        f"{by_kv} sequences of {blocks:.1f} blocks ({tokens:,.0f} tokens at {q}) fit "
+        f"{usable:,} usable blocks less {safety_fraction:.0%} safety"
+        + (f" and {shared} shared-prefix blocks" if shared else "")
+    )
     if workload.itl_target_ms and hbm_bytes_per_s:
         step_budget = workload.itl_target_ms / 1000.0 * hbm_bytes_per_s - weight_bytes
         per_seq = tokens * layout.bytes_per_token
         by_itl = int(step_budget // per_seq) if per_seq > 0 and step_budget > 0 else 0
         if by_itl < result:
             result, limited = by_itl, "itl"
-            msg += (f"; an ITL of {workload.itl_target_ms} ms allows {by_itl} "
-                    f"(decode reads {weight_bytes / 2**30:.2f} GiB of weights + "
-                    f"{per_seq / 2**20:.1f} MiB of KV per sequence per step)")
+            msg += (
+                f"; an ITL of {workload.itl_target_ms} ms allows {by_itl} "
+                f"(decode reads {weight_bytes / 2**30:.2f} GiB of weights + "
+                f"{per_seq / 2**20:.1f} MiB of KV per sequence per step)"
+            )
     if result > cap:
         result, limited = cap, "cap"
         msg += f"; capped at {cap}"
