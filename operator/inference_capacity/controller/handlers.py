@@ -1,0 +1,117 @@
+"""Kopf handlers. Importing this module registers them (``kopf run -m
+inference_capacity.controller.handlers`` or ``inference-capacity run``).
+
+- create / update / resume of an InferenceCapacity, and a refresh timer: reconcile it;
+- events of Deployments that an InferenceCapacity targets (drift, new image, replicas edited by
+  hand): reconcile the InferenceCapacities that target them;
+- delete: nothing to undo on the Deployment (it keeps running as it is); the PDB goes away with
+  its owner reference; the per-resource metrics are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from ..api.models import GROUP, VERSION
+from . import k8s, metrics
+from .reconcile import Outcome, reconcile
+
+PLURAL = k8s.PLURAL
+REFRESH_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_REFRESH_SECONDS", "60"))
+RETRY_DELAY = float(os.environ.get("INFERENCE_CAPACITY_RETRY_SECONDS", "5"))
+log = logging.getLogger("inference_capacity.handlers")
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    prefix = "capacity.inference.dev"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=prefix, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{prefix}/finalizer"
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = int(os.environ.get("INFERENCE_CAPACITY_WATCH_TIMEOUT",
+                                                          "300"))
+    settings.watching.reconnect_backoff = 1.0
+    settings.networking.error_backoffs = [0.5, 1, 2, 5]
+    settings.execution.max_workers = int(os.environ.get("INFERENCE_CAPACITY_WORKERS", "8"))
+
+
+def _emitter(body: Mapping[str, Any]) -> Any:
+    def emit(type_: str, reason: str, message: str) -> None:
+        kopf.event(dict(body), type=type_, reason=reason, message=message[:1000])
+    return emit
+
+
+def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    old = body.get("status") or {}
+    return any(old.get(k) != v for k, v in new.items())
+
+
+def run_reconcile(body: Mapping[str, Any]) -> Outcome:
+    """Reconcile and write the status; transient API errors become Kopf retries."""
+    meta = body["metadata"]
+    try:
+        out = reconcile(body, _emitter(body))
+        if _status_changed(body, out.status):
+            k8s.patch_icap_status(meta["namespace"], meta["name"], out.status)
+    except kopf.PermanentError:
+        raise
+    except Exception as exc:
+        if k8s.transient(exc):
+            raise kopf.TemporaryError(f"transient API error, retrying: {exc}",
+                                      delay=RETRY_DELAY) from exc
+        raise
+    return out
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def icap_changed(body: kopf.Body, **_: Any) -> None:
+    out = run_reconcile(body)
+    if out.requeue:
+        raise kopf.TemporaryError("the target is mid-rollout; will apply after it settles",
+                                  delay=RETRY_DELAY)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
+def icap_refresh(body: kopf.Body, **_: Any) -> None:
+    run_reconcile(body)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def icap_deleted(namespace: str, name: str, **_: Any) -> None:
+    metrics.forget(namespace, name)
+    log.info("InferenceCapacity %s/%s deleted; its Deployment keeps running as it is", namespace,
+             name)
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def icap_targets(namespace: str, name: str, spec: kopf.Spec,
+                 **_: Any) -> dict[tuple[str, str], str]:
+    target = (spec.get("targetRef") or {}).get("name")
+    return {(namespace, str(target)): name} if target else {}
+
+
+@kopf.on.event("apps", "v1", "deployments")
+def deployment_event(event: kopf.RawEvent, namespace: str, name: str,
+                     icap_targets: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        names = list(icap_targets.get((namespace, name), []))
+    else:
+        names = list(icap_targets.get((namespace, name), []))
+    for icap_name in names:
+        body = k8s.get_icap(namespace, icap_name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        try:
+            run_reconcile(body)
+        except kopf.TemporaryError as exc:
+            log.warning("reconcile of %s/%s after a Deployment event failed; the next event "
+                        "or the refresh timer retries: %s", namespace, icap_name, exc)

@@ -1,0 +1,167 @@
+"""Kubernetes I/O for the controller, through the official ``kubernetes`` client. Thin: reads
+return plain dicts, writes take plain dicts; no arithmetic here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from ..api.models import GROUP, VERSION
+
+PLURAL = "inferencecapacities"
+FIELD_MANAGER = "inference-capacity"
+log = logging.getLogger("inference_capacity.k8s")
+
+_lock = threading.Lock()
+_api: client.ApiClient | None = None
+
+
+def api_client() -> client.ApiClient:
+    """One shared client, configured from the cluster (in-cluster) or KUBECONFIG."""
+    global _api
+    with _lock:
+        if _api is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            _api = client.ApiClient()
+        return _api
+
+
+def reset_client() -> None:
+    global _api
+    with _lock:
+        _api = None
+
+
+def _dict(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = api_client().sanitize_for_serialization(obj)
+    return out
+
+
+def is_status(exc: BaseException, *codes: int) -> bool:
+    return isinstance(exc, ApiException) and exc.status in codes
+
+
+def transient(exc: BaseException) -> bool:
+    """Errors worth a retry: conflicts, throttling, server errors, connection trouble."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 409, 429, 500, 502, 503, 504)
+    return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("urllib3")
+
+
+def get_icap(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = obj
+    return result
+
+
+def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+        field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+
+
+def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = client.AppsV1Api(api_client()).read_namespaced_deployment(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _dict(obj)
+
+
+def patch_deployment(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    obj = client.AppsV1Api(api_client()).patch_namespaced_deployment(
+        name, namespace, patch, field_manager=FIELD_MANAGER,
+        _content_type="application/strategic-merge-patch+json")
+    return _dict(obj)
+
+
+def get_config_maps(namespace: str, names: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    api = client.CoreV1Api(api_client())
+    for n in names:
+        try:
+            cm = api.read_namespaced_config_map(n, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        out[n] = dict(cm.data or {})
+    return out
+
+
+def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """All Nodes and non-terminated Pods, or None when RBAC forbids it (namespace-scoped)."""
+    api = client.CoreV1Api(api_client())
+    try:
+        nodes = api.list_node()
+        pods = api.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    except ApiException as exc:
+        if exc.status in (401, 403, 404):
+            return None
+        raise
+    return [_dict(n) for n in nodes.items], [_dict(p) for p in pods.items]
+
+
+def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
+    """minReplicas of an HPA scaling this Deployment, if one exists."""
+    try:
+        hpas = client.AutoscalingV2Api(api_client()).list_namespaced_horizontal_pod_autoscaler(
+            namespace)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+    for h in hpas.items:
+        ref = h.spec.scale_target_ref
+        if ref.kind == "Deployment" and ref.name == deployment:
+            return int(h.spec.min_replicas or 1)
+    return None
+
+
+def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
+    """Create or patch the PodDisruptionBudget; returns 'created', 'patched' or 'unchanged'."""
+    api = client.PolicyV1Api(api_client())
+    name = body["metadata"]["name"]
+    try:
+        cur = _dict(api.read_namespaced_pod_disruption_budget(name, namespace))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        api.create_namespaced_pod_disruption_budget(namespace, body, field_manager=FIELD_MANAGER)
+        return "created"
+    if cur.get("spec", {}).get("minAvailable") == body["spec"]["minAvailable"] and \
+            cur.get("spec", {}).get("selector") == body["spec"]["selector"]:
+        return "unchanged"
+    api.patch_namespaced_pod_disruption_budget(
+        name, namespace, {"spec": body["spec"]}, field_manager=FIELD_MANAGER,
+        _content_type="application/merge-patch+json")
+    return "patched"
+
+
+def read_secret_key(namespace: str, name: str, key: str) -> str | None:
+    import base64
+
+    try:
+        s = client.CoreV1Api(api_client()).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+    raw = (s.data or {}).get(key)
+    return base64.b64decode(raw).decode() if raw else None

@@ -1,0 +1,353 @@
+"""One reconciliation of an InferenceCapacity: read the world, plan with the core, decide, write.
+
+Kubernetes I/O goes through :mod:`.k8s`; every number comes from the core (``resolve`` →
+``make_plan``); the safety rules come from :mod:`inference_capacity.decide`. A reconcile is
+idempotent: with nothing material changed it writes nothing but (unchanged) status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
+from ..decide import material_changes, rollout_in_progress, set_condition
+from ..engines.vllm_args import VllmArgsError
+from ..patching import ANNOTATION_APPLIED, build_change
+from ..planner import Plan, make_plan
+from ..report import ledger_json, recommendation_json, startup_json
+from ..resolve import ResolveError, resolve
+from ..sizing.gpus import spare_gpus
+from . import k8s, metrics
+
+log = logging.getLogger("inference_capacity.reconcile")
+Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+_last_event: dict[tuple[str, str], str] = {}
+
+#: spec flags that the operator never sets: a disagreement here makes the plan wrong for the pods
+_STRUCTURAL = ("spec.hardware.tensorParallel", "spec.hardware.pipelineParallel")
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    patched: bool = False
+    requeue: bool = False
+    reason: str = ""
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+class _Ctx:
+    def __init__(self, body: Mapping[str, Any], emit: Emit) -> None:
+        meta = body.get("metadata", {})
+        self.body = body
+        self.ns: str = meta.get("namespace", "default")
+        self.name: str = meta["name"]
+        self.uid: str = meta.get("uid", "")
+        self.gen: int | None = meta.get("generation")
+        self.now = now_iso()
+        old = body.get("status") or {}
+        self.conditions: list[dict[str, Any]] = [dict(c) for c in old.get("conditions", [])]
+        self.status: dict[str, Any] = {}
+        self.outcome = Outcome(self.status)
+        self._emit = emit
+
+    def cond(self, type_: str, status: str, reason: str, message: str) -> None:
+        self.conditions = set_condition(self.conditions, type_, status, reason, message,
+                                        self.gen, self.now)
+
+    def event(self, type_: str, reason: str, message: str, once: bool = True) -> None:
+        key = (self.uid or self.name, reason)
+        if once and _last_event.get(key) == message:
+            return
+        _last_event[key] = message
+        self.outcome.events.append((type_, reason, message))
+        try:
+            self._emit(type_, reason, message)
+        except Exception as exc:  # events are best effort; never fail a reconcile on them
+            log.warning("could not post event %s: %s", reason, exc)
+
+    def finish(self) -> Outcome:
+        self.status["conditions"] = self.conditions
+        self.status["observedGeneration"] = self.gen
+        return self.outcome
+
+
+def _refuse(ctx: _Ctx, reason: str, message: str, *, ready_reason: str | None = None) -> Outcome:
+    ctx.cond("Ready", "False", ready_reason or reason, message)
+    ctx.cond("Applied", "False", reason, message)
+    ctx.event("Warning", reason, message)
+    metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, reason).inc()
+    ctx.outcome.reason = reason
+    return ctx.finish()
+
+
+def _spare(inp_gpu: Any, gpus_per_replica: int, resource: str,
+           selector: Mapping[str, str] | None) -> tuple[int | None, str]:
+    listed = k8s.list_nodes_and_pods()
+    if listed is None:
+        return None, "spare GPUs unknown (Nodes not readable)"
+    nodes, pods = listed
+    if selector:
+        nodes = [n for n in nodes if all(
+            (n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items())]
+    return spare_gpus(nodes, pods, resource, inp_gpu, gpus_per_replica)
+
+
+def _pdb_body(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": ctx.name,
+            "namespace": ctx.ns,
+            "labels": {"app.kubernetes.io/managed-by": "inference-capacity"},
+            "ownerReferences": [{
+                "apiVersion": API_VERSION, "kind": KIND, "name": ctx.name, "uid": ctx.uid,
+                "controller": True, "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": {"minAvailable": min_available,
+                 "selector": dep.get("spec", {}).get("selector", {})},
+    }
+
+
+def reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
+    """Reconcile one InferenceCapacity (serialised per object)."""
+    meta = body.get("metadata", {})
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    with _lock_for(key), metrics.RECONCILE_SECONDS.time():
+        metrics.RECONCILES.labels(meta.get("namespace", ""), meta.get("name", "")).inc()
+        return _reconcile(body, emit)
+
+
+def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
+    ctx = _Ctx(body, emit)
+    try:
+        icap = InferenceCapacity.from_manifest(dict(body), ignore_status=True)
+    except ManifestError as exc:
+        return _refuse(ctx, "InvalidSpec", str(exc))
+    spec = icap.spec
+    target = spec.target_ref.name
+    dep = k8s.get_deployment(ctx.ns, target)
+    if dep is None:
+        return _refuse(ctx, "TargetNotFound",
+                       f"spec.targetRef.name: Deployment {ctx.ns}/{target} not found")
+    cms = {}
+    if spec.model.config_map_ref is not None:
+        cms = k8s.get_config_maps(ctx.ns, [spec.model.config_map_ref.name])
+    hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
+    try:
+        resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min)
+        inp = resolved.plan_input
+        spare, spare_msg = (None, "strategy not managed")
+        if spec.rollout.manage_strategy:
+            spare, spare_msg = _spare(inp.gpu, inp.tp * inp.pp, spec.hardware.gpu_resource_name,
+                                      spec.rollout.spare_gpu_node_selector)
+        inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
+        plan = make_plan(inp)
+    except VllmArgsError as exc:
+        return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
+    except ResolveError as exc:
+        return _refuse(ctx, exc.reason, str(exc))
+    except ValueError as exc:
+        return _refuse(ctx, "InvalidInput", str(exc))
+    _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
+    rec = plan.recommendation
+    ro = rec.rollout
+    metrics.publish_plan(ctx.ns, ctx.name, plan)
+    if plan.fits:
+        ctx.cond("Fits", "True", "Fits", plan.message)
+    else:
+        ctx.cond("Fits", "False", plan.reason, plan.message)
+    ctx.cond("RolloutSafe", "True" if ro.safe else "False", ro.reason,
+             f"{ro.message}; {spare_msg}")
+    version_note = ""
+    if resolved.engine_version_source == "default":
+        version_note = (f"; engine version assumed {resolved.engine_version} (no "
+                        "spec.engine.version and no version in the image tag)")
+    flags = rec.flags(max_model_len=spec.policy.set_max_model_len,
+                      batched_tokens=spec.policy.set_max_num_batched_tokens,
+                      kv_cache_dtype=spec.policy.set_kv_cache_dtype,
+                      kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+    running = resolved.running_flags
+    # TP/PP given in the spec and absent from the command line: the operator sets them too,
+    # when the container has the GPUs for them (it never changes resources itself)
+    for flag, value, spec_value in (
+            ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
+            ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel)):
+        if spec_value is not None and flag not in running and value > 1:
+            flags[flag] = str(value)
+    gpus = _container_gpus(dep, resolved.container_index or 0, spec.hardware.gpu_resource_name)
+    if gpus is not None and gpus < inp.tp * inp.pp:
+        return _refuse(ctx, "InsufficientGpusPerPod",
+                       f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp} needs "
+                       f"{inp.tp * inp.pp} {spec.hardware.gpu_resource_name} per pod; the "
+                       f"container asks for {gpus}")
+    changes = material_changes(running, flags, spec.policy.hysteresis_percent)
+    replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
+    strategy = ({"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
+                if spec.rollout.manage_strategy and ro.safe else None)
+    if not plan.fits:
+        return _refuse(ctx, "NotFits", f"{plan.reason}: {plan.message}",
+                       ready_reason=plan.reason)
+    conflicts = [c for c in resolved.conflicts]
+    blocking = [c for c in conflicts if c.startswith(_STRUCTURAL) or not (
+        (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
+        or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype))]
+    if blocking:
+        return _refuse(ctx, "SpecConflict", "; ".join(blocking))
+    if spec.rollout.manage_pod_disruption_budget:
+        _pdb(ctx, dep, ro.pdb_min_available)
+    dep_spec = dep.get("spec", {})
+    rep_change = replicas is not None and dep_spec.get("replicas") != replicas
+    cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
+    strat_change = strategy is not None and (
+        _norm_strategy(cur_strategy) != strategy
+        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate")
+    if not changes and not rep_change and not strat_change:
+        ctx.cond("Applied", "True", "UpToDate",
+                 "the Deployment already runs the recommended flags"
+                 + (" (within hysteresis)" if any(running.get(k) != v for k, v in flags.items())
+                    else ""))
+        ctx.cond("Ready", "True", "Ready", plan.message + version_note)
+        return ctx.finish()
+    want = ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
+    if rep_change:
+        want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
+    if strat_change:
+        want += f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/" \
+                f"{ro.max_unavailable}"
+    if spec.mode == "Recommend":
+        msg = f"mode Recommend: would set {want}"
+        ctx.cond("Applied", "False", "RecommendOnly", msg)
+        ctx.cond("Ready", "True", "Ready", plan.message + version_note)
+        ctx.event("Normal", "Recommendation", msg)
+        return ctx.finish()
+    if not ro.safe:
+        return _refuse(ctx, "NoSafeRollout", f"not applying ({want}): {ro.message}",
+                       ready_reason="NoSafeRollout")
+    busy = rollout_in_progress(dep)
+    if busy:
+        ctx.cond("Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}")
+        ctx.cond("Ready", "False", "RolloutInProgress", busy)
+        ctx.outcome.requeue = True
+        return ctx.finish()
+    _apply(ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want)
+    ctx.cond("Ready", "True", "Ready", plan.message + version_note)
+    return ctx.finish()
+
+
+def _container_gpus(dep: Mapping[str, Any], index: int, resource: str) -> int | None:
+    containers = dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    if index >= len(containers):
+        return None
+    res = containers[index].get("resources") or {}
+    value = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _norm_strategy(cur: Any) -> dict[str, Any] | None:
+    if not isinstance(cur, Mapping):
+        return None
+    out = {}
+    for k in ("maxSurge", "maxUnavailable"):
+        v = cur.get(k)
+        try:
+            out[k] = int(v) if v is not None else v
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def _apply(ctx: _Ctx, dep: Mapping[str, Any], index: int, flags: Mapping[str, str],
+           running: Mapping[str, str], replicas: int | None,
+           strategy: Mapping[str, Any] | None, want: str) -> None:
+    """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
+    it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
+    then the Deployment is read again and the patch recomputed."""
+    target = dep["metadata"]["name"]
+    for attempt in range(4):
+        change = build_change(dep, index, flags, running, replicas, strategy,
+                              owner=f"{ctx.ns}/{ctx.name}")
+        if change.empty:
+            ctx.cond("Applied", "True", "UpToDate", "nothing to change")
+            return
+        patch = json.loads(json.dumps(change.patch))
+        patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
+        try:
+            k8s.patch_deployment(ctx.ns, target, patch)
+        except Exception as exc:
+            if k8s.is_status(exc, 409) and attempt < 3:
+                log.info("conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target,
+                         attempt + 1)
+                fresh = k8s.get_deployment(ctx.ns, target)
+                if fresh is None:
+                    raise
+                dep = fresh
+                containers = dep["spec"]["template"]["spec"]["containers"]
+                from ..engines.vllm_args import read_flags
+
+                running = read_flags(containers[index])
+                continue
+            raise
+        metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
+        msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
+        ctx.cond("Applied", "True", "Applied", msg)
+        ctx.status["applied"] = {"flags": dict(flags), "replicas": replicas, "at": ctx.now,
+                                 "hash": change.applied_hash}
+        ctx.outcome.patched = True
+        ctx.event("Normal", "Applied", msg, once=False)
+        return
+    raise RuntimeError("unreachable")
+
+
+def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
+    what = k8s.upsert_pdb(ctx.ns, _pdb_body(ctx, dep, min_available))
+    if what != "unchanged":
+        ctx.event("Normal", f"PodDisruptionBudget{what.capitalize()}",
+                  f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
+                  once=False)
+
+
+def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str,
+                 plan: Plan) -> None:
+    s = ctx.status
+    s["engineVersion"] = version
+    s["engineVersionSource"] = source
+    s["summary"] = {"model": plan.input.model.name, "gpu": plan.input.gpu.name,
+                    "tensorParallel": plan.input.tp, "pipelineParallel": plan.input.pp}
+    s["ledger"] = ledger_json(plan)
+    s["vllmStartup"] = startup_json(plan)
+    s["recommendation"] = recommendation_json(plan)
+
+
+def applied_annotation(dep: Mapping[str, Any]) -> dict[str, Any] | None:
+    raw = (dep.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_APPLIED)
+    if not raw:
+        return None
+    try:
+        value: dict[str, Any] = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return value

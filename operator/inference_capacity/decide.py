@@ -1,0 +1,82 @@
+"""Safety decisions before the operator writes a Deployment (pure).
+
+- never while a rollout of the target is in progress;
+- only on a material change: a numeric flag moves by more than the hysteresis, or a text flag
+  changes (so the operator does not cause a rollout storm by chasing small differences);
+- conditions keep their lastTransitionTime while their status does not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
+    """Why the Deployment is mid-rollout, or None when it is settled."""
+    meta = deployment.get("metadata", {})
+    spec = deployment.get("spec", {})
+    st = deployment.get("status", {}) or {}
+    gen = meta.get("generation")
+    observed = st.get("observedGeneration")
+    if gen is not None and (observed is None or observed < gen):
+        return f"the Deployment controller has not observed generation {gen} yet"
+    want = spec.get("replicas", 1)
+    updated = st.get("updatedReplicas", 0) or 0
+    total = st.get("replicas", 0) or 0
+    if want and updated < want:
+        return f"rollout in progress: {updated}/{want} replicas updated"
+    if total > want:
+        return f"rollout in progress: {total} replicas running for {want} wanted (old pods)"
+    return None
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def material_changes(current: Mapping[str, str], desired: Mapping[str, str],
+                     hysteresis_percent: float) -> dict[str, tuple[str | None, str]]:
+    """The flags whose change is material: absent, a text change, or a numeric move beyond the
+    hysteresis (relative to the current value)."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for flag, want in desired.items():
+        have = current.get(flag)
+        if have is None:
+            out[flag] = (None, want)
+            continue
+        a, b = _number(have), _number(want)
+        if a is not None and b is not None:
+            if a == b:
+                continue
+            if a != 0 and abs(b - a) / abs(a) * 100.0 <= hysteresis_percent:
+                continue
+            out[flag] = (have, want)
+        elif have != want:
+            out[flag] = (have, want)
+    return out
+
+
+def set_condition(conditions: Sequence[Mapping[str, Any]], type_: str, status: str, reason: str,
+                  message: str, generation: int | None, now: str) -> list[dict[str, Any]]:
+    """Conditions with ``type_`` set; lastTransitionTime moves only when the status changes."""
+    out: list[dict[str, Any]] = []
+    found = False
+    for c in conditions:
+        if c.get("type") != type_:
+            out.append(dict(c))
+            continue
+        found = True
+        ltt = c.get("lastTransitionTime") if c.get("status") == status else now
+        out.append({"type": type_, "status": status, "reason": reason,
+                    "message": message[:32000], "lastTransitionTime": ltt or now,
+                    "observedGeneration": generation})
+    if not found:
+        out.append({"type": type_, "status": status, "reason": reason, "message": message[:32000],
+                    "lastTransitionTime": now, "observedGeneration": generation})
+    return out
