@@ -1,0 +1,184 @@
+"""Run the real operator (``inference-capacity run``, i.e. Kopf) as a subprocess against the
+test API server, and helpers to wait for what it does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kubeapi.fixtures import KubeAPI, wait_for
+from tests.kubeapi.server import KubeAPIServer
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD = ROOT / "crds" / "inferencecapacities.capacity.inference.dev.yaml"
+
+
+class Operator:
+    """``inference-capacity run --standalone`` in a subprocess, logs to a file."""
+
+    def __init__(self, api: KubeAPI, log_path: Path, refresh: float = 2.0,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.api = api
+        self.log_path = log_path
+        self.refresh = refresh
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        env = dict(self.api.env)
+        env.update({
+            "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
+            "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
+            "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(self.extra_env)
+        exe = Path(sys.executable).parent / "inference-capacity"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "inference_capacity.cli"]
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [*cmd, "run", "--standalone", "--metrics-port", "0", "--liveness", ""],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def kill(self) -> None:
+        """Crash it (SIGKILL): no graceful shutdown."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def assert_alive(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, self.log()[-3000:]
+
+
+def load_example(name: str, namespace: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples" / name).read_text()) if d]
+    for d in docs:
+        d["metadata"]["namespace"] = namespace
+    return docs
+
+
+class Cluster:
+    """One API server and one operator shared by a test module; each test uses a namespace."""
+
+    def __init__(self, api: KubeAPI, operator: Operator) -> None:
+        self.api = api
+        self.operator = operator
+        self._n = 0
+
+    def namespace(self, prefix: str = "t") -> str:
+        self._n += 1
+        ns = f"{prefix}-{self._n}"
+        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        return ns
+
+    def deployment(self, ns: str, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.api.get_json("deployment", name, "-n", ns)
+        return out
+
+    def icap(self, ns: str, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.api.get_json("inferencecapacity", name, "-n", ns)
+        return out
+
+    def container(self, ns: str, name: str) -> dict[str, Any]:
+        c: dict[str, Any] = self.deployment(ns, name)["spec"]["template"]["spec"]["containers"][0]
+        return c
+
+    def condition(self, ns: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in (self.icap(ns, name).get("status") or {}).get("conditions", []):
+            if c["type"] == type_:
+                return dict(c)
+        return None
+
+    def wait_condition(self, ns: str, name: str, type_: str, status: str,
+                       reason: str | None = None, timeout: float = 20) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            c = self.condition(ns, name, type_)
+            if c and c["status"] == status and (reason is None or c["reason"] == reason):
+                return c
+            return None
+        try:
+            out: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.2,
+                                           message=f"{type_}={status} ({reason}) on {ns}/{name}")
+        except AssertionError:
+            st = (self.icap(ns, name).get("status") or {}).get("conditions")
+            raise AssertionError(f"{type_}={status}/{reason} not reached; conditions: {st}\n"
+                                 f"operator log tail:\n{self.operator.log()[-2500:]}") from None
+        return out
+
+    def wait_args(self, ns: str, name: str, predicate: Callable[[list[str]], bool],
+                  timeout: float = 20) -> list[str]:
+        def check() -> list[str] | None:
+            c = self.container(ns, name)
+            args = [*(c.get("command") or []), *(c.get("args") or [])]
+            return args if predicate(args) else None
+        try:
+            out: list[str] = wait_for(check, timeout=timeout, interval=0.2,
+                                      message=f"args of {ns}/{name}")
+        except AssertionError:
+            raise AssertionError(f"args not as expected: {self.container(ns, name)}\n"
+                                 f"{self.operator.log()[-2500:]}") from None
+        return out
+
+    def events(self, ns: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.api.get_json("events", "-n", ns)["items"]
+        return items
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Module-wide: API server, CRDs applied with kubectl, operator running."""
+    work = tmp_path_factory.mktemp("cluster")
+    server = KubeAPIServer(bookmark_interval=30.0)
+    server.start()
+    api = KubeAPI(server, work)
+    api.kubectl("apply", "-f", str(CRD))
+    wait_for(lambda: api.kubectl("get", "icap", "-A", check=False).returncode == 0,
+             timeout=10, message="CRD served")
+    op = Operator(api, work / "operator.log").start()
+    try:
+        yield Cluster(api, op)
+    finally:
+        op.stop()
+        server.stop()
+
+
+def poll(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+__all__ = ["Cluster", "Operator", "cluster", "flag_value", "load_example", "poll", "os"]
