@@ -25,8 +25,13 @@ CRD = ROOT / "crds" / "inferencecapacities.capacity.inference.dev.yaml"
 class Operator:
     """``inference-capacity run --standalone`` in a subprocess, logs to a file."""
 
-    def __init__(self, api: KubeAPI, log_path: Path, refresh: float = 2.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        api: KubeAPI,
+        log_path: Path,
+        refresh: float = 2.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.api = api
         self.log_path = log_path
         self.refresh = refresh
@@ -35,19 +40,25 @@ class Operator:
 
     def start(self) -> Operator:
         env = dict(self.api.env)
-        env.update({
-            "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
-            "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
-            "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
+                "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
+                "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.extra_env)
         exe = Path(sys.executable).parent / "inference-capacity"
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "inference_capacity.cli"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [*cmd, "run", "--standalone", "--metrics-port", "0", "--liveness", ""],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         return self
 
     def stop(self) -> None:
@@ -115,34 +126,52 @@ class Cluster:
                 return dict(c)
         return None
 
-    def wait_condition(self, ns: str, name: str, type_: str, status: str,
-                       reason: str | None = None, timeout: float = 20) -> dict[str, Any]:
+    def wait_condition(
+        self,
+        ns: str,
+        name: str,
+        type_: str,
+        status: str,
+        reason: str | None = None,
+        timeout: float = 20,
+    ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             c = self.condition(ns, name, type_)
             if c and c["status"] == status and (reason is None or c["reason"] == reason):
                 return c
             return None
+
         try:
-            out: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.2,
-                                           message=f"{type_}={status} ({reason}) on {ns}/{name}")
+            out: dict[str, Any] = wait_for(
+                check,
+                timeout=timeout,
+                interval=0.2,
+                message=f"{type_}={status} ({reason}) on {ns}/{name}",
+            )
         except AssertionError:
             st = (self.icap(ns, name).get("status") or {}).get("conditions")
-            raise AssertionError(f"{type_}={status}/{reason} not reached; conditions: {st}\n"
-                                 f"operator log tail:\n{self.operator.log()[-2500:]}") from None
+            raise AssertionError(
+                f"{type_}={status}/{reason} not reached; conditions: {st}\n"
+                f"operator log tail:\n{self.operator.log()[-2500:]}"
+            ) from None
         return out
 
-    def wait_args(self, ns: str, name: str, predicate: Callable[[list[str]], bool],
-                  timeout: float = 20) -> list[str]:
+    def wait_args(
+        self, ns: str, name: str, predicate: Callable[[list[str]], bool], timeout: float = 20
+    ) -> list[str]:
         def check() -> list[str] | None:
             c = self.container(ns, name)
             args = [*(c.get("command") or []), *(c.get("args") or [])]
             return args if predicate(args) else None
+
         try:
-            out: list[str] = wait_for(check, timeout=timeout, interval=0.2,
-                                      message=f"args of {ns}/{name}")
+            out: list[str] = wait_for(
+                check, timeout=timeout, interval=0.2, message=f"args of {ns}/{name}"
+            )
         except AssertionError:
-            raise AssertionError(f"args not as expected: {self.container(ns, name)}\n"
-                                 f"{self.operator.log()[-2500:]}") from None
+            raise AssertionError(
+                f"args not as expected: {self.container(ns, name)}\n{self.operator.log()[-2500:]}"
+            ) from None
         return out
 
     def events(self, ns: str) -> list[dict[str, Any]]:
@@ -167,8 +196,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     server.start()
     api = KubeAPI(server, work)
     api.kubectl("apply", "-f", str(CRD))
-    wait_for(lambda: api.kubectl("get", "icap", "-A", check=False).returncode == 0,
-             timeout=10, message="CRD served")
+    wait_for(
+        lambda: api.kubectl("get", "icap", "-A", check=False).returncode == 0,
+        timeout=10,
+        message="CRD served",
+    )
     op = Operator(api, work / "operator.log").start()
     try:
         yield Cluster(api, op)

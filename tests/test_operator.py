@@ -19,8 +19,9 @@ GMU = "--gpu-memory-utilization"
 SEQS = "--max-num-seqs"
 
 
-def apply_example(c: Cluster, ns: str, name: str = "llama-3.1-8b-h100.yaml",
-                  edit: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def apply_example(
+    c: Cluster, ns: str, name: str = "llama-3.1-8b-h100.yaml", edit: Any = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     icap, dep = load_example(name, ns)
     if edit:
         edit(icap, dep)
@@ -43,7 +44,9 @@ def test_example_gets_flags_rollout_and_printer_columns(cluster: Cluster) -> Non
     dep = c.deployment(ns, "llama-8b")
     assert dep["spec"]["replicas"] == rec["replicas"]
     assert dep["spec"]["strategy"]["rollingUpdate"] == {
-        "maxSurge": rec["maxSurge"], "maxUnavailable": rec["maxUnavailable"]}
+        "maxSurge": rec["maxSurge"],
+        "maxUnavailable": rec["maxUnavailable"],
+    }
     # status: ledger sums to the device; observedGeneration; provenance
     rank = st["ledger"]["ranks"][0]
     assert sum(i["bytes"] for i in rank["items"]) == st["ledger"]["deviceBytes"]
@@ -68,24 +71,60 @@ def test_material_edits_change_flags_and_noop_edits_do_not(cluster: Cluster) -> 
     args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
     seqs0 = int(flag_value(args, SEQS) or 0)
     # fp8 KV: half the bytes per token, so about twice the sequences, and the flag is set
-    c.api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p", json.dumps(
-        {"spec": {"model": {"kvCacheDtype": "fp8"}, "policy": {"setKvCacheDtype": True}}}))
+    c.api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {"spec": {"model": {"kvCacheDtype": "fp8"}, "policy": {"setKvCacheDtype": True}}}
+        ),
+    )
     args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--kv-cache-dtype") == "fp8")
     seqs1 = int(flag_value(args, SEQS) or 0)
     assert seqs1 > 1.8 * seqs0
     # a bigger context: max-model-len follows (setMaxModelLen is on in the example)
-    c.api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                  json.dumps({"spec": {"workload": {"maxModelLen": 65536}}}))
+    c.api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"workload": {"maxModelLen": 65536}}}),
+    )
     c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--max-model-len") == "65536")
-    wait_for(lambda: c.condition(ns, "llama-8b", "Applied") and
-             c.condition(ns, "llama-8b", "Applied")["status"] == "True", timeout=20)  # type: ignore[index]
+    wait_for(
+        lambda: (
+            c.condition(ns, "llama-8b", "Applied")
+            and c.condition(ns, "llama-8b", "Applied")["status"] == "True"
+        ),
+        timeout=20,
+    )  # type: ignore[index]
     # a non-material edit (maxReplicas 8 -> 9: the plan does not change): nothing patched
     gen = c.deployment(ns, "llama-8b")["metadata"]["generation"]
     rv = c.deployment(ns, "llama-8b")["metadata"]["resourceVersion"]
-    c.api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                  json.dumps({"spec": {"rollout": {"maxReplicas": 9}}}))
-    wait_for(lambda: c.icap(ns, "llama-8b")["status"]["observedGeneration"]
-             == c.icap(ns, "llama-8b")["metadata"]["generation"], timeout=20)
+    c.api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"rollout": {"maxReplicas": 9}}}),
+    )
+    wait_for(
+        lambda: (
+            c.icap(ns, "llama-8b")["status"]["observedGeneration"]
+            == c.icap(ns, "llama-8b")["metadata"]["generation"]
+        ),
+        timeout=20,
+    )
     poll(2 * c.operator.refresh)
     dep = c.deployment(ns, "llama-8b")
     assert dep["metadata"]["generation"] == gen
@@ -97,14 +136,40 @@ def test_more_tp_sets_the_flag_when_the_pod_has_the_gpus(cluster: Cluster) -> No
     ns = c.namespace("tp")
     apply_example(c, ns)
     c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
-    c.api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                  json.dumps({"spec": {"hardware": {"tensorParallel": 2}}}))
+    c.api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"hardware": {"tensorParallel": 2}}}),
+    )
     c.wait_condition(ns, "llama-8b", "Applied", "False", "InsufficientGpusPerPod")
-    c.api.kubectl("patch", "deployment", "llama-8b", "-n", ns, "--type=strategic", "-p",
-                  json.dumps({"spec": {"template": {"spec": {"containers": [
-                      {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}}))
-    args = c.wait_args(ns, "llama-8b",
-                       lambda a: flag_value(a, "--tensor-parallel-size") == "2")
+    c.api.kubectl(
+        "patch",
+        "deployment",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=strategic",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+                            ]
+                        }
+                    }
+                }
+            }
+        ),
+    )
+    args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--tensor-parallel-size") == "2")
     assert c.icap(ns, "llama-8b")["status"]["summary"]["tensorParallel"] == 2
     assert GMU in args
 
@@ -117,11 +182,26 @@ def test_hand_edit_is_put_back_in_enforce_mode(cluster: Cluster) -> None:
     want = flag_value(args, SEQS)
     dep = c.deployment(ns, "llama-8b")
     cont = copy.deepcopy(dep["spec"]["template"]["spec"]["containers"][0])
-    cont["args"] = [("999" if (i > 0 and cont["args"][i - 1] == SEQS) else a)
-                    for i, a in enumerate(cont["args"])]
-    c.api.kubectl("patch", "deployment", "llama-8b", "-n", ns, "--type=strategic", "-p",
-                  json.dumps({"spec": {"template": {"spec": {"containers": [
-                      {"name": "vllm", "args": cont["args"]}]}}}}))
+    cont["args"] = [
+        ("999" if (i > 0 and cont["args"][i - 1] == SEQS) else a)
+        for i, a in enumerate(cont["args"])
+    ]
+    c.api.kubectl(
+        "patch",
+        "deployment",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=strategic",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "template": {"spec": {"containers": [{"name": "vllm", "args": cont["args"]}]}}
+                }
+            }
+        ),
+    )
     c.wait_args(ns, "llama-8b", lambda a: flag_value(a, SEQS) == want)
 
 
@@ -142,9 +222,12 @@ def test_recommend_mode_reports_and_never_writes(cluster: Cluster) -> None:
     assert "Recommendation" in {e["reason"] for e in c.events(ns)}
 
 
-@pytest.mark.parametrize("example,expect", [
-    ("llama-3.1-70b-fp8-tp4.yaml", lambda a: "--gpu-memory-utilization" in " ".join(a)),
-])
+@pytest.mark.parametrize(
+    "example,expect",
+    [
+        ("llama-3.1-70b-fp8-tp4.yaml", lambda a: "--gpu-memory-utilization" in " ".join(a)),
+    ],
+)
 def test_args_only_form_with_equals(cluster: Cluster, example: str, expect: Any) -> None:
     c = cluster
     ns = c.namespace("eq")
@@ -167,8 +250,13 @@ def test_shell_form_is_rewritten_inside_the_string(cluster: Cluster) -> None:
     assert args[2].startswith("exec vllm serve deepseek-ai/DeepSeek-V2-Lite --trust-remote-code")
 
 
-def _refusal(c: Cluster, edit: Any, reason: str, example: str = "llama-3.1-8b-h100.yaml",
-             name: str = "llama-8b") -> dict[str, Any]:
+def _refusal(
+    c: Cluster,
+    edit: Any,
+    reason: str,
+    example: str = "llama-3.1-8b-h100.yaml",
+    name: str = "llama-8b",
+) -> dict[str, Any]:
     ns = c.namespace("refuse")
     apply_example(c, ns, example, edit=edit)
     cond = c.wait_condition(ns, name, "Applied", "False", reason)
@@ -181,6 +269,7 @@ def _refusal(c: Cluster, edit: Any, reason: str, example: str = "llama-3.1-8b-h1
 def test_refuses_a_model_that_does_not_fit(cluster: Cluster) -> None:
     def big(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["model"]["name"] = "meta-llama/Llama-3.1-70B-Instruct"
+
     cond = _refusal(cluster, big, "NotFits")
     assert "No available memory for the cache blocks" in cond["message"]
 
@@ -189,6 +278,7 @@ def test_refuses_max_model_len_larger_than_kv(cluster: Cluster) -> None:
     def long_ctx(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["hardware"]["gpu"] = "L4"
         icap["spec"]["workload"]["maxModelLen"] = 131072
+
     cond = _refusal(cluster, long_ctx, "NotFits")
     assert "max seq len (131072)" in cond["message"]
 
@@ -196,6 +286,7 @@ def test_refuses_max_model_len_larger_than_kv(cluster: Cluster) -> None:
 def test_refuses_an_unknown_model(cluster: Cluster) -> None:
     def unknown(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["model"]["name"] = "acme/not-a-model"
+
     cond = _refusal(cluster, unknown, "UnknownModel")
     assert "spec.model" in cond["message"] and "acme/not-a-model" in cond["message"]
 
@@ -213,7 +304,11 @@ def test_refuses_a_target_without_vllm(cluster: Cluster) -> None:
     def no_vllm(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["targetRef"].pop("container")
         dep["spec"]["template"]["spec"]["containers"][0] = {
-            "name": "web", "image": "nginx:1.27", "args": ["--port", "80"]}
+            "name": "web",
+            "image": "nginx:1.27",
+            "args": ["--port", "80"],
+        }
+
     cond = _refusal(cluster, no_vllm, "NoVllmContainer")
     assert "spec.targetRef.container" in cond["message"]
 
@@ -221,11 +316,15 @@ def test_refuses_a_target_without_vllm(cluster: Cluster) -> None:
 def test_refuses_when_no_safe_rollout_exists(cluster: Cluster) -> None:
     def no_headroom(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["headroom"]["recoveryReplicas"] = 0
+
     cond = _refusal(cluster, no_headroom, "NoSafeRollout")
     assert "deadlock or drop below peak" in cond["message"]
     c = cluster
-    ns = [n for n in [f"refuse-{i}" for i in range(1, 50)]
-          if c.api.kubectl("get", "icap", "llama-8b", "-n", n, check=False).returncode == 0][-1]
+    ns = [
+        n
+        for n in [f"refuse-{i}" for i in range(1, 50)]
+        if c.api.kubectl("get", "icap", "llama-8b", "-n", n, check=False).returncode == 0
+    ][-1]
     rs = c.condition(ns, "llama-8b", "RolloutSafe")
     assert rs is not None and rs["status"] == "False"
 
@@ -253,11 +352,16 @@ def test_deleting_leaves_the_deployment_and_removes_the_pdb(cluster: Cluster) ->
     ns = c.namespace("del")
     apply_example(c, ns)
     args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
-    wait_for(lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False)
-             .returncode == 0, timeout=20)
+    wait_for(
+        lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False).returncode == 0,
+        timeout=20,
+    )
     c.api.kubectl("delete", "icap", "llama-8b", "-n", ns, "--wait=true", "--timeout=20s")
-    wait_for(lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False)
-             .returncode != 0, timeout=20, message="PDB garbage-collected")
+    wait_for(
+        lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False).returncode != 0,
+        timeout=20,
+        message="PDB garbage-collected",
+    )
     c2 = c.container(ns, "llama-8b")
     assert [*(c2.get("command") or []), *c2["args"]] == args
 
@@ -275,14 +379,18 @@ def test_operator_restart_causes_no_new_patch(cluster: Cluster) -> None:
     c.operator.assert_alive()
     after = c.deployment(ns, "llama-8b")["metadata"]
     assert after["generation"] == before["generation"]
-    assert after["annotations"]["capacity.inference.dev/applied"] == \
-        before["annotations"]["capacity.inference.dev/applied"]
+    assert (
+        after["annotations"]["capacity.inference.dev/applied"]
+        == before["annotations"]["capacity.inference.dev/applied"]
+    )
 
 
 def test_example_manifests_apply_cleanly(cluster: Cluster) -> None:
     ns = cluster.namespace("yaml")
-    for name in ("llama-3.1-8b-h100.yaml", "llama-3.1-70b-fp8-tp4.yaml",
-                 "deepseek-v2-lite-mla.yaml"):
+    for name in (
+        "llama-3.1-8b-h100.yaml",
+        "llama-3.1-70b-fp8-tp4.yaml",
+        "deepseek-v2-lite-mla.yaml",
+    ):
         docs = load_example(name, ns)
-        cluster.api.kubectl("apply", "--dry-run=server", "-f", "-",
-                            input=yaml.safe_dump_all(docs))
+        cluster.api.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs))

@@ -29,8 +29,12 @@ def create(c: Cluster, icap: dict[str, Any] | None, dep: dict[str, Any] | None) 
             client.AppsV1Api(api).create_namespaced_deployment(dep["metadata"]["namespace"], dep)
         if icap is not None:
             client.CustomObjectsApi(api).create_namespaced_custom_object(
-                "capacity.inference.dev", "v1alpha1", icap["metadata"]["namespace"],
-                "inferencecapacities", icap)
+                "capacity.inference.dev",
+                "v1alpha1",
+                icap["metadata"]["namespace"],
+                "inferencecapacities",
+                icap,
+            )
     finally:
         api.close()
 
@@ -50,9 +54,13 @@ def converge(c: Cluster, ns: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def comparable(spec: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     cont = spec["template"]["spec"]["containers"][0]
     return {
-        "args": cont["args"], "command": cont["command"], "replicas": spec["replicas"],
-        "strategy": spec["strategy"], "recommendation": status["recommendation"],
-        "ledger": status["ledger"], "vllmStartup": status["vllmStartup"],
+        "args": cont["args"],
+        "command": cont["command"],
+        "replicas": spec["replicas"],
+        "strategy": spec["strategy"],
+        "recommendation": status["recommendation"],
+        "ledger": status["ledger"],
+        "vllmStartup": status["vllmStartup"],
         "conditions": {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]},
     }
 
@@ -65,18 +73,21 @@ def baseline(cluster: Cluster) -> dict[str, Any]:
 
 FAULTS = {
     "409-on-deployment-patch": lambda f: f.fail(409, "PATCH", r"/deployments/llama-8b", times=2),
-    "429-on-deployment-get": lambda f: f.fail(429, "GET", r"/deployments/llama-8b\b(?!.*watch)",
-                                              times=2, retry_after=1),
-    "500-on-status-patch": lambda f: f.fail(500, "PATCH", r"/inferencecapacities/.*/status",
-                                            times=2),
+    "429-on-deployment-get": lambda f: f.fail(
+        429, "GET", r"/deployments/llama-8b\b(?!.*watch)", times=2, retry_after=1
+    ),
+    "500-on-status-patch": lambda f: f.fail(
+        500, "PATCH", r"/inferencecapacities/.*/status", times=2
+    ),
     "503-on-icap-get": lambda f: f.fail(503, "GET", r"/inferencecapacities/llama-8b", times=2),
     "slow-responses": lambda f: f.delay(0.8, "*", r"/namespaces/flt-", times=8),
 }
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_converges_to_the_same_result_under_faults(cluster: Cluster, baseline: dict[str, Any],
-                                                   fault: str) -> None:
+def test_converges_to_the_same_result_under_faults(
+    cluster: Cluster, baseline: dict[str, Any], fault: str
+) -> None:
     c = cluster
     ns = c.namespace("flt")
     rule = FAULTS[fault](c.api.faults)
@@ -89,8 +100,7 @@ def test_converges_to_the_same_result_under_faults(cluster: Cluster, baseline: d
         assert rule.hits >= 1, "the fault was never hit: the test would prove nothing"
 
 
-def test_dropped_watches_and_expired_versions(cluster: Cluster,
-                                              baseline: dict[str, Any]) -> None:
+def test_dropped_watches_and_expired_versions(cluster: Cluster, baseline: dict[str, Any]) -> None:
     c = cluster
     ns = c.namespace("watch")
     icap, dep = load_example("llama-3.1-8b-h100.yaml", ns)
@@ -102,10 +112,17 @@ def test_dropped_watches_and_expired_versions(cluster: Cluster,
     # and again while running: edits after a 410 relist still arrive
     c.api.faults.expire()
     c.api.faults.drop_watches()
-    c.api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                  json.dumps({"spec": {"workload": {"maxModelLen": 16384}}}))
-    c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--max-model-len") == "16384",
-                timeout=40)
+    c.api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"workload": {"maxModelLen": 16384}}}),
+    )
+    c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--max-model-len") == "16384", timeout=40)
     c.operator.assert_alive()
 
 
@@ -121,13 +138,31 @@ def test_a_concurrent_edit_is_never_overwritten_by_a_stale_patch(cluster: Cluste
     rule = c.api.faults.delay(2.0, "PATCH", rf"/namespaces/{ns}/deployments/llama-8b", times=1)
     create(c, icap, None)
     wait_for(lambda: rule.hits >= 1, timeout=20, message="the operator's PATCH")
-    c.api.kubectl("patch", "deployment", "llama-8b", "-n", ns, "--type=json", "-p", json.dumps(
-        [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-          "value": "--enable-prefix-caching"}]))
+    c.api.kubectl(
+        "patch",
+        "deployment",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/containers/0/args/-",
+                    "value": "--enable-prefix-caching",
+                }
+            ]
+        ),
+    )
     args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a, timeout=40)
     assert "--enable-prefix-caching" in args, "a stale patch overwrote a concurrent edit"
-    conflicts = [r for r in c.api.requests.records()
-                 if r.method == "PATCH" and r.namespace == ns and r.code == 409]
+    conflicts = [
+        r
+        for r in c.api.requests.records()
+        if r.method == "PATCH" and r.namespace == ns and r.code == 409
+    ]
     assert conflicts, "the stale patch should have been refused with 409"
     c.api.faults.clear()
 
@@ -136,14 +171,19 @@ def test_each_retry_is_logged_once(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("logs")
     start = len(c.operator.log())
-    rule = c.api.faults.fail(503, "PATCH", rf"/namespaces/{ns}/inferencecapacities/llama-8b/status",
-                             times=2)
+    rule = c.api.faults.fail(
+        503, "PATCH", rf"/namespaces/{ns}/inferencecapacities/llama-8b/status", times=2
+    )
     converge(c, ns)
     assert rule.hits == 2
     log = c.operator.log()[start:]
-    retries = [line for line in log.splitlines()
-               if "transient API error" in line and ns in line or
-               ("transient API error" in line and "llama-8b" in line)]
+    retries = [
+        line
+        for line in log.splitlines()
+        if "transient API error" in line
+        and ns in line
+        or ("transient API error" in line and "llama-8b" in line)
+    ]
     # Kopf reports each temporary failure of the handler: one line per retry, no duplicates
     lines = [re.sub(r"^\S+ \S+ ", "", x) for x in retries]
     assert 1 <= len(lines) <= 2 * rule.hits, log[-3000:]

@@ -40,8 +40,9 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def material_changes(current: Mapping[str, str], desired: Mapping[str, str],
-                     hysteresis_percent: float) -> dict[str, tuple[str | None, str]]:
+def material_changes(
+    current: Mapping[str, str], desired: Mapping[str, str], hysteresis_percent: float
+) -> dict[str, tuple[str | None, str]]:
     """The flags whose change is material: absent, a text change, or a numeric move beyond the
     hysteresis (relative to the current value)."""
     out: dict[str, tuple[str | None, str]] = {}
@@ -62,8 +63,15 @@ def material_changes(current: Mapping[str, str], desired: Mapping[str, str],
     return out
 
 
-def set_condition(conditions: Sequence[Mapping[str, Any]], type_: str, status: str, reason: str,
-                  message: str, generation: int | None, now: str) -> list[dict[str, Any]]:
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+) -> list[dict[str, Any]]:
     """Conditions with ``type_`` set; lastTransitionTime moves only when the status changes."""
     out: list[dict[str, Any]] = []
     found = False
@@ -73,10 +81,25 @@ def set_condition(conditions: Sequence[Mapping[str, Any]], type_: str, status: s
             continue
         found = True
         ltt = c.get("lastTransitionTime") if c.get("status") == status else now
-        out.append({"type": type_, "status": status, "reason": reason,
-                    "message": message[:32000], "lastTransitionTime": ltt or now,
-                    "observedGeneration": generation})
+        out.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message[:32000],
+                "lastTransitionTime": ltt or now,
+                "observedGeneration": generation,
+            }
+        )
     if not found:
-        out.append({"type": type_, "status": status, "reason": reason, "message": message[:32000],
-                    "lastTransitionTime": now, "observedGeneration": generation})
+        out.append(
+            {
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message[:32000],
+                "lastTransitionTime": now,
+                "observedGeneration": generation,
+            }
+        )
     return out

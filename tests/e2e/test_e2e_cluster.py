@@ -33,8 +33,14 @@ pytestmark = [
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
-    r = subprocess.run([kubectl_path(), "--kubeconfig", str(KUBECONFIG), *args], input=input,
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [kubectl_path(), "--kubeconfig", str(KUBECONFIG), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if check and r.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr}")
     return r.stdout
@@ -44,8 +50,12 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
 def namespace() -> Iterator[str]:
     ns = f"icap-e2e-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "-f", str(ROOT / "crds"))
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
     try:
         yield ns
     finally:
@@ -56,9 +66,24 @@ def namespace() -> Iterator[str]:
 def operator(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     log = open(tmp_path_factory.mktemp("op") / "operator.log", "wb")  # noqa: SIM115
     env = {**os.environ, "KUBECONFIG": str(KUBECONFIG), "INFERENCE_CAPACITY_REFRESH_SECONDS": "5"}
-    proc = subprocess.Popen([sys.executable, "-m", "inference_capacity.cli", "run", "-n",
-                             namespace, "--standalone", "--metrics-port", "0", "--liveness", ""],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "inference_capacity.cli",
+            "run",
+            "-n",
+            namespace,
+            "--standalone",
+            "--metrics-port",
+            "0",
+            "--liveness",
+            "",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield
     finally:
@@ -75,8 +100,11 @@ def _args(ns: str) -> list[str]:
 
 
 def test_operator_sets_flags_on_a_real_cluster(namespace: str, operator: None) -> None:
-    docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(
-        (ROOT / "examples" / "llama-3.1-8b-h100.yaml").read_text()) if d]
+    docs: list[dict[str, Any]] = [
+        d
+        for d in yaml.safe_load_all((ROOT / "examples" / "llama-3.1-8b-h100.yaml").read_text())
+        if d
+    ]
     for d in docs:
         d["metadata"]["namespace"] = namespace
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
@@ -89,11 +117,19 @@ def test_operator_sets_flags_on_a_real_cluster(namespace: str, operator: None) -
 
 
 def test_schema_rejects_bad_spec_on_a_real_cluster(namespace: str) -> None:
-    doc = next(d for d in yaml.safe_load_all(
-        (ROOT / "examples" / "llama-3.1-8b-h100.yaml").read_text()) if d)
+    doc = next(
+        d
+        for d in yaml.safe_load_all((ROOT / "examples" / "llama-3.1-8b-h100.yaml").read_text())
+        if d
+    )
     doc["metadata"]["namespace"] = namespace
     doc["metadata"]["name"] = "bad"
     doc["spec"]["hardware"]["tensorParallel"] = 0
-    r = subprocess.run([kubectl_path(), "--kubeconfig", str(KUBECONFIG), "apply", "-f", "-"],
-                       input=yaml.safe_dump(doc), capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [kubectl_path(), "--kubeconfig", str(KUBECONFIG), "apply", "-f", "-"],
+        input=yaml.safe_dump(doc),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode != 0 and "spec.hardware.tensorParallel" in r.stderr

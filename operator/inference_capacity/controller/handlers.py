@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -32,11 +32,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = "capacity.inference.dev"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=prefix, key="last-handled-configuration")
+        prefix=prefix, key="last-handled-configuration"
+    )
     settings.persistence.finalizer = f"{prefix}/finalizer"
     settings.posting.level = logging.INFO
-    settings.watching.server_timeout = int(os.environ.get("INFERENCE_CAPACITY_WATCH_TIMEOUT",
-                                                          "300"))
+    settings.watching.server_timeout = int(
+        os.environ.get("INFERENCE_CAPACITY_WATCH_TIMEOUT", "300")
+    )
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [0.5, 1, 2, 5]
     settings.execution.max_workers = int(os.environ.get("INFERENCE_CAPACITY_WORKERS", "8"))
@@ -44,7 +46,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 def _emitter(body: Mapping[str, Any]) -> Any:
     def emit(type_: str, reason: str, message: str) -> None:
-        kopf.event(dict(body), type=type_, reason=reason, message=message[:1000])
+        kopf.event(cast(Any, dict(body)), type=type_, reason=reason, message=message[:1000])
+
     return emit
 
 
@@ -64,8 +67,9 @@ def run_reconcile(body: Mapping[str, Any]) -> Outcome:
         raise
     except Exception as exc:
         if k8s.transient(exc):
-            raise kopf.TemporaryError(f"transient API error, retrying: {exc}",
-                                      delay=RETRY_DELAY) from exc
+            raise kopf.TemporaryError(
+                f"transient API error, retrying: {exc}", delay=RETRY_DELAY
+            ) from exc
         raise
     return out
 
@@ -76,8 +80,9 @@ def run_reconcile(body: Mapping[str, Any]) -> Outcome:
 def icap_changed(body: kopf.Body, **_: Any) -> None:
     out = run_reconcile(body)
     if out.requeue:
-        raise kopf.TemporaryError("the target is mid-rollout; will apply after it settles",
-                                  delay=RETRY_DELAY)
+        raise kopf.TemporaryError(
+            "the target is mid-rollout; will apply after it settles", delay=RETRY_DELAY
+        )
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
@@ -88,20 +93,27 @@ def icap_refresh(body: kopf.Body, **_: Any) -> None:
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def icap_deleted(namespace: str, name: str, **_: Any) -> None:
     metrics.forget(namespace, name)
-    log.info("InferenceCapacity %s/%s deleted; its Deployment keeps running as it is", namespace,
-             name)
+    log.info(
+        "InferenceCapacity %s/%s deleted; its Deployment keeps running as it is", namespace, name
+    )
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def icap_targets(namespace: str, name: str, spec: kopf.Spec,
-                 **_: Any) -> dict[tuple[str, str], str]:
+def icap_targets(
+    namespace: str, name: str, spec: kopf.Spec, **_: Any
+) -> dict[tuple[str, str], str]:
     target = (spec.get("targetRef") or {}).get("name")
     return {(namespace, str(target)): name} if target else {}
 
 
 @kopf.on.event("apps", "v1", "deployments")
-def deployment_event(event: kopf.RawEvent, namespace: str, name: str,
-                     icap_targets: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+def deployment_event(
+    event: kopf.RawEvent,
+    namespace: str,
+    name: str,
+    icap_targets: kopf.Index[tuple[str, str], str],
+    **_: Any,
+) -> None:
     if event.get("type") == "DELETED":
         names = list(icap_targets.get((namespace, name), []))
     else:
@@ -113,5 +125,10 @@ def deployment_event(event: kopf.RawEvent, namespace: str, name: str,
         try:
             run_reconcile(body)
         except kopf.TemporaryError as exc:
-            log.warning("reconcile of %s/%s after a Deployment event failed; the next event "
-                        "or the refresh timer retries: %s", namespace, icap_name, exc)
+            log.warning(
+                "reconcile of %s/%s after a Deployment event failed; the next event "
+                "or the refresh timer retries: %s",
+                namespace,
+                icap_name,
+                exc,
+            )

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
 from ..api.models import GROUP, VERSION
 
@@ -26,9 +26,9 @@ def api_client() -> client.ApiClient:
     with _lock:
         if _api is None:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                config.load_kube_config()
+                config.load_kube_config()  # type: ignore[no-untyped-call]
             _api = client.ApiClient()
         return _api
 
@@ -40,7 +40,7 @@ def reset_client() -> None:
 
 
 def _dict(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = api_client().sanitize_for_serialization(obj)
+    out = cast(dict[str, Any], api_client().sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
     return out
 
 
@@ -58,19 +58,26 @@ def transient(exc: BaseException) -> bool:
 def get_icap(namespace: str, name: str) -> dict[str, Any] | None:
     try:
         obj = client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name)
+            GROUP, VERSION, namespace, PLURAL, name
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    result: dict[str, Any] = obj
-    return result
+    return cast(dict[str, Any], obj)
 
 
 def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None:
     client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-        field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"status": status},
+        field_manager=FIELD_MANAGER,
+        _content_type="application/merge-patch+json",
+    )
 
 
 def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
@@ -85,8 +92,12 @@ def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
 
 def patch_deployment(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
     obj = client.AppsV1Api(api_client()).patch_namespaced_deployment(
-        name, namespace, patch, field_manager=FIELD_MANAGER,
-        _content_type="application/strategic-merge-patch+json")
+        name,
+        namespace,
+        patch,
+        field_manager=FIELD_MANAGER,
+        _content_type="application/strategic-merge-patch+json",
+    )
     return _dict(obj)
 
 
@@ -110,7 +121,8 @@ def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] |
     try:
         nodes = api.list_node()
         pods = api.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed")
+            field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
     except ApiException as exc:
         if exc.status in (401, 403, 404):
             return None
@@ -122,7 +134,8 @@ def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
     """minReplicas of an HPA scaling this Deployment, if one exists."""
     try:
         hpas = client.AutoscalingV2Api(api_client()).list_namespaced_horizontal_pod_autoscaler(
-            namespace)
+            namespace
+        )
     except ApiException as exc:
         if exc.status in (403, 404):
             return None
@@ -143,14 +156,22 @@ def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        api.create_namespaced_pod_disruption_budget(namespace, body, field_manager=FIELD_MANAGER)
+        api.create_namespaced_pod_disruption_budget(
+            namespace, cast(Any, body), field_manager=FIELD_MANAGER
+        )
         return "created"
-    if cur.get("spec", {}).get("minAvailable") == body["spec"]["minAvailable"] and \
-            cur.get("spec", {}).get("selector") == body["spec"]["selector"]:
+    if (
+        cur.get("spec", {}).get("minAvailable") == body["spec"]["minAvailable"]
+        and cur.get("spec", {}).get("selector") == body["spec"]["selector"]
+    ):
         return "unchanged"
     api.patch_namespaced_pod_disruption_budget(
-        name, namespace, {"spec": body["spec"]}, field_manager=FIELD_MANAGER,
-        _content_type="application/merge-patch+json")
+        name,
+        namespace,
+        {"spec": body["spec"]},
+        field_manager=FIELD_MANAGER,
+        _content_type="application/merge-patch+json",
+    )
     return "patched"
 
 

@@ -8,8 +8,14 @@ import kopf
 from prometheus_client import start_http_server
 
 
-def run_operator(namespaces: list[str], standalone: bool, peering: str | None, liveness: str,
-                 metrics_port: int, verbose: bool) -> int:
+def run_operator(
+    namespaces: list[str],
+    standalone: bool,
+    peering: str | None,
+    liveness: str,
+    metrics_port: int,
+    verbose: bool,
+) -> int:
     from . import handlers  # noqa: F401  (registers the handlers)
 
     # kopf.configure() sets up logging (one line per record); no second handler here

@@ -13,22 +13,30 @@ _L = ("namespace", "name")
 
 RECONCILES = Counter("inference_capacity_reconciles_total", "Reconciles run", _L)
 RECONCILE_SECONDS = Histogram("inference_capacity_reconcile_seconds", "Reconcile latency")
-PATCHES_APPLIED = Counter("inference_capacity_patches_applied_total",
-                          "Deployment patches applied", _L)
-PATCHES_REFUSED = Counter("inference_capacity_patches_refused_total",
-                          "Patches refused (bad input, does not fit, conflict, ...)",
-                          (*_L, "reason"))
-MAX_CONCURRENCY = Gauge("inference_capacity_per_pod_max_concurrency",
-                        "Sequences one replica admits (recommended --max-num-seqs)", _L)
+PATCHES_APPLIED = Counter(
+    "inference_capacity_patches_applied_total", "Deployment patches applied", _L
+)
+PATCHES_REFUSED = Counter(
+    "inference_capacity_patches_refused_total",
+    "Patches refused (bad input, does not fit, conflict, ...)",
+    (*_L, "reason"),
+)
+MAX_CONCURRENCY = Gauge(
+    "inference_capacity_per_pod_max_concurrency",
+    "Sequences one replica admits (recommended --max-num-seqs)",
+    _L,
+)
 DESIRED_REPLICAS = Gauge("inference_capacity_desired_replicas", "Replicas recommended", _L)
-KV_TOKENS = Gauge("inference_capacity_kv_cache_tokens", "Predicted KV cache capacity (tokens)",
-                  _L)
-PREDICTED_BLOCKS = Gauge("inference_capacity_predicted_num_gpu_blocks",
-                         "Predicted vLLM num_gpu_blocks", _L)
-OBSERVED_BLOCKS = Gauge("inference_capacity_observed_num_gpu_blocks",
-                        "num_gpu_blocks vLLM reports (Prometheus)", _L)
-LEDGER_BYTES = Gauge("inference_capacity_ledger_bytes", "Ledger item bytes per rank",
-                     (*_L, "rank", "item"))
+KV_TOKENS = Gauge("inference_capacity_kv_cache_tokens", "Predicted KV cache capacity (tokens)", _L)
+PREDICTED_BLOCKS = Gauge(
+    "inference_capacity_predicted_num_gpu_blocks", "Predicted vLLM num_gpu_blocks", _L
+)
+OBSERVED_BLOCKS = Gauge(
+    "inference_capacity_observed_num_gpu_blocks", "num_gpu_blocks vLLM reports (Prometheus)", _L
+)
+LEDGER_BYTES = Gauge(
+    "inference_capacity_ledger_bytes", "Ledger item bytes per rank", (*_L, "rank", "item")
+)
 
 
 def publish_plan(namespace: str, name: str, plan: Plan) -> None:

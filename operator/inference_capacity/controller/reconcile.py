@@ -70,8 +70,9 @@ class _Ctx:
         self._emit = emit
 
     def cond(self, type_: str, status: str, reason: str, message: str) -> None:
-        self.conditions = set_condition(self.conditions, type_, status, reason, message,
-                                        self.gen, self.now)
+        self.conditions = set_condition(
+            self.conditions, type_, status, reason, message, self.gen, self.now
+        )
 
     def event(self, type_: str, reason: str, message: str, once: bool = True) -> None:
         key = (self.uid or self.name, reason)
@@ -99,15 +100,21 @@ def _refuse(ctx: _Ctx, reason: str, message: str, *, ready_reason: str | None = 
     return ctx.finish()
 
 
-def _spare(inp_gpu: Any, gpus_per_replica: int, resource: str,
-           selector: Mapping[str, str] | None) -> tuple[int | None, str]:
+def _spare(
+    inp_gpu: Any, gpus_per_replica: int, resource: str, selector: Mapping[str, str] | None
+) -> tuple[int | None, str]:
     listed = k8s.list_nodes_and_pods()
     if listed is None:
         return None, "spare GPUs unknown (Nodes not readable)"
     nodes, pods = listed
     if selector:
-        nodes = [n for n in nodes if all(
-            (n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items())]
+        nodes = [
+            n
+            for n in nodes
+            if all(
+                (n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items()
+            )
+        ]
     return spare_gpus(nodes, pods, resource, inp_gpu, gpus_per_replica)
 
 
@@ -119,13 +126,21 @@ def _pdb_body(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> dict[str
             "name": ctx.name,
             "namespace": ctx.ns,
             "labels": {"app.kubernetes.io/managed-by": "inference-capacity"},
-            "ownerReferences": [{
-                "apiVersion": API_VERSION, "kind": KIND, "name": ctx.name, "uid": ctx.uid,
-                "controller": True, "blockOwnerDeletion": True,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": ctx.name,
+                    "uid": ctx.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
-        "spec": {"minAvailable": min_available,
-                 "selector": dep.get("spec", {}).get("selector", {})},
+        "spec": {
+            "minAvailable": min_available,
+            "selector": dep.get("spec", {}).get("selector", {}),
+        },
     }
 
 
@@ -148,8 +163,9 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     target = spec.target_ref.name
     dep = k8s.get_deployment(ctx.ns, target)
     if dep is None:
-        return _refuse(ctx, "TargetNotFound",
-                       f"spec.targetRef.name: Deployment {ctx.ns}/{target} not found")
+        return _refuse(
+            ctx, "TargetNotFound", f"spec.targetRef.name: Deployment {ctx.ns}/{target} not found"
+        )
     cms = {}
     if spec.model.config_map_ref is not None:
         cms = k8s.get_config_maps(ctx.ns, [spec.model.config_map_ref.name])
@@ -159,8 +175,12 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
         if spec.rollout.manage_strategy:
-            spare, spare_msg = _spare(inp.gpu, inp.tp * inp.pp, spec.hardware.gpu_resource_name,
-                                      spec.rollout.spare_gpu_node_selector)
+            spare, spare_msg = _spare(
+                inp.gpu,
+                inp.tp * inp.pp,
+                spec.hardware.gpu_resource_name,
+                spec.rollout.spare_gpu_node_selector,
+            )
         inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
         plan = make_plan(inp)
     except VllmArgsError as exc:
@@ -177,41 +197,56 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.cond("Fits", "True", "Fits", plan.message)
     else:
         ctx.cond("Fits", "False", plan.reason, plan.message)
-    ctx.cond("RolloutSafe", "True" if ro.safe else "False", ro.reason,
-             f"{ro.message}; {spare_msg}")
+    ctx.cond("RolloutSafe", "True" if ro.safe else "False", ro.reason, f"{ro.message}; {spare_msg}")
     version_note = ""
     if resolved.engine_version_source == "default":
-        version_note = (f"; engine version assumed {resolved.engine_version} (no "
-                        "spec.engine.version and no version in the image tag)")
-    flags = rec.flags(max_model_len=spec.policy.set_max_model_len,
-                      batched_tokens=spec.policy.set_max_num_batched_tokens,
-                      kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-                      kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+        version_note = (
+            f"; engine version assumed {resolved.engine_version} (no "
+            "spec.engine.version and no version in the image tag)"
+        )
+    flags = rec.flags(
+        max_model_len=spec.policy.set_max_model_len,
+        batched_tokens=spec.policy.set_max_num_batched_tokens,
+        kv_cache_dtype=spec.policy.set_kv_cache_dtype,
+        kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
+    )
     running = resolved.running_flags
     # TP/PP given in the spec and absent from the command line: the operator sets them too,
     # when the container has the GPUs for them (it never changes resources itself)
     for flag, value, spec_value in (
-            ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
-            ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel)):
+        ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
+        ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel),
+    ):
         if spec_value is not None and flag not in running and value > 1:
             flags[flag] = str(value)
     gpus = _container_gpus(dep, resolved.container_index or 0, spec.hardware.gpu_resource_name)
     if gpus is not None and gpus < inp.tp * inp.pp:
-        return _refuse(ctx, "InsufficientGpusPerPod",
-                       f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp} needs "
-                       f"{inp.tp * inp.pp} {spec.hardware.gpu_resource_name} per pod; the "
-                       f"container asks for {gpus}")
+        return _refuse(
+            ctx,
+            "InsufficientGpusPerPod",
+            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp} needs "
+            f"{inp.tp * inp.pp} {spec.hardware.gpu_resource_name} per pod; the "
+            f"container asks for {gpus}",
+        )
     changes = material_changes(running, flags, spec.policy.hysteresis_percent)
     replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
-    strategy = ({"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
-                if spec.rollout.manage_strategy and ro.safe else None)
+    strategy = (
+        {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
+        if spec.rollout.manage_strategy and ro.safe
+        else None
+    )
     if not plan.fits:
-        return _refuse(ctx, "NotFits", f"{plan.reason}: {plan.message}",
-                       ready_reason=plan.reason)
+        return _refuse(ctx, "NotFits", f"{plan.reason}: {plan.message}", ready_reason=plan.reason)
     conflicts = [c for c in resolved.conflicts]
-    blocking = [c for c in conflicts if c.startswith(_STRUCTURAL) or not (
-        (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
-        or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype))]
+    blocking = [
+        c
+        for c in conflicts
+        if c.startswith(_STRUCTURAL)
+        or not (
+            (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
+            or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype)
+        )
+    ]
     if blocking:
         return _refuse(ctx, "SpecConflict", "; ".join(blocking))
     if spec.rollout.manage_pod_disruption_budget:
@@ -221,20 +256,27 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
     strat_change = strategy is not None and (
         _norm_strategy(cur_strategy) != strategy
-        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate")
+        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
+    )
     if not changes and not rep_change and not strat_change:
-        ctx.cond("Applied", "True", "UpToDate",
-                 "the Deployment already runs the recommended flags"
-                 + (" (within hysteresis)" if any(running.get(k) != v for k, v in flags.items())
-                    else ""))
+        ctx.cond(
+            "Applied",
+            "True",
+            "UpToDate",
+            "the Deployment already runs the recommended flags"
+            + (
+                " (within hysteresis)" if any(running.get(k) != v for k, v in flags.items()) else ""
+            ),
+        )
         ctx.cond("Ready", "True", "Ready", plan.message + version_note)
         return ctx.finish()
     want = ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
     if rep_change:
         want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
     if strat_change:
-        want += f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/" \
-                f"{ro.max_unavailable}"
+        want += (
+            f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
+        )
     if spec.mode == "Recommend":
         msg = f"mode Recommend: would set {want}"
         ctx.cond("Applied", "False", "RecommendOnly", msg)
@@ -242,8 +284,12 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.event("Normal", "Recommendation", msg)
         return ctx.finish()
     if not ro.safe:
-        return _refuse(ctx, "NoSafeRollout", f"not applying ({want}): {ro.message}",
-                       ready_reason="NoSafeRollout")
+        return _refuse(
+            ctx,
+            "NoSafeRollout",
+            f"not applying ({want}): {ro.message}",
+            ready_reason="NoSafeRollout",
+        )
     busy = rollout_in_progress(dep)
     if busy:
         ctx.cond("Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}")
@@ -280,16 +326,24 @@ def _norm_strategy(cur: Any) -> dict[str, Any] | None:
     return out
 
 
-def _apply(ctx: _Ctx, dep: Mapping[str, Any], index: int, flags: Mapping[str, str],
-           running: Mapping[str, str], replicas: int | None,
-           strategy: Mapping[str, Any] | None, want: str) -> None:
+def _apply(
+    ctx: _Ctx,
+    dep: Mapping[str, Any],
+    index: int,
+    flags: Mapping[str, str],
+    running: Mapping[str, str],
+    replicas: int | None,
+    strategy: Mapping[str, Any] | None,
+    want: str,
+) -> None:
     """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
     it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
     then the Deployment is read again and the patch recomputed."""
     target = dep["metadata"]["name"]
     for attempt in range(4):
-        change = build_change(dep, index, flags, running, replicas, strategy,
-                              owner=f"{ctx.ns}/{ctx.name}")
+        change = build_change(
+            dep, index, flags, running, replicas, strategy, owner=f"{ctx.ns}/{ctx.name}"
+        )
         if change.empty:
             ctx.cond("Applied", "True", "UpToDate", "nothing to change")
             return
@@ -299,8 +353,9 @@ def _apply(ctx: _Ctx, dep: Mapping[str, Any], index: int, flags: Mapping[str, st
             k8s.patch_deployment(ctx.ns, target, patch)
         except Exception as exc:
             if k8s.is_status(exc, 409) and attempt < 3:
-                log.info("conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target,
-                         attempt + 1)
+                log.info(
+                    "conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target, attempt + 1
+                )
                 fresh = k8s.get_deployment(ctx.ns, target)
                 if fresh is None:
                     raise
@@ -314,8 +369,12 @@ def _apply(ctx: _Ctx, dep: Mapping[str, Any], index: int, flags: Mapping[str, st
         metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
         msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
         ctx.cond("Applied", "True", "Applied", msg)
-        ctx.status["applied"] = {"flags": dict(flags), "replicas": replicas, "at": ctx.now,
-                                 "hash": change.applied_hash}
+        ctx.status["applied"] = {
+            "flags": dict(flags),
+            "replicas": replicas,
+            "at": ctx.now,
+            "hash": change.applied_hash,
+        }
         ctx.outcome.patched = True
         ctx.event("Normal", "Applied", msg, once=False)
         return
@@ -325,18 +384,24 @@ def _apply(ctx: _Ctx, dep: Mapping[str, Any], index: int, flags: Mapping[str, st
 def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
     what = k8s.upsert_pdb(ctx.ns, _pdb_body(ctx, dep, min_available))
     if what != "unchanged":
-        ctx.event("Normal", f"PodDisruptionBudget{what.capitalize()}",
-                  f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
-                  once=False)
+        ctx.event(
+            "Normal",
+            f"PodDisruptionBudget{what.capitalize()}",
+            f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
+            once=False,
+        )
 
 
-def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str,
-                 plan: Plan) -> None:
+def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, plan: Plan) -> None:
     s = ctx.status
     s["engineVersion"] = version
     s["engineVersionSource"] = source
-    s["summary"] = {"model": plan.input.model.name, "gpu": plan.input.gpu.name,
-                    "tensorParallel": plan.input.tp, "pipelineParallel": plan.input.pp}
+    s["summary"] = {
+        "model": plan.input.model.name,
+        "gpu": plan.input.gpu.name,
+        "tensorParallel": plan.input.tp,
+        "pipelineParallel": plan.input.pp,
+    }
     s["ledger"] = ledger_json(plan)
     s["vllmStartup"] = startup_json(plan)
     s["recommendation"] = recommendation_json(plan)

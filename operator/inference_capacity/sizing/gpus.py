@@ -48,8 +48,13 @@ def _pod_gpu_request(pod: Mapping[str, Any], resource: str) -> int:
     return max(total, init)
 
 
-def spare_gpus(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               resource: str, gpu: Gpu | None, gpus_per_replica: int) -> tuple[int, str]:
+def spare_gpus(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    resource: str,
+    gpu: Gpu | None,
+    gpus_per_replica: int,
+) -> tuple[int, str]:
     """(spare GPUs usable by surge pods, an explanation). Only whole replicas' worth of GPUs on a
     single Node count when a replica fits on one Node (TP×PP ≤ the Node's GPUs)."""
     used: dict[str, int] = {}
@@ -78,8 +83,11 @@ def spare_gpus(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         counted += 1
         free = max(0, alloc - used.get(node.get("metadata", {}).get("name", ""), 0))
         spare_total += free
-        usable += (free // gpus_per_replica) * gpus_per_replica if gpus_per_replica <= alloc \
-            else free
-    why = (f"{usable} spare {resource} usable by whole replicas on {counted} matching Nodes "
-           f"({spare_total} free in total)")
+        usable += (
+            (free // gpus_per_replica) * gpus_per_replica if gpus_per_replica <= alloc else free
+        )
+    why = (
+        f"{usable} spare {resource} usable by whole replicas on {counted} matching Nodes "
+        f"({spare_total} free in total)"
+    )
     return usable, why

@@ -1,0 +1,43 @@
+"""Observe a vLLM fleet through Prometheus and compare it with the ledger (issue #5).
+
+``observe(PromSource(...))`` reads length quantiles, peak concurrency, KV usage, preemptions,
+prefix-cache hits and the real KV pool; ``merge_cohorts`` / ``peak_concurrency`` fold the
+observation into the spec's workload; ``calibrate`` compares predicted and real KV blocks. No
+Kubernetes here: the controller resolves Secrets and ConfigMaps and writes status.
+"""
+
+from .calibration import Calibration, CalibrationReason, calibrate
+from .histogram import BucketHit, coarseness, locate
+from .merge import OBSERVED_COHORT, MergeMode, merge_cohorts, peak_concurrency
+from .observation import (
+    Condition,
+    Observation,
+    ObservedQuantiles,
+    PodPool,
+    Reason,
+)
+from .reader import observe, observe_async, subquery_step
+from .source import PromSource, parse_duration
+
+__all__ = [
+    "OBSERVED_COHORT",
+    "BucketHit",
+    "Calibration",
+    "CalibrationReason",
+    "Condition",
+    "MergeMode",
+    "Observation",
+    "ObservedQuantiles",
+    "PodPool",
+    "PromSource",
+    "Reason",
+    "calibrate",
+    "coarseness",
+    "locate",
+    "merge_cohorts",
+    "observe",
+    "observe_async",
+    "parse_duration",
+    "peak_concurrency",
+    "subquery_step",
+]

@@ -1,0 +1,475 @@
+"""Read a vLLM fleet's workload from Prometheus with ``prometheus-api-client``.
+
+Every statistic is one instant query evaluated at ``now`` over ``[window]``:
+
+- length quantiles: ``histogram_quantile(q, sum by (le) (increase(<metric>_bucket{sel}[w])))``
+  for ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``, plus the bucket
+  counts themselves so each estimate carries the bucket that bounds it;
+- peak concurrency: ``max_over_time((sum(running) + sum(waiting))[w:step])``, a subquery, so
+  the peak is of the fleet-wide sum at one instant, not a sum of per-pod peaks;
+- KV usage: the hottest pod's ``quantile_over_time(0.95, …)`` of ``vllm:kv_cache_usage_perc``
+  (older vLLM: ``vllm:gpu_cache_usage_perc``; ``or`` keeps one per pod);
+- preemptions: ``increase`` of ``vllm:num_preemptions_total`` (older: ``vllm:num_preemptions``)
+  divided by the span between the fleet's first and last sample in the window;
+- prefix-cache hit rate: ``increase`` of ``vllm:prefix_cache_hits_total`` over
+  ``vllm:prefix_cache_queries_total`` (0.8-era V1: ``vllm:gpu_prefix_cache_*``);
+- the pool: the labels of ``vllm:cache_config_info`` per pod.
+
+Failure modes are results, not exceptions (see ``observation``): the operator keeps serving from
+the spec and says why. Only programming errors raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from . import histogram
+from .observation import (
+    AUTH_REFUSED,
+    BUCKETS_TOO_COARSE,
+    INSUFFICIENT_DATA,
+    NO_SERIES,
+    OBSERVED,
+    PROMETHEUS_UNREACHABLE,
+    QUANTILES,
+    QUERY_REJECTED,
+    Observation,
+    ObservedQuantiles,
+    PodPool,
+    Reason,
+)
+from .source import PromSource
+
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # newest first
+PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+CACHE_CONFIG = "vllm:cache_config_info"
+
+DEFAULT_MAX_BUCKET_WIDTH_PERCENT = 200.0  # vLLM's 1-2-5 buckets are at most 150 % wide
+_MAX_SUBQUERY_STEPS = 40_320  # 7d at 15s
+_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+
+Sample = tuple[dict[str, str], float]
+
+
+class _Failed(Exception):
+    """A failure mode that ends the observation (carried to ``observe``'s return value)."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
+        self.message = message
+
+
+class _Prom:
+    """A typed face on ``PrometheusConnect``: instant queries at one time, failures mapped to
+    reasons."""
+
+    def __init__(self, source: PromSource, at: float, verify: bool | str) -> None:
+        session = requests.Session()
+        session.verify = verify
+        headers = (
+            {"Authorization": f"Bearer {source.bearer_token}"} if source.bearer_token else None
+        )
+        # One quick retry on connection errors and 502/503/504; the library's default (3 retries
+        # with exponential backoff) would hold a Kopf timer for seconds on a dead endpoint.
+        retry = Retry(
+            total=1,
+            read=0,
+            backoff_factor=0.1,
+            status_forcelist=(502, 503, 504),
+            allowed_methods=("GET", "POST"),
+        )
+        self._url = source.url.rstrip("/")
+        self._at = at
+        self._client: Any = PrometheusConnect(
+            url=self._url,
+            headers=headers,
+            retry=retry,
+            session=session,
+            timeout=source.timeout_s,
+        )
+        self._session = session
+        self.queries = 0
+
+    def close(self) -> None:
+        self._session.close()
+
+    def query(self, promql: str) -> list[Sample]:
+        self.queries += 1
+        try:
+            raw: Any = self._client.custom_query(promql, params={"time": f"{self._at:.3f}"})
+        except requests.exceptions.SSLError as e:
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE, f"TLS handshake with {self._url} failed: {_short(e)}"
+            ) from e
+        except requests.exceptions.JSONDecodeError as e:  # 200 but not JSON: a login page…
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE, f"{self._url} did not answer like a Prometheus API: {e}"
+            ) from e
+        except requests.exceptions.Timeout as e:
+            raise _Failed(PROMETHEUS_UNREACHABLE, f"{self._url} timed out: {_short(e)}") from e
+        except requests.exceptions.RequestException as e:
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE, f"cannot reach Prometheus at {self._url}: {_short(e)}"
+            ) from e
+        except PrometheusApiClientException as e:
+            raise _http_failure(self._url, str(e)) from e
+        except (ValueError, KeyError, TypeError) as e:  # 200 but not a Prometheus API answer
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE, f"{self._url} did not answer like a Prometheus API: {e}"
+            ) from e
+        return _samples(raw)
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    reason = re.search(r"\((Caused by [^)]*\)?)", text)
+    return (reason.group(1) if reason else text)[:300]
+
+
+def _http_failure(url: str, text: str) -> _Failed:
+    match = _STATUS.search(text)
+    code = int(match.group(1)) if match else 0
+    body = text[match.end() :].strip(" ()b'\"")[:300] if match else text[:300]
+    if code in (401, 403):
+        return _Failed(
+            AUTH_REFUSED,
+            f"Prometheus at {url} refused the request (HTTP {code}): check the bearer token "
+            "Secret and the token's permissions",
+        )
+    if code in (400, 422):
+        return _Failed(QUERY_REJECTED, f"Prometheus rejected the query (HTTP {code}): {body}")
+    return _Failed(PROMETHEUS_UNREACHABLE, f"Prometheus at {url} answered HTTP {code}: {body}")
+
+
+def _samples(raw: Any) -> list[Sample]:
+    out: list[Sample] = []
+    if not isinstance(raw, list):
+        raise TypeError(f"expected a vector result, got {type(raw).__name__}")
+    for item in raw:
+        labels = {str(k): str(v) for k, v in item["metric"].items()}
+        out.append((labels, float(item["value"][1])))
+    return out
+
+
+def _scalar(samples: list[Sample]) -> float | None:
+    """The value of a one-element, label-free result; None when empty or NaN."""
+    if not samples:
+        return None
+    value = samples[0][1]
+    return None if math.isnan(value) else value
+
+
+@contextlib.contextmanager
+def _verify(source: PromSource) -> Iterator[bool | str]:
+    """What ``requests`` verifies TLS with: False, a temporary CA file, or the system store."""
+    if source.insecure_skip_verify:
+        yield False
+        return
+    if not source.ca_cert_pem:
+        yield True
+        return
+    fd, path = tempfile.mkstemp(prefix="prom-ca-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source.ca_cert_pem)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sel:
+    source: PromSource
+    window: str
+    step: str
+
+    def __call__(self, metric: str, extra: str = "") -> str:
+        return self.source.select(metric, extra)
+
+    def either(self, fn: str, metrics: tuple[str, ...], arg: str = "") -> str:
+        """``fn(arg m1{sel}[w]) or fn(arg m2{sel}[w]) …``: per series, the newest name wins."""
+        prefix = f"{arg}, " if arg else ""
+        return " or ".join(f"{fn}({prefix}{self(m)}[{self.window}])" for m in metrics)
+
+
+def subquery_step(window_s: float, step_s: float | None = None) -> float:
+    """Subquery resolution: 15 s (a common scrape interval), coarsened for long windows so one
+    query evaluates at most 40,320 instants (7d at 15s). A burst shorter than the step may be
+    missed; pass ``step_s`` to choose."""
+    if step_s is not None:
+        if step_s <= 0:
+            raise ValueError("step_s must be positive")
+        return step_s
+    return max(15.0, math.ceil(window_s / _MAX_SUBQUERY_STEPS))
+
+
+def observe(
+    source: PromSource,
+    *,
+    now: float | None = None,
+    min_samples: int = 30,
+    step_s: float | None = None,
+    max_bucket_width_percent: float = DEFAULT_MAX_BUCKET_WIDTH_PERCENT,
+) -> Observation:
+    """Observe the fleet ``source`` selects over its window, as of ``now`` (unix seconds,
+    default: the current time). Never raises for Prometheus' failure modes: see
+    ``Observation.reason``. Blocking I/O: from an async Kopf handler use ``observe_async``."""
+    if min_samples < 1:
+        raise ValueError("min_samples must be at least 1")
+    at = time.time() if now is None else float(now)
+    sel = _Sel(source, source.window, f"{subquery_step(source.window_seconds, step_s):g}s")
+    with _verify(source) as verify:
+        prom = _Prom(source, at, verify)
+        try:
+            return _observe(prom, sel, at, min_samples, max_bucket_width_percent)
+        except _Failed as f:
+            return Observation(
+                ok=False, reason=f.reason, message=f.message, window=sel.window, at=at
+            )
+        finally:
+            prom.close()
+
+
+async def observe_async(
+    source: PromSource,
+    *,
+    now: float | None = None,
+    min_samples: int = 30,
+    step_s: float | None = None,
+    max_bucket_width_percent: float = DEFAULT_MAX_BUCKET_WIDTH_PERCENT,
+) -> Observation:
+    """``observe`` in a worker thread, for async handlers."""
+    return await asyncio.to_thread(
+        observe,
+        source,
+        now=now,
+        min_samples=min_samples,
+        step_s=step_s,
+        max_bucket_width_percent=max_bucket_width_percent,
+    )
+
+
+def _observe(
+    prom: _Prom, sel: _Sel, at: float, min_samples: int, max_width_percent: float
+) -> Observation:
+    w = sel.window
+    warnings: list[str] = []
+    pods = _read_pods(prom, sel, warnings)
+    running = prom.query(f"count(last_over_time({sel(RUNNING)}[{w}]))")
+    samples_f = _scalar(prom.query(f"sum(increase({sel(PROMPT_TOKENS + '_count')}[{w}]))"))
+    where = f"{{{sel.source.selector}}}" if sel.source.selector else "(no selector)"
+    if not pods and not running and samples_f is None:
+        return Observation(
+            ok=False,
+            reason=NO_SERIES,
+            message=(
+                f"no vLLM series match {where} in {w} (looked for {RUNNING}, "
+                f"{PROMPT_TOKENS}_count and {CACHE_CONFIG})"
+            ),
+            window=w,
+            at=at,
+            pods=pods,
+        )
+    samples = round(samples_f or 0.0)
+    if samples < min_samples:
+        return Observation(
+            ok=False,
+            reason=INSUFFICIENT_DATA,
+            message=(
+                f"insufficient data: {samples} samples in {w} (finished requests in "
+                f"{PROMPT_TOKENS} for {where}; at least {min_samples} needed)"
+            ),
+            window=w,
+            at=at,
+            samples=samples,
+            pods=pods,
+            warnings=warnings,
+        )
+
+    prompt = _quantiles(prom, sel, PROMPT_TOKENS, max_width_percent, warnings)
+    output = _quantiles(prom, sel, GENERATION_TOKENS, max_width_percent, warnings)
+    peak = _scalar(
+        prom.query(
+            f"max_over_time((sum({sel(RUNNING)}) + (sum({sel(WAITING)}) or vector(0)))"
+            f"[{w}:{sel.step}])"
+        )
+    )
+    kv = _scalar(prom.query(f"max({sel.either('quantile_over_time', KV_USAGE, '0.95')})"))
+    preempt = _per_hour(prom, sel)
+    hits = _scalar(prom.query(f"sum({sel.either('increase', PREFIX_HITS)})"))
+    queries = _scalar(prom.query(f"sum({sel.either('increase', PREFIX_QUERIES)})"))
+    hit_rate = hits / queries if hits is not None and queries else None
+    for name, value in (
+        ("peak concurrency", peak),
+        ("KV-cache usage", kv),
+        ("preemptions", preempt),
+        ("prefix-cache hit rate", hit_rate),
+    ):
+        if value is None:
+            warnings.append(f"no data for {name} in {w}")
+
+    coarse = [
+        f"{label} {q}"
+        for label, quants in (("prompt", prompt), ("output", output))
+        if quants is not None
+        for q in sorted(quants.coarse)
+    ]
+    reason: Reason = BUCKETS_TOO_COARSE if coarse else OBSERVED
+    parts = [f"{samples:,} requests in {w} from {len(pods) or 'unknown'} pods"]
+    if prompt is not None:
+        parts.append(f"prompt p95 {prompt.p95:,.0f}")
+    if output is not None:
+        parts.append(f"output p95 {output.p95:,.0f}")
+    if peak is not None:
+        parts.append(f"peak concurrency {peak:,.0f}")
+    message = "; ".join(parts)
+    if coarse:
+        message += f"; buckets too coarse for {', '.join(coarse)} (see warnings)"
+    return Observation(
+        ok=True,
+        reason=reason,
+        message=message,
+        window=w,
+        at=at,
+        samples=samples,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        peak_concurrency=peak,
+        kv_usage_p95=kv,
+        preemptions_per_hour=preempt,
+        prefix_cache_hit_rate=hit_rate,
+        pods=pods,
+        warnings=warnings,
+    )
+
+
+def _quantiles(
+    prom: _Prom, sel: _Sel, metric: str, max_width_percent: float, warnings: list[str]
+) -> ObservedQuantiles | None:
+    inner = f"sum by (le) (increase({sel(metric + '_bucket')}[{sel.window}]))"
+    buckets: list[tuple[float, float]] = []
+    for labels, count in prom.query(inner):
+        try:
+            buckets.append((float(labels["le"]), count))
+        except (KeyError, ValueError):
+            continue
+    values: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float]] = {}
+    coarse: set[str] = set()
+    for name, q in QUANTILES:
+        hit = histogram.locate(buckets, q)
+        value = _scalar(prom.query(f"histogram_quantile({q}, {inner})"))
+        if hit is None or value is None:
+            warnings.append(f"{metric}: no usable histogram in {sel.window}")
+            return None
+        values[name] = value
+        bounds[name] = (hit.lo, hit.hi)
+        why = histogram.coarseness(hit, value, max_width_percent)
+        if why is not None:
+            coarse.add(name)
+            warnings.append(f"{BUCKETS_TOO_COARSE}: {metric} {name} = {value:g} is {why}")
+    return ObservedQuantiles(
+        p50=values["p50"],
+        p95=values["p95"],
+        p99=values["p99"],
+        p50_bounds=bounds["p50"],
+        p95_bounds=bounds["p95"],
+        p99_bounds=bounds["p99"],
+        coarse=frozenset(coarse),
+    )
+
+
+def _per_hour(prom: _Prom, sel: _Sel) -> float | None:
+    total = _scalar(prom.query(f"sum({sel.either('increase', PREEMPTIONS)})"))
+    if total is None:
+        return None
+    if total == 0:
+        return 0.0
+    # the hours the fleet was observed: first to last sample of the counters in the window
+    # (exact sample timestamps through a subquery; a 7d window at 15s costs ~0.5 s per query)
+    names = "|".join(re.escape(m) for m in PREEMPTIONS)
+    series = sel("", f'__name__=~"{names}"')
+    span = f"timestamp({series})[{sel.window}:{sel.step}]"
+    first = _scalar(prom.query(f"min(min_over_time({span}))"))
+    last = _scalar(prom.query(f"max(max_over_time({span}))"))
+    if first is None or last is None or last <= first:
+        return None
+    return total / ((last - first) / 3600.0)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return None if value is None or math.isnan(value) else value
+
+
+def _read_pods(prom: _Prom, sel: _Sel, warnings: list[str]) -> dict[str, PodPool]:
+    rows = prom.query(f"last_over_time({sel(CACHE_CONFIG)}[{sel.window}])")
+    if not rows:
+        return {}
+    latest: dict[tuple[tuple[str, str], ...], float] = {}
+    if len({_engine_key(labels) for labels, _ in rows}) < len(rows):
+        # The same engine with several configs in the window (restarted with new flags): keep
+        # the one seen last.
+        warnings.append(f"{CACHE_CONFIG}: an engine reported several configs; using the last")
+        for labels, ts in prom.query(
+            f"max_over_time(timestamp({sel(CACHE_CONFIG)})[{sel.window}:{sel.step}])"
+        ):
+            latest[_config_key(labels)] = ts
+    engines_per_pod: dict[str, set[str]] = {}
+    chosen: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+    for labels, _ in rows:
+        key = _engine_key(labels)
+        engines_per_pod.setdefault(key[0], set()).add(key[1])
+        seen = latest.get(_config_key(labels), 0.0)
+        if key not in chosen or seen > chosen[key][0]:
+            chosen[key] = (seen, labels)
+    pods: dict[str, PodPool] = {}
+    for (pod, engine), (_, labels) in sorted(chosen.items()):
+        name = pod if len(engines_per_pod[pod]) == 1 else f"{pod}/engine={engine}"
+        pods[name] = PodPool(
+            num_gpu_blocks=_int(labels.get("num_gpu_blocks")),
+            block_size=_int(labels.get("block_size")),
+            gpu_memory_utilization=_float(labels.get("gpu_memory_utilization")),
+            labels=labels,
+        )
+    return pods
+
+
+def _engine_key(labels: dict[str, str]) -> tuple[str, str]:
+    pod = labels.get("pod") or labels.get("instance") or "unknown"
+    return pod, labels.get("engine", "")
+
+
+def _config_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
