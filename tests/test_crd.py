@@ -810,3 +810,16 @@ def test_patterns_are_re2_compatible() -> None:
         if "pattern" in node:
             re2.compile(node["pattern"])  # the API server's regexp engine is RE2
             re.compile(node["pattern"])
+
+
+def test_crd_reference_doc_is_generated_from_the_schema() -> None:
+    """docs/crd-reference.md must equal what the generator renders from the CRD today."""
+    from pathlib import Path
+
+    from inference_capacity.api.reference import render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "crd-reference.md"
+    assert doc.read_text() == render(), (
+        "docs/crd-reference.md is stale: python -m inference_capacity.api.reference "
+        "> docs/crd-reference.md")
+    assert "`spec.hardware.tensorParallel`" in doc.read_text()
