@@ -394,3 +394,58 @@ def test_example_manifests_apply_cleanly(cluster: Cluster) -> None:
     ):
         docs = load_example(name, ns)
         cluster.api.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def _node(name: str, gpus: int, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_max_surge_comes_from_spare_gpus_on_matching_nodes(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("surge")
+    # two H100 nodes with 8 GPUs, one busy pod using 5 of them; an A100 node does not count
+    nodes = [_node("gpu-a", 8), _node("gpu-b", 8),
+             _node("gpu-c", 8, product="NVIDIA-A100-SXM4-80GB")]
+    c.api.apply(*nodes)
+    for n in nodes:  # status is a subresource: the kubelet writes it, as here
+        c.api.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status",
+                      "--type=merge", "-p", json.dumps({"status": n["status"]}))
+    c.api.apply({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "busy", "namespace": ns},
+                 "spec": {"nodeName": "gpu-a", "containers": [{
+                     "name": "x", "image": "busybox",
+                     "resources": {"limits": {"nvidia.com/gpu": "5"}}}]}})
+    c.api.kubectl("patch", "pod", "busy", "-n", ns, "--subresource=status", "--type=merge",
+                  "-p", json.dumps({"status": {"phase": "Running"}}))
+
+    def zero_recovery(icap: dict[str, Any], dep: dict[str, Any]) -> None:
+        icap["spec"]["headroom"]["recoveryReplicas"] = 0
+
+    apply_example(c, ns, edit=zero_recovery)
+    cond = c.wait_condition(ns, "llama-8b", "RolloutSafe", "True")
+    rec = c.icap(ns, "llama-8b")["status"]["recommendation"]
+    # spare H100 GPUs: (8 - 5) + 8 = 11, one GPU per replica -> maxSurge = min(11, N)
+    assert rec["maxUnavailable"] == 0
+    assert rec["maxSurge"] == min(11, rec["replicas"])
+    assert "11 spare nvidia.com/gpu" in cond["message"]
+    for n in ("gpu-a", "gpu-b", "gpu-c"):
+        c.api.kubectl("delete", "node", n)
+
+
+def test_an_hpa_owns_replicas(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("hpa")
+    c.api.apply({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                 "metadata": {"name": "llama-8b", "namespace": ns},
+                 "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": "llama-8b"},
+                          "minReplicas": 7, "maxReplicas": 20}})
+    apply_example(c, ns)
+    c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+    dep = c.deployment(ns, "llama-8b")
+    assert dep["spec"]["replicas"] == 1, "replicas belong to the HPA"
+    rec = c.icap(ns, "llama-8b")["status"]["recommendation"]
+    assert rec["replicas"] >= 7  # at least the HPA's minReplicas
