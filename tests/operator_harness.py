@@ -37,6 +37,8 @@ class Operator:
         self.refresh = refresh
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = _free_port()
+        self.health_port = _free_port()
 
     def start(self) -> Operator:
         env = dict(self.api.env)
@@ -53,7 +55,8 @@ class Operator:
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "inference_capacity.cli"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [*cmd, "run", "--standalone", "--metrics-port", "0", "--liveness", ""],
+            [*cmd, "run", "--standalone", "--metrics-port", str(self.metrics_port),
+             "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -85,6 +88,15 @@ class Operator:
 
     def assert_alive(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, self.log()[-3000:]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def load_example(name: str, namespace: str) -> list[dict[str, Any]]:

@@ -449,3 +449,26 @@ def test_an_hpa_owns_replicas(cluster: Cluster) -> None:
     assert dep["spec"]["replicas"] == 1, "replicas belong to the HPA"
     rec = c.icap(ns, "llama-8b")["status"]["recommendation"]
     assert rec["replicas"] >= 7  # at least the HPA's minReplicas
+
+
+def test_health_and_metrics_endpoints(cluster: Cluster) -> None:
+    import urllib.request
+
+    c = cluster
+    ns = c.namespace("metrics")
+    apply_example(c, ns)
+    args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+
+    def get(port: int, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            body: str = r.read().decode()
+            return body
+
+    wait_for(lambda: get(c.operator.health_port, "/healthz") is not None, timeout=20)
+    text = get(c.operator.metrics_port, "/metrics")
+    line = next(x for x in text.splitlines() if x.startswith(
+        "inference_capacity_per_pod_max_concurrency{") and f'namespace="{ns}"' in x)
+    assert float(line.rsplit(" ", 1)[1]) == float(flag_value(args, SEQS) or 0)
+    assert f'inference_capacity_desired_replicas{{name="llama-8b",namespace="{ns}"}}' in text
+    assert "inference_capacity_reconciles_total" in text
+    assert 'item="kv_cache_pool"' in text

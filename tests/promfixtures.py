@@ -1,0 +1,283 @@
+"""pytest plugin: a real Prometheus over a TSDB backfilled from a generated vLLM trace.
+
+Register with ``pytest_plugins = [..., "tests.promfixtures"]`` in ``tests/conftest.py``.
+
+Fixtures:
+
+- ``vllm_trace`` (session): the ``tests.vllm_trace.Trace``, ending ten minutes ago.
+- ``prometheus_server`` (session): ``PromServer(url, trace, data_dir)``; ``promtool tsdb
+  create-blocks-from openmetrics`` backfills the trace, then ``prometheus`` serves it on
+  127.0.0.1 with no scrape targets. Started once per session, killed at the end.
+- ``prometheus_url`` (session): its base URL.
+- ``bearer_proxy`` (session): ``Proxy(url, token)``, a reverse proxy to that Prometheus that
+  answers 401 unless ``Authorization: Bearer <token>`` (Prometheus itself only does basic auth).
+- ``tls_proxy`` (session): ``Proxy(url, token=None, ca_pem)``, the same over HTTPS with a
+  self-signed certificate for 127.0.0.1 (needs the ``openssl`` CLI, else skipped).
+- ``closed_port_url``: an http URL where nothing listens.
+- ``http_stub``: a factory for a local HTTP server answering every request with one status and
+  body (for failure modes that need no Prometheus).
+
+Without ``prometheus``/``promtool`` on PATH the fixtures skip with how to install them (the
+Debian package ``prometheus``), and fail instead when ``CI`` is set: CI must not go green by
+skipping the only test of the Prometheus integration.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_trace import INTERVAL, Trace, generate
+
+INSTALL_HINT = (
+    "the Prometheus tests need `prometheus` and `promtool` on PATH: install the Debian package "
+    "`prometheus` (`sudo apt-get install prometheus`; .ci/run does this)"
+)
+
+
+def require_prometheus() -> tuple[str, str]:
+    prom, tool = shutil.which("prometheus"), shutil.which("promtool")
+    if prom and tool:
+        return prom, tool
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {INSTALL_HINT}", pytrace=False)
+    pytest.skip(INSTALL_HINT)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class PromServer:
+    url: str
+    trace: Trace
+    data_dir: Path
+
+
+@dataclass(frozen=True)
+class Proxy:
+    url: str
+    token: str | None = None
+    ca_pem: str | None = None
+
+
+@pytest.fixture(scope="session")
+def vllm_trace() -> Trace:
+    end = int(time.time()) // INTERVAL * INTERVAL - 600
+    return generate(end)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    tail = log.read_text(errors="replace")[-3000:]
+    raise RuntimeError(f"prometheus did not become ready at {url} within {timeout}s:\n{tail}")
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(
+    tmp_path_factory: pytest.TempPathFactory, vllm_trace: Trace
+) -> Iterator[PromServer]:
+    prom, tool = require_prometheus()
+    root = tmp_path_factory.mktemp("prometheus")
+    trace_file = root / "trace.om"
+    trace_file.write_text(vllm_trace.openmetrics())
+    data = root / "tsdb"
+    backfill = subprocess.run(
+        [tool, "tsdb", "create-blocks-from", "openmetrics", str(trace_file), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if backfill.returncode != 0:
+        raise RuntimeError(f"promtool backfill failed:\n{backfill.stdout}\n{backfill.stderr}")
+    trace_file.unlink()
+    config = root / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = root / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                prom,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                # the backfilled blocks are hours old; keep everything
+                "--storage.tsdb.retention.time=3650d",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_ready(url, proc, log, timeout=30)
+        yield PromServer(url=url, trace=vllm_trace, data_dir=data)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(prometheus_server: PromServer) -> str:
+    return prometheus_server.url
+
+
+def _proxy_handler(upstream: str, token: str | None) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+        def _reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+                self._reply(401, b'{"status":"error","errorType":"unauthorized"}')
+                return
+            try:
+                with urllib.request.urlopen(upstream + self.path, timeout=30) as r:
+                    self._reply(r.status, r.read(), r.headers.get("Content-Type", ""))
+            except urllib.error.HTTPError as e:
+                self._reply(e.code, e.read())
+
+    return Handler
+
+
+@dataclass
+class _Running:
+    server: http.server.ThreadingHTTPServer
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def _serve(
+    handler: type[http.server.BaseHTTPRequestHandler], context: ssl.SSLContext | None = None
+) -> tuple[int, _Running]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server.server_address[1], _Running(server, thread)
+
+
+@pytest.fixture(scope="session")
+def bearer_proxy(prometheus_url: str) -> Iterator[Proxy]:
+    token = "s3cret-token"
+    port, running = _serve(_proxy_handler(prometheus_url, token))
+    try:
+        yield Proxy(url=f"http://127.0.0.1:{port}", token=token)
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_proxy(prometheus_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the TLS test needs the openssl CLI to make a self-signed certificate")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    port, running = _serve(_proxy_handler(prometheus_url, None), context)
+    try:
+        yield Proxy(url=f"https://127.0.0.1:{port}", ca_pem=cert.read_text())
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def http_stub() -> Iterator[Callable[[int, bytes], str]]:
+    """``http_stub(status, body) -> url``: a server answering every GET with that reply."""
+    running: list[_Running] = []
+
+    def start(status: int, body: bytes) -> str:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        port, r = _serve(Handler)
+        running.append(r)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for r in running:
+        r.stop()

@@ -1,0 +1,457 @@
+"""The Helm chart, rendered and linted by the real Helm engine (``helm-python-sdk``, Helm's Go
+library), validated by its ``values.schema.json``, and applied to the API server emulator with
+the real ``kubectl``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.kubeapi.fixtures import KubeAPI
+from tests.test_packaging import (
+    CHART,
+    ICAP_CRD,
+    NAMESPACE,
+    assert_installed,
+    chart_crd_docs,
+    chart_docs,
+    container,
+    dump_all,
+    find,
+    install,
+    one,
+    render_chart,
+)
+
+helm = pytest.importorskip("helm_python")
+
+FULLNAME = "inference-capacity"  # release "inference-capacity" contains the chart name
+NON_DEFAULT: list[dict[str, Any]] = [
+    {"watchNamespaces": ["inference", "team-b"]},
+    {"watchNamespaces": ["inference"], "rbac": {"spareGpuCounting": True}},
+    {"replicaCount": 2},
+    {"replicaCount": 3, "watchNamespaces": ["inference"], "podDisruptionBudget": {"enabled": True}},
+    {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}, "scrapeTimeout": "10s"}},
+    {"dashboard": {"enabled": True, "namespace": "monitoring"}},
+    {
+        "image": {"digest": "sha256:" + "a" * 64},
+        "rbac": {"secretNames": ["prom-token"]},
+        "operator": {"verbose": True, "extraArgs": ["--extra"], "extraEnv": [{"name": "X"}]},
+        "serviceAccount": {"create": False, "name": "preexisting"},
+    },
+    {"rbac": {"create": False}},
+]
+
+
+def rules_of(doc: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {
+        (group, resource, tuple(rule["verbs"]))
+        for rule in doc["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def resources_of(doc: dict[str, Any]) -> set[str]:
+    return {f"{g}/{r}" if g else r for g, r, _ in rules_of(doc)}
+
+
+# --- lint -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, *NON_DEFAULT], ids=lambda v: json.dumps(v)[:60])
+def test_lint_strict_has_no_warnings(values: dict[str, Any] | None) -> None:
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+def test_lint_reports_a_schema_violation_as_an_error() -> None:
+    report = helm.lint(CHART, {"replicaCount": -1}, strict=True)
+    assert any(m["severity"] == 3 and "/replicaCount" in m["error"] for m in report["messages"])
+
+
+def test_chart_metadata_and_crds_as_helm_loads_them() -> None:
+    with helm.Chart.load(CHART) as chart:
+        assert chart.metadata["apiVersion"] == "v2"
+        assert chart.name == "inference-capacity"
+        crd_files = sorted({c["filename"] for c in chart.crds})
+        assert chart.schema is not None and chart.schema["additionalProperties"] is False
+        chart.validate_schema(chart.values)  # the defaults satisfy the schema
+    assert crd_files == [
+        "inference-capacity/crds/inferencecapacities.capacity.inference.dev.yaml",
+        "inference-capacity/crds/kopf-peerings.kopf.dev.yaml",
+    ]
+    names = {d["metadata"]["name"] for d in chart_crd_docs()}
+    assert names == {ICAP_CRD, "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"replicaCount": -1}, "/replicaCount"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"replicaCount": "2"}, "/replicaCount"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+        ({"imagePullPolicy": "Always"}, "additional properties 'imagePullPolicy'"),
+        ({"serviceMonitor": {"enabled": "yes"}}, "/serviceMonitor/enabled"),
+        ({"serviceMonitor": {"interval": "30 seconds"}}, "/serviceMonitor/interval"),
+        ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+        ({"watchNamespaces": ["a", "a"]}, "/watchNamespaces"),
+        ({"operator": {"metricsPort": 70000}}, "/operator/metricsPort"),
+        ({"probes": {"liveness": {"failureThreshold": 0}}}, "/probes/liveness/failureThreshold"),
+        ({"securityContext": {"allowPrivilegeEscalation": True}}, "/securityContext"),
+        ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext"),
+        ({"rbac": {"clusterWide": True}}, "/rbac"),
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmValuesError) as raised:
+            chart.validate_schema(values)
+        assert where in str(raised.value)
+        with pytest.raises(helm.HelmValuesError):  # and the install path refuses them too
+            chart.render(values=values, name="x", namespace="y")
+
+
+def test_schema_accepts_every_documented_non_default() -> None:
+    with helm.Chart.load(CHART) as chart:
+        for values in NON_DEFAULT:
+            chart.validate_schema(values)
+
+
+# --- rendering: defaults ---------------------------------------------------------------------
+
+
+def test_default_render_is_a_cluster_wide_standalone_install() -> None:
+    docs = chart_docs()
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
+        [
+            ("ServiceAccount", FULLNAME),
+            ("ClusterRole", FULLNAME),
+            ("ClusterRoleBinding", FULLNAME),
+            ("Deployment", FULLNAME),
+            ("Service", f"{FULLNAME}-metrics"),
+        ]
+    )
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    c = container(docs)
+    assert c["args"] == [
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--metrics-port=9090",
+        "--standalone",
+    ]
+    assert c["image"] == "ghcr.io/inference-capacity/inference-capacity:0.1.0"  # appVersion
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+    assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == FULLNAME
+
+
+def test_operator_pod_is_hardened() -> None:
+    docs = chart_docs()
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    c = container(docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532  # the image's USER
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in sc or sc["privileged"] is False
+    assert {"cpu", "memory"} <= set(c["resources"]["requests"])
+    assert "memory" in c["resources"]["limits"]
+    # A writable /tmp for the read-only root filesystem, memory-backed and bounded.
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    tmp = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}
+    assert pod["volumes"] == [tmp]
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+
+
+def test_probes_and_ports_match_the_operator_flags() -> None:
+    c = container(chart_docs({"operator": {"healthPort": 8181, "metricsPort": 9191}}))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"health": 8181, "metrics": 9191}
+    assert "--liveness=http://0.0.0.0:8181/healthz" in c["args"]
+    assert "--metrics-port=9191" in c["args"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
+    # The startup probe gives the operator time; liveness never kills it before that.
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+# --- rendering: modes ------------------------------------------------------------------------
+
+
+def test_namespace_scoped_mode_uses_roles_and_a_minimal_cluster_role() -> None:
+    docs = chart_docs({"watchNamespaces": ["inference", "team-b"]})
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["inference", "team-b"]
+    for ns in ("inference", "team-b"):
+        binding = one(docs, "RoleBinding", namespace=ns)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": FULLNAME,
+        }
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+    assert "apps/deployments" in resources_of(roles[0])
+    assert "nodes" not in resources_of(roles[0])
+    cluster_role = one(docs, "ClusterRole")
+    assert resources_of(cluster_role) == {"apiextensions.k8s.io/customresourcedefinitions"}
+    assert rules_of(cluster_role) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"))
+    }
+    args = container(docs)["args"]
+    assert args[-2:] == ["--namespace=inference", "--namespace=team-b"]
+
+
+def test_namespace_scoped_spare_gpu_counting_adds_only_node_and_pod_reads() -> None:
+    docs = chart_docs({"watchNamespaces": ["inference"], "rbac": {"spareGpuCounting": True}})
+    assert rules_of(one(docs, "ClusterRole")) == {
+        ("", "nodes", ("get", "list", "watch")),
+        ("", "pods", ("get", "list", "watch")),
+        ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
+    }
+
+
+def test_cluster_wide_rules_are_the_union_of_namespaced_and_cluster_rules() -> None:
+    cluster = rules_of(one(chart_docs(), "ClusterRole"))
+    namespaced_docs = chart_docs({"watchNamespaces": ["inference"]})
+    role = rules_of(one(namespaced_docs, "Role"))
+    assert role < cluster
+    assert cluster - role == {
+        ("", "nodes", ("get", "list", "watch")),
+        ("", "namespaces", ("get", "list", "watch")),
+        ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
+    }
+    # Least privilege: nothing the controller does not use.
+    verbs = {v for _, _, vs in cluster for v in vs}
+    assert verbs == {"get", "list", "watch", "patch", "create", "delete"}
+    assert not any("*" in g or "*" in r for g, r, _ in cluster)
+    assert [vs for g, r, vs in cluster if r == "secrets"] == [("get",)]
+    deleters = {r for _, r, vs in cluster if "delete" in vs}
+    assert deleters == {"poddisruptionbudgets"}
+
+
+def test_replicas_above_one_turn_kopf_peering_on_cluster_wide() -> None:
+    docs = chart_docs({"replicaCount": 2})
+    args = container(docs)["args"]
+    assert "--peering=inference-capacity" in args and "--standalone" not in args
+    peering = one(docs, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert peering["metadata"]["name"] == "inference-capacity"
+    assert ("kopf.dev", "clusterkopfpeerings", ("get", "list", "watch", "patch")) in rules_of(
+        one(docs, "ClusterRole")
+    )
+    strategy = one(docs, "Deployment")["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # Without peering none of it is there.
+    standalone = chart_docs()
+    assert not find(standalone, "ClusterKopfPeering")
+    assert "kopf.dev" not in {g for g, _, _ in rules_of(one(standalone, "ClusterRole"))}
+
+
+def test_namespace_scoped_peering_uses_kopfpeerings_in_every_namespace() -> None:
+    docs = chart_docs(
+        {"replicaCount": 3, "watchNamespaces": ["inference", "team-b"], "peering": {"name": "icap"}}
+    )
+    peerings = find(docs, "KopfPeering")
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings) == [
+        ("inference", "icap"),
+        ("team-b", "icap"),
+    ]
+    assert not find(docs, "ClusterKopfPeering")
+    for role in find(docs, "Role"):
+        assert ("kopf.dev", "kopfpeerings", ("get", "list", "watch", "patch")) in rules_of(role)
+    assert "kopf.dev/clusterkopfpeerings" not in resources_of(one(docs, "ClusterRole"))
+    assert "--peering=icap" in container(docs)["args"]
+
+
+def test_peering_can_be_forced_on_with_one_replica() -> None:
+    docs = chart_docs({"peering": {"enabled": True}})
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert "--peering=inference-capacity" in container(docs)["args"]
+    assert find(docs, "ClusterKopfPeering")
+
+
+def test_service_monitor_selects_the_metrics_service() -> None:
+    docs = chart_docs(
+        {
+            "serviceMonitor": {
+                "enabled": True,
+                "labels": {"release": "kps"},
+                "interval": "15s",
+                "scrapeTimeout": "10s",
+            }
+        }
+    )
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert (
+        service["spec"]["selector"].items()
+        <= one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_dashboard_configmap_holds_the_dashboard_json() -> None:
+    docs = chart_docs(
+        {
+            "dashboard": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "annotations": {"grafana_folder": "Inference"},
+            }
+        }
+    )
+    cm = one(docs, "ConfigMap")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Inference"}
+    embedded = json.loads(cm["data"]["inference-capacity.json"])
+    assert embedded == json.loads((CHART / "dashboards" / "inference-capacity.json").read_text())
+
+
+def test_image_digest_rbac_toggles_and_extras() -> None:
+    digest = "sha256:" + "b" * 64
+    docs = chart_docs(
+        {
+            "image": {"digest": digest, "tag": "ignored"},
+            "rbac": {"secretNames": ["prom-token"]},
+            "operator": {
+                "verbose": True,
+                "extraArgs": ["--x"],
+                "extraEnv": [{"name": "X", "value": "1"}],
+            },
+        }
+    )
+    c = container(docs)
+    assert c["image"] == f"ghcr.io/inference-capacity/inference-capacity@{digest}"
+    assert c["args"][-2:] == ["--verbose", "--x"]
+    assert {"name": "X", "value": "1"} in c["env"]
+    secrets = [r for r in one(docs, "ClusterRole")["rules"] if r["resources"] == ["secrets"]]
+    assert secrets == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["prom-token"],
+            "verbs": ["get"],
+        }
+    ]
+    bare = chart_docs(
+        {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}}
+    )
+    assert not find(bare, "ClusterRole") and not find(bare, "ClusterRoleBinding")
+    assert not find(bare, "ServiceAccount")
+    assert one(bare, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
+
+
+def test_release_name_and_namespace_flow_into_names_and_subjects() -> None:
+    docs = chart_docs(release="prod", namespace="ops")
+    assert one(docs, "Deployment")["metadata"] == {
+        "name": "prod-inference-capacity",
+        "namespace": "ops",
+        "labels": one(docs, "Deployment")["metadata"]["labels"],
+    }
+    assert one(docs, "ClusterRoleBinding")["subjects"][0] == {
+        "kind": "ServiceAccount",
+        "name": "prod-inference-capacity",
+        "namespace": "ops",
+    }
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "inference-capacity",
+        "app.kubernetes.io/instance": "prod",
+    }
+
+
+def test_notes_describe_the_mode() -> None:
+    notes = render_chart({"watchNamespaces": ["a"], "replicaCount": 2})
+    text = next(v for k, v in notes.items() if k.endswith("NOTES.txt"))
+    assert "namespace-scoped, watching: a" in text
+    assert 'Kopf peering "inference-capacity"' in text
+    default = next(v for k, v in render_chart().items() if k.endswith("NOTES.txt"))
+    assert "cluster-wide" in default and "standalone" in default
+
+
+# --- applied to the API server ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        None,
+        {
+            "watchNamespaces": ["inference", "team-b"],
+            "replicaCount": 2,
+            "rbac": {"spareGpuCounting": True},
+        },
+        {
+            "replicaCount": 2,
+            "serviceMonitor": {"enabled": True},
+            "dashboard": {"enabled": True},
+            "podDisruptionBudget": {"enabled": True},
+        },
+    ],
+    ids=["defaults", "namespaced-peering", "cluster-ha-monitoring"],
+)
+def test_rendered_chart_applies_with_kubectl(
+    kubeapi: KubeAPI,
+    values: dict[str, Any] | None,
+) -> None:
+    docs = chart_docs(values)
+    output = install(kubeapi, docs, crds=chart_crd_docs())
+    assert_installed(kubeapi, docs, output)
+    for crd in ("kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"):
+        kubeapi.kubectl("get", crd.split(".")[0], "-A")  # the peering CRDs are served too
+    deployment = kubeapi.get_json("deployment", FULLNAME, "-n", NAMESPACE)
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+            "readOnlyRootFilesystem"
+        ]
+        is True
+    )
+    # Re-applying the same render changes nothing (GitOps drift check). Except a PDB: its
+    # spec.selector has patchStrategy=replace, so kubectl always sends it and says "configured"
+    # (a real API server answers the same).
+    again = kubeapi.apply(dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"]))
+    lines = again.stdout.splitlines()
+    assert all(
+        line.endswith(" unchanged") for line in lines if not line.startswith("poddisruptionbudget.")
+    ), again.stdout
+
+
+def test_examples_validate_against_the_installed_crd(kubeapi: KubeAPI) -> None:
+    install(kubeapi, chart_docs(), crds=chart_crd_docs())
+    result = kubeapi.kubectl("apply", "-k", str(CHART.parent.parent / "manifests" / "examples"))
+    assert result.stdout.count("inferencecapacity.capacity.inference.dev/") == 3, result.stdout
+    table = kubeapi.kubectl("get", "icap", "-n", "default").stdout
+    assert "llama-8b" in table

@@ -1,0 +1,373 @@
+"""The planner: utilization from the ledger's margin, the KV-pool inverse, max-num-seqs from the
+workload, and the refusals (VllmWillNotStart, OverCommitted, ExceedsMaxReplicas)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inference_capacity.engines.vllm import EngineSettings, SettingsError, predict_startup
+from inference_capacity.hardware import get_gpu
+from inference_capacity.ledger.ledger import max_utilization
+from inference_capacity.model import load_model
+from inference_capacity.planner import (
+    Headroom,
+    Plan,
+    PlanInput,
+    RolloutInput,
+    format_utilization,
+    make_plan,
+    utilization_for_pool,
+)
+from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
+
+H100 = get_gpu("H100-SXM-80GB")
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
+LLAMA70B = load_model("meta-llama/Llama-3.1-70B-Instruct")
+ENGINE = EngineSettings(version="0.19.0", max_model_len=8192)
+GiB = 2**30
+#: max_utilization floors to 4 decimals: what it leaves unallocated is below 1e-4 of the device
+ROUNDING = H100.total_bytes * 1e-4
+#: utilization_for_pool works in steps of 1e-6 of the device (85,030 B on an H100)
+STEP = math.ceil(H100.total_bytes * 1e-6)
+
+
+def q(p: int) -> Quantiles:
+    return Quantiles(p, p, p)
+
+
+def workload(prompt: int = 2000, output: int = 800, peak: int | None = None,
+             shared: int = 0) -> Workload:
+    return Workload((Cohort("chat", 1.0, q(prompt), q(output), shared),),
+                    peak_concurrency=peak)
+
+
+def plan(**kw: object) -> Plan:
+    base: dict[str, object] = {"model": LLAMA8B, "gpu": H100, "engine": ENGINE}
+    base.update(kw)
+    return make_plan(PlanInput(**base))  # type: ignore[arg-type]
+
+
+def available_kv(p: Plan) -> int:
+    return p.prediction.ranks[p.prediction.binding_rank].available_kv
+
+
+def seqs_fit_pool(p: Plan) -> bool:
+    """The chosen batch's reservations fit the *predicted* pool, less the null block and the
+    KV safety fraction."""
+    assert p.seqs is not None
+    budget = (p.prediction.num_gpu_blocks - 1) * (1 - p.input.headroom.kv_safety_fraction)
+    need = p.recommendation.max_num_seqs * p.seqs.blocks_per_seq + p.seqs.shared_prefix_blocks
+    return need <= budget + 1e-6
+
+
+# ------------------------------------------------------------------------ format_utilization
+
+
+def test_format_utilization() -> None:
+    assert format_utilization(0.9285) == "0.9285"
+    assert format_utilization(0.720639) == "0.720639"
+    assert format_utilization(0.9) == "0.9"
+    assert format_utilization(1.0) == "1"
+    assert format_utilization(0.12345678) == "0.123457"
+    assert format_utilization(0.0) == "0"
+
+
+@given(st.integers(1, 1_000_000))
+def test_format_utilization_roundtrips_six_decimals(micro: int) -> None:
+    u = micro / 1e6
+    text = format_utilization(u)
+    assert float(text) == u
+    assert not text.endswith("0") or text == "0"
+    assert len(text.partition(".")[2]) <= 6
+
+
+# ------------------------------------------------------------------- utilization and ledger
+
+
+def test_recommended_utilization_leaves_small_nonnegative_unallocated() -> None:
+    p = plan()
+    assert p.fits and p.reason == "Fits"
+    [ledger] = p.ledger
+    assert ledger.total == H100.total_bytes  # every byte accounted for
+    assert 0 <= ledger.unallocated < ROUNDING
+    probe = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
+                            replace(ENGINE, gpu_memory_utilization=0.9))
+    assert p.recommendation.gpu_memory_utilization == max_utilization(probe, 0.05)
+    assert p.recommendation.gpu_memory_utilization == round(
+        p.recommendation.gpu_memory_utilization, 4)
+    assert p.prediction.starts
+    assert p.recommendation.kv_cache_memory_bytes == available_kv(p)
+    assert any("no workload cohorts" in n for n in p.notes)
+    assert p.recommendation.max_num_seqs == 1024  # vLLM's default on an 80 GB GPU, kept
+
+
+def test_tp4_70b_ledger_and_kv_bytes_per_token() -> None:
+    # 70B: 80 layers × 2 × 8 KV heads × 128 × 2 B = 327,680 B per token; at TP4 each rank
+    # holds 2 KV heads: 327,680 / 4 = 81,920 B
+    p = plan(model=LLAMA70B, tp=4, engine=replace(ENGINE, max_model_len=32768),
+             workload=workload(peak=100))
+    assert p.fits, p.message
+    assert p.kv_bytes_per_token_rank == 81_920
+    assert p.kv_bytes_per_token_model == 327_680
+    for ledger in p.ledger:
+        assert ledger.total == H100.total_bytes
+        assert 0 <= ledger.unallocated < ROUNDING
+        assert ledger.get("custom_allreduce_buffers") > 0  # TP > 1 margin item
+    assert seqs_fit_pool(p)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.0, 0.3), st.floats(0.0, 0.1),
+       st.one_of(st.none(), st.tuples(st.integers(50, 6000), st.integers(10, 2000))))
+def test_more_operational_headroom_never_raises_utilization(
+    frac: float, more: float, wl: tuple[int, int] | None
+) -> None:
+    w = workload(*wl) if wl else None
+    lo = plan(workload=w, headroom=Headroom(operational_fraction=frac))
+    hi = plan(workload=w, headroom=Headroom(operational_fraction=frac + more))
+    assert hi.recommendation.gpu_memory_utilization <= lo.recommendation.gpu_memory_utilization
+    for p in (lo, hi):
+        if p.fits:
+            assert 0 <= p.ledger[0].unallocated < ROUNDING
+            assert p.ledger[0].get("operational_headroom") == int(
+                p.input.headroom.operational_fraction * H100.total_bytes)
+
+
+def test_operational_fraction_must_be_below_one() -> None:
+    with pytest.raises(SettingsError, match="operationalFraction"):
+        plan(headroom=Headroom(operational_fraction=1.0))
+    with pytest.raises(SettingsError):
+        plan(headroom=Headroom(operational_fraction=-0.1))
+
+
+# ------------------------------------------------------------------------------- workload
+
+
+def test_workload_sizes_max_num_seqs_from_the_predicted_pool() -> None:
+    p = plan(workload=workload(peak=600))
+    assert p.fits, p.message
+    s = p.seqs
+    assert s is not None
+    # ctx 2800 → 175 blocks; (blocks − 1) × 0.9 // 175 on the final prediction's pool
+    assert s.blocks_per_seq == 175
+    assert s.usable_blocks == p.prediction.num_gpu_blocks - 1
+    assert p.recommendation.max_num_seqs == int(s.usable_blocks * 0.9 // 175)
+    assert p.recommendation.per_replica_concurrency == p.recommendation.max_num_seqs
+    assert p.prediction.settings.max_num_seqs == p.recommendation.max_num_seqs
+    assert seqs_fit_pool(p)
+    assert p.recommendation.provenance["maxNumSeqs"] == "calibrated"
+    assert p.recommendation.provenance["replicas"] == "calibrated"
+    # a smaller batch than vLLM's default only frees activation memory: utilization unchanged
+    assert p.recommendation.gpu_memory_utilization == plan().recommendation.gpu_memory_utilization
+    # rollout from per-replica concurrency: ceil(600 / R) + 1 recovery replica
+    r = p.recommendation.rollout
+    assert r.min_replicas_for_peak == math.ceil(600 / p.recommendation.max_num_seqs)
+    assert r.replicas == r.min_replicas_for_peak + 1
+    assert r.pdb_min_available == r.min_replicas_for_peak
+
+
+def test_cap_and_kv_safety_are_passed_through() -> None:
+    capped = plan(workload=workload(), max_num_seqs_cap=64)
+    assert capped.recommendation.max_num_seqs == 64
+    assert capped.seqs is not None and capped.seqs.limited_by == "cap"
+    safer = plan(workload=workload(), headroom=Headroom(kv_safety_fraction=0.3))
+    assert safer.recommendation.max_num_seqs < plan(workload=workload()).recommendation.max_num_seqs
+    assert seqs_fit_pool(safer)
+
+
+def test_itl_target_uses_the_gpu_bandwidth() -> None:
+    w = Workload(workload().cohorts, itl_target_ms=20.0)
+    p = plan(workload=w)
+    assert p.seqs is not None and p.seqs.limited_by == "itl"
+    bw = H100.hbm_bandwidth_bytes_per_s
+    assert bw is not None
+    r = p.prediction.ranks[p.prediction.binding_rank]
+    # decode step lower bound (weights + R × 2800 tokens × 128 KiB) / 3.35 TB/s ≤ 20 ms
+    step = (r.weights.total + p.recommendation.max_num_seqs * 2800 * 131_072) / bw
+    assert step <= 0.020
+    step_plus_one = (r.weights.total + (p.recommendation.max_num_seqs + 1) * 2800 * 131_072) / bw
+    assert step_plus_one > 0.020
+
+
+def test_workload_that_does_not_fit_one_sequence() -> None:
+    # an ITL target below the time to read the weights (16 GB / 3.35 TB/s ≈ 4.8 ms)
+    w = Workload(workload().cohorts, itl_target_ms=1.0)
+    p = plan(workload=w)
+    assert not p.fits and p.reason == "WorkloadDoesNotFit"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(500, 8000), st.integers(100, 2000), st.sampled_from([0, 512, 1024]),
+       st.floats(0.05, 0.3))
+def test_workload_reservations_fit_the_predicted_pool(
+    prompt: int, output: int, shared: int, safety: float
+) -> None:
+    p = plan(workload=workload(prompt, output, shared=shared),
+             headroom=Headroom(kv_safety_fraction=safety))
+    assert p.fits, p.message
+    assert seqs_fit_pool(p)
+    assert 0 <= p.ledger[0].unallocated < ROUNDING
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: make_plan sizes max-num-seqs on the pool of the previous prediction; when the "
+    "second sizing pass raises max-num-seqs, the final prediction (larger sampler profile) has "
+    "fewer blocks than the batch was sized for",
+)
+def test_workload_reservations_fit_the_final_pool_counterexample() -> None:
+    # 171 + 462 = 633 tokens → 40 blocks; the first pass (at vLLM's default 1024 sequences)
+    # sizes 651, the pool grows at 651, the second pass sizes 658, and the final prediction
+    # at 658 has 6 blocks fewer than the pass that chose 658 (29,249 → 29,242)
+    p = plan(workload=workload(171, 462))
+    assert p.seqs is not None
+    assert p.seqs.usable_blocks == p.prediction.num_gpu_blocks - 1
+    assert seqs_fit_pool(p)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: make_plan can recommend max-num-seqs above max-num-batched-tokens (10,038 > "
+    "8,192 for 32-token sequences); vLLM's SchedulerConfig rejects max_num_batched_tokens < "
+    "max_num_seqs at startup",
+)
+def test_recommended_max_num_seqs_is_accepted_by_vllm() -> None:
+    p = plan(workload=workload(16, 16))
+    assert p.fits
+    rec = p.recommendation
+    assert rec.max_num_seqs <= rec.max_num_batched_tokens
+
+
+# ---------------------------------------------------------------------------- KV pool inverse
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 55 * GiB))
+def test_utilization_for_pool_is_the_smallest_that_holds_the_pool(pool: int) -> None:
+    inp = PlanInput(LLAMA8B, H100, engine=ENGINE)
+    u = utilization_for_pool(inp, ENGINE, pool)
+    assert u == round(u, 6)
+
+    def avail(x: float) -> int:
+        pred = predict_startup(LLAMA8B, H100.total_bytes, H100.name, 1, 1,
+                               replace(ENGINE, gpu_memory_utilization=x))
+        return pred.ranks[pred.binding_rank].available_kv
+
+    got = avail(u)
+    assert got >= pool
+    assert got - pool <= STEP  # within one 1e-6 step of the device: far less than a block
+    assert avail(round(u - 1e-6, 6)) < pool  # one step lower does not hold it
+
+
+def test_unreachable_pool_saturates_at_one() -> None:
+    inp = PlanInput(LLAMA8B, H100, engine=ENGINE)
+    assert utilization_for_pool(inp, ENGINE, 100 * GiB) == 1.0
+
+
+def test_plan_with_kv_pool() -> None:
+    pool = 40 * GiB
+    p = plan(kv_pool_bytes=pool)
+    assert p.fits, p.message
+    inp = PlanInput(LLAMA8B, H100, engine=ENGINE)
+    assert p.recommendation.gpu_memory_utilization == utilization_for_pool(inp, ENGINE, pool)
+    assert pool <= available_kv(p) <= pool + STEP
+    assert p.recommendation.kv_cache_memory_bytes == available_kv(p)
+    # 40 GiB / 2 MiB blocks = 20,480 blocks exactly
+    assert p.prediction.num_gpu_blocks == 20_480
+    # a smaller pool than the safe maximum leaves more unallocated than the rounding
+    assert p.ledger[0].unallocated > ROUNDING
+    flags = p.recommendation.flags(kv_cache_memory=True)
+    assert flags["kv-cache-memory-bytes"] == str(available_kv(p))
+    assert "gpu-memory-utilization" not in flags
+
+
+def test_kv_pool_above_the_safe_maximum_is_refused() -> None:
+    p = plan(kv_pool_bytes=60 * GiB)
+    assert not p.fits
+    assert p.reason == "OverCommitted"
+    assert any("above the safe maximum" in n for n in p.notes)
+    assert p.ledger[0].unallocated < 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: with kv_pool_bytes and a workload, utilization_for_pool is solved at the "
+    "engine's max-num-seqs (vLLM's default 1024) but the plan then raises max-num-seqs; the "
+    "larger sampler profile shrinks the KV pool ~9 GiB below the one asked for",
+)
+def test_kv_pool_is_honoured_with_a_workload() -> None:
+    pool = 40 * GiB
+    p = plan(kv_pool_bytes=pool, workload=workload(16, 16))
+    assert available_kv(p) >= pool
+
+
+# ---------------------------------------------------------------------------- refusals etc.
+
+
+def test_model_that_cannot_fit_will_not_start() -> None:
+    # 70B in bf16 is ~131 GiB of weights: one 79 GiB H100 cannot hold it
+    p = plan(model=LLAMA70B, workload=workload(peak=100))
+    assert not p.fits
+    assert p.reason == "VllmWillNotStart"
+    assert not p.prediction.starts
+    assert "No available memory for the cache blocks" in p.message
+    assert p.seqs is None
+
+
+def test_overcommitted_what_if_utilization() -> None:
+    p = plan(engine=replace(ENGINE, gpu_memory_utilization=0.98), choose_utilization=False)
+    assert p.recommendation.gpu_memory_utilization == 0.98
+    assert p.prediction.starts
+    assert not p.fits and p.reason == "OverCommitted"
+    assert p.ledger[0].unallocated < 0
+    assert "rank 0" in p.message
+
+
+def test_what_if_keeps_engine_values() -> None:
+    p = plan(engine=replace(ENGINE, gpu_memory_utilization=0.85, max_num_seqs=64),
+             choose_utilization=False, choose_max_num_seqs=False, workload=workload(peak=100))
+    assert p.fits, p.message
+    assert p.recommendation.gpu_memory_utilization == 0.85
+    assert p.recommendation.max_num_seqs == 64
+    assert p.seqs is None
+    assert p.recommendation.provenance["maxNumSeqs"] == "assumed"
+    assert p.recommendation.rollout.min_replicas_for_peak == 2  # ceil(100 / 64)
+    assert p.ledger[0].unallocated > ROUNDING  # 0.85 leaves more than the safe maximum would
+
+
+def test_exceeds_max_replicas() -> None:
+    p = plan(workload=workload(peak=100_000), rollout=RolloutInput(max_replicas=16))
+    assert not p.fits
+    assert p.reason == "ExceedsMaxReplicas"
+    assert "above maxReplicas 16" in p.message
+    assert p.recommendation.rollout.replicas > 16
+
+
+def test_rollout_inputs_reach_the_plan() -> None:
+    p = plan(workload=workload(peak=600), headroom=Headroom(recovery_replicas=0),
+             rollout=RolloutInput(spare_gpus=0))
+    assert p.fits  # an unsafe rollout is reported on the rollout plan, not as a misfit
+    assert not p.recommendation.rollout.safe
+    assert p.recommendation.rollout.reason == "NoRolloutHeadroom"
+    p = plan(workload=workload(peak=600), rollout=RolloutInput(spare_gpus=3,
+                                                               hpa_min_replicas=9))
+    assert p.recommendation.rollout.replicas == 9
+    assert p.recommendation.rollout.max_surge == 3
+
+
+def test_recommendation_flags() -> None:
+    p = plan(workload=workload())
+    rec = p.recommendation
+    assert rec.flags() == {
+        "gpu-memory-utilization": format_utilization(rec.gpu_memory_utilization),
+        "max-num-seqs": str(rec.max_num_seqs),
+    }
+    full = rec.flags(max_model_len=True, batched_tokens=True, kv_cache_dtype=True)
+    assert full["max-model-len"] == "8192"
+    assert full["max-num-batched-tokens"] == "8192"
+    assert full["kv-cache-dtype"] == "auto"
