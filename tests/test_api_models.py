@@ -765,3 +765,13 @@ def test_unquoted_version_in_yaml_is_caught() -> None:
         ManifestError, match=r"spec\.engine\.version: Input should be a valid string"
     ):
         InferenceCapacity.from_manifest(capacities[0])
+
+
+def test_quantization_enum_matches_the_formats_the_ledger_sizes() -> None:
+    """The CRD's quantization enum and the ledger's known formats must not drift apart."""
+    from typing import get_args
+
+    from inference_capacity.api.models import Quantization
+    from inference_capacity.model.quant import KNOWN_METHODS
+
+    assert set(get_args(Quantization)) <= set(KNOWN_METHODS)

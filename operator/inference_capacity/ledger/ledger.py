@@ -69,6 +69,15 @@ def _gib(x: float) -> int:
     return int(round(x * GiB))
 
 
+def _cuda_graph_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
+    """The CUDA-graph pool: inside vLLM's budget from 0.20 (the estimate is subtracted), in the
+    margin before (graphs are captured after the KV cache is allocated)."""
+    note = ("estimate subtracted from the budget (0.20+)" if in_budget
+            else "captured after the KV cache; outside the budget before 0.20")
+    return LedgerItem("cuda_graph_pool", r.cuda_graph, "worker", "CUDA graphs", "calibrated",
+                      in_budget, note)
+
+
 def margin_items(
     pred: StartupPrediction, r: RankPrediction, operational_fraction: float
 ) -> list[LedgerItem]:
@@ -97,17 +106,7 @@ def margin_items(
             )
         )
     if r.cuda_graph and not pred.settings.cg_in_budget:
-        items.append(
-            LedgerItem(
-                "cuda_graph_pool",
-                r.cuda_graph,
-                "worker",
-                "CUDA graphs",
-                "calibrated",
-                False,
-                "captured after the KV cache; outside the budget before 0.20",
-            )
-        )
+        items.append(_cuda_graph_item(r, in_budget=False))
     frag = max(
         FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
     )
@@ -202,17 +201,7 @@ def rank_ledger(
         )
     )
     if r.cuda_graph and s.cg_in_budget:
-        items.append(
-            LedgerItem(
-                "cuda_graph_pool",
-                r.cuda_graph,
-                "worker",
-                "CUDA graphs",
-                "calibrated",
-                True,
-                "estimate subtracted from the budget (0.20+)",
-            )
-        )
+        items.append(_cuda_graph_item(r, in_budget=True))
     pool = max(0, r.num_blocks * r.layout.bytes_per_block)
     items.append(
         LedgerItem(

@@ -406,16 +406,17 @@ def _per_hour(prom: _Prom, sel: _Sel) -> float | None:
         return None
     if total == 0:
         return 0.0
-    # the hours the fleet was observed: first to last sample of the counters in the window
-    # (exact sample timestamps through a subquery; a 7d window at 15s costs ~0.5 s per query)
-    names = "|".join(re.escape(m) for m in PREEMPTIONS)
-    series = sel("", f'__name__=~"{names}"')
-    span = f"timestamp({series})[{sel.window}:{sel.step}]"
-    first = _scalar(prom.query(f"min(min_over_time({span}))"))
-    last = _scalar(prom.query(f"max(max_over_time({span}))"))
-    if first is None or last is None or last <= first:
+    # The hours the fleet was observed: from the first to the last subquery instant at which any
+    # counter series is visible. Exact to the step at the start; at the end, a series that
+    # vanished without a staleness marker stays visible for the lookback delta (5m), so a fleet
+    # that stopped before `now` may read up to 5m long. (timestamp() would be exact, but costs
+    # ~10x more per step.)
+    present = " or ".join(f"count({sel(m)})" for m in PREEMPTIONS)
+    instants = f"(({present}) * 0 + time())[{sel.window}:{sel.step}]"
+    span = _scalar(prom.query(f"max_over_time({instants}) - min_over_time({instants})"))
+    if span is None or span <= 0:
         return None
-    return total / ((last - first) / 3600.0)
+    return total / (span / 3600.0)
 
 
 def _int(text: str | None) -> int | None:
