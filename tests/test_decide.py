@@ -5,20 +5,28 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference_capacity.decide import material_changes, rollout_in_progress, set_condition
 
 
-def deployment(replicas: int | None = 3, generation: int | None = 5, observed: int | None = 5,
-               updated: int | None = 3, total: int | None = 3,
-               available: int | None = 3) -> dict[str, Any]:
+def deployment(
+    replicas: int | None = 3,
+    generation: int | None = 5,
+    observed: int | None = 5,
+    updated: int | None = 3,
+    total: int | None = 3,
+    available: int | None = 3,
+) -> dict[str, Any]:
     status: dict[str, Any] = {}
-    for key, value in (("observedGeneration", observed), ("updatedReplicas", updated),
-                       ("replicas", total), ("availableReplicas", available),
-                       ("readyReplicas", available)):
+    for key, value in (
+        ("observedGeneration", observed),
+        ("updatedReplicas", updated),
+        ("replicas", total),
+        ("availableReplicas", available),
+        ("readyReplicas", available),
+    ):
         if value is not None:
             status[key] = value
     dep: dict[str, Any] = {
@@ -44,8 +52,9 @@ def test_unobserved_generation() -> None:
     why = rollout_in_progress(deployment(generation=6, observed=5))
     assert why is not None and "generation 6" in why
     # a brand-new Deployment without status
-    why = rollout_in_progress(deployment(generation=1, observed=None, updated=None, total=None,
-                                         available=None))
+    why = rollout_in_progress(
+        deployment(generation=1, observed=None, updated=None, total=None, available=None)
+    )
     assert why is not None and "generation 1" in why
 
 
@@ -71,12 +80,6 @@ def test_scaled_to_zero() -> None:
     assert rollout_in_progress(deployment(replicas=0, updated=0, total=2)) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rollout_in_progress ignores availableReplicas; after the last old pod is "
-    "replaced (updated == replicas == spec.replicas) the new pods may not be Ready yet, which "
-    "`kubectl rollout status` still reports as a rollout in progress",
-)
 def test_updated_but_not_yet_available_is_in_progress() -> None:
     # kubectl/pkg/polymorphichelpers/rollout_status.go: "Waiting for deployment rollout to
     # finish: 2 of 3 updated replicas are available"
@@ -94,12 +97,11 @@ def test_absent_flag_is_material() -> None:
 def test_numeric_change_within_hysteresis_is_not_material() -> None:
     cur = {"max-num-seqs": "256", "gpu-memory-utilization": "0.9"}
     # 256 → 250: |250 − 256| / 256 = 2.34 % ≤ 5 %; 0.9 → 0.92: 2.2 % ≤ 5 %
-    assert material_changes(cur, {"max-num-seqs": "250", "gpu-memory-utilization": "0.92"},
-                            5.0) == {}
+    assert (
+        material_changes(cur, {"max-num-seqs": "250", "gpu-memory-utilization": "0.92"}, 5.0) == {}
+    )
     # 256 → 151: 41 % > 5 %
-    assert material_changes(cur, {"max-num-seqs": "151"}, 5.0) == {
-        "max-num-seqs": ("256", "151")
-    }
+    assert material_changes(cur, {"max-num-seqs": "151"}, 5.0) == {"max-num-seqs": ("256", "151")}
 
 
 def test_hysteresis_boundary_is_inclusive() -> None:
@@ -113,8 +115,10 @@ def test_hysteresis_boundary_is_inclusive() -> None:
 def test_zero_hysteresis_any_move_is_material_but_same_value_is_not() -> None:
     assert material_changes({"x": "256"}, {"x": "257"}, 0.0) == {"x": ("256", "257")}
     # same number spelled differently is not a change
-    assert material_changes({"gpu-memory-utilization": "0.90"},
-                            {"gpu-memory-utilization": "0.9"}, 0.0) == {}
+    assert (
+        material_changes({"gpu-memory-utilization": "0.90"}, {"gpu-memory-utilization": "0.9"}, 0.0)
+        == {}
+    )
     assert material_changes({"x": "8192"}, {"x": "8192.0"}, 0.0) == {}
 
 
@@ -132,17 +136,22 @@ def test_text_flags() -> None:
 
 
 def test_flags_only_in_current_are_ignored() -> None:
-    assert material_changes({"port": "8000", "max-num-seqs": "256"},
-                            {"max-num-seqs": "256"}, 0.0) == {}
+    assert (
+        material_changes({"port": "8000", "max-num-seqs": "256"}, {"max-num-seqs": "256"}, 0.0)
+        == {}
+    )
 
 
 num_text = st.integers(1, 100_000).map(str) | st.floats(0.01, 1.0).map(lambda f: f"{f:.4f}")
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), num_text),
-       st.dictionaries(st.sampled_from(["a", "b", "c", "e"]), num_text),
-       st.floats(0.0, 50.0), st.floats(0.0, 50.0))
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), num_text),
+    st.dictionaries(st.sampled_from(["a", "b", "c", "e"]), num_text),
+    st.floats(0.0, 50.0),
+    st.floats(0.0, 50.0),
+)
 def test_material_changes_properties(
     cur: dict[str, str], want: dict[str, str], h: float, more: float
 ) -> None:
@@ -168,8 +177,16 @@ T0, T1 = "2025-01-01T00:00:00Z", "2025-01-02T00:00:00Z"
 
 def test_new_condition_is_appended() -> None:
     out = set_condition([], "Ready", "True", "Fits", "ok", 3, T0)
-    assert out == [{"type": "Ready", "status": "True", "reason": "Fits", "message": "ok",
-                    "lastTransitionTime": T0, "observedGeneration": 3}]
+    assert out == [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Fits",
+            "message": "ok",
+            "lastTransitionTime": T0,
+            "observedGeneration": 3,
+        }
+    ]
 
 
 def test_same_status_keeps_transition_time() -> None:
@@ -193,13 +210,29 @@ def test_missing_transition_time_is_filled() -> None:
 
 
 def test_other_conditions_untouched_order_kept_input_not_mutated() -> None:
-    conds = [
-        {"type": "Applied", "status": "True", "reason": "Applied", "message": "x",
-         "lastTransitionTime": T0},
-        {"type": "Ready", "status": "True", "reason": "Fits", "message": "ok",
-         "lastTransitionTime": T0, "observedGeneration": 1},
-        {"type": "Degraded", "status": "False", "reason": "OK", "message": "",
-         "lastTransitionTime": T0},
+    conds: list[dict[str, Any]] = [
+        {
+            "type": "Applied",
+            "status": "True",
+            "reason": "Applied",
+            "message": "x",
+            "lastTransitionTime": T0,
+        },
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Fits",
+            "message": "ok",
+            "lastTransitionTime": T0,
+            "observedGeneration": 1,
+        },
+        {
+            "type": "Degraded",
+            "status": "False",
+            "reason": "OK",
+            "message": "",
+            "lastTransitionTime": T0,
+        },
     ]
     before = copy.deepcopy(conds)
     out = set_condition(conds, "Ready", "False", "NoSafeRollout", "m", 2, T1)
@@ -216,8 +249,13 @@ def test_message_is_truncated_to_the_api_limit() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["True", "False", "Unknown"]),
-                          st.sampled_from(["A", "B"])), min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["True", "False", "Unknown"]), st.sampled_from(["A", "B"])),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_transition_time_tracks_status_changes(steps: list[tuple[str, str]]) -> None:
     conds: list[dict[str, Any]] = []
     last_status: str | None = None

@@ -55,14 +55,22 @@ def env_container() -> dict[str, Any]:
     return {
         "name": "vllm",
         "image": IMAGE,
-        "command": ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
-                    "--max-num-seqs", "$(MAX_SEQS)"],
+        "command": [
+            "vllm",
+            "serve",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--max-num-seqs",
+            "$(MAX_SEQS)",
+        ],
         "env": [{"name": "HF_HOME", "value": "/cache"}, {"name": "MAX_SEQS", "value": "256"}],
     }
 
 
-SIDECAR = {"name": "metrics-proxy", "image": "envoyproxy/envoy:v1.30",
-           "args": ["--config", "/etc/envoy.yaml"]}
+SIDECAR = {
+    "name": "metrics-proxy",
+    "image": "envoyproxy/envoy:v1.30",
+    "args": ["--config", "/etc/envoy.yaml"],
+}
 
 CONTAINERS = {
     "serve": serve_container,
@@ -72,19 +80,27 @@ CONTAINERS = {
 }
 
 
-def deployment(container: dict[str, Any], sidecar_first: bool = True,
-               replicas: int = 3) -> dict[str, Any]:
+def deployment(
+    container: dict[str, Any], sidecar_first: bool = True, replicas: int = 3
+) -> dict[str, Any]:
     containers = [copy.deepcopy(SIDECAR), container] if sidecar_first else [container]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "llama", "namespace": "serving", "generation": 4,
-                     "annotations": {"team": "inference"}, "labels": {"app": "llama"}},
+        "metadata": {
+            "name": "llama",
+            "namespace": "serving",
+            "generation": 4,
+            "annotations": {"team": "inference"},
+            "labels": {"app": "llama"},
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": "llama"}},
-            "strategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
             "template": {
                 "metadata": {"labels": {"app": "llama"}},
                 "spec": {"containers": containers, "nodeSelector": {"pool": "gpu"}},
@@ -103,8 +119,13 @@ def index_of(dep: dict[str, Any], name: str) -> int:
     return names.index(name)
 
 
-def rebuild(dep: dict[str, Any], name: str, flags: dict[str, str], replicas: int | None,
-            strategy: dict[str, Any] | None) -> Any:
+def rebuild(
+    dep: dict[str, Any],
+    name: str,
+    flags: dict[str, str],
+    replicas: int | None,
+    strategy: dict[str, Any] | None,
+) -> Any:
     i = index_of(dep, name)
     current = read_flags(dep["spec"]["template"]["spec"]["containers"][i])
     return build_change(dep, i, flags, current, replicas, strategy)
@@ -128,8 +149,9 @@ def test_patch_touches_only_the_named_container_flags(kind: str) -> None:
     assert patch["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": STRATEGY}
     assert set(patch["metadata"]) == {"annotations"}
     assert patch["metadata"]["annotations"][ANNOTATION_OWNER] == "serving/llama"
-    assert change.changed_flags == {k: (None if kind != "env" or k != "max-num-seqs" else "256",
-                                        v) for k, v in FLAGS.items()}
+    assert change.changed_flags == {
+        k: (None if kind != "env" or k != "max-num-seqs" else "256", v) for k, v in FLAGS.items()
+    }
     assert change.replicas == (3, 5)
     assert change.strategy == ({"maxSurge": "25%", "maxUnavailable": "25%"}, STRATEGY)
 
@@ -139,8 +161,14 @@ def test_serve_form_appends_to_args_and_leaves_command() -> None:
     change = build_change(dep, 1, FLAGS, {}, None, None)
     [cpatch] = change.patch["spec"]["template"]["spec"]["containers"]
     assert "command" not in cpatch
-    assert cpatch["args"] == ["--port", "8000", "--gpu-memory-utilization", "0.9285",
-                              "--max-num-seqs", "151"]
+    assert cpatch["args"] == [
+        "--port",
+        "8000",
+        "--gpu-memory-utilization",
+        "0.9285",
+        "--max-num-seqs",
+        "151",
+    ]
 
 
 def test_entrypoint_form_keeps_inline_spellings() -> None:
@@ -149,27 +177,34 @@ def test_entrypoint_form_keeps_inline_spellings() -> None:
     dep = deployment(c)
     change = build_change(dep, 1, {"max-num-seqs": "151"}, read_flags(c), None, None)
     [cpatch] = change.patch["spec"]["template"]["spec"]["containers"]
-    assert cpatch["args"] == ["--model=meta-llama/Llama-3.1-70B-Instruct",
-                              "--tensor-parallel-size=4", "--max-num-seqs=151"]
+    assert cpatch["args"] == [
+        "--model=meta-llama/Llama-3.1-70B-Instruct",
+        "--tensor-parallel-size=4",
+        "--max-num-seqs=151",
+    ]
     assert change.changed_flags == {"max-num-seqs": ("256", "151")}
 
 
 def test_shell_form_splices_the_script() -> None:
     dep = deployment(shell_container())
-    change = build_change(dep, 1, {"max-model-len": "16384", "max-num-seqs": "151"},
-                          read_flags(shell_container()), None, None)
+    change = build_change(
+        dep,
+        1,
+        {"max-model-len": "16384", "max-num-seqs": "151"},
+        read_flags(shell_container()),
+        None,
+        None,
+    )
     [cpatch] = change.patch["spec"]["template"]["spec"]["containers"]
     assert "command" not in cpatch
     assert cpatch["args"] == [
-        "exec vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 16384 "
-        "--max-num-seqs 151"
+        "exec vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 16384 --max-num-seqs 151"
     ]
 
 
 def test_env_reference_changes_only_that_env_entry() -> None:
     dep = deployment(env_container())
-    change = build_change(dep, 1, {"max-num-seqs": "151"}, read_flags(env_container()), None,
-                          None)
+    change = build_change(dep, 1, {"max-num-seqs": "151"}, read_flags(env_container()), None, None)
     [cpatch] = change.patch["spec"]["template"]["spec"]["containers"]
     assert cpatch == {"name": "vllm", "env": [{"name": "MAX_SEQS", "value": "151"}]}
     applied = apply_strategic(dep, change.patch)
@@ -196,8 +231,7 @@ def test_apply_then_rebuild_is_empty(kind: str, manage: bool) -> None:
     untouched["metadata"]["annotations"] = dep["metadata"]["annotations"]
     if manage:
         assert applied["spec"]["replicas"] == 5
-        assert applied["spec"]["strategy"] == {"type": "RollingUpdate",
-                                               "rollingUpdate": STRATEGY}
+        assert applied["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": STRATEGY}
         untouched["spec"]["replicas"] = 3
         untouched["spec"]["strategy"] = dep["spec"]["strategy"]
     assert untouched == dep
@@ -227,8 +261,7 @@ def test_recreate_strategy_is_switched_to_rolling_update() -> None:
     dep = deployment(serve_container())
     dep["spec"]["strategy"] = {"type": "Recreate"}
     change = build_change(dep, 1, {}, {}, None, STRATEGY)
-    assert change.patch["spec"]["strategy"] == {"type": "RollingUpdate",
-                                                "rollingUpdate": STRATEGY}
+    assert change.patch["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": STRATEGY}
     assert change.strategy == (None, STRATEGY)
     # replicas-only change: no container in the patch
     change = build_change(deployment(serve_container()), 1, {}, {}, 7, None)
@@ -239,8 +272,17 @@ def test_recreate_strategy_is_switched_to_rolling_update() -> None:
 def test_apply_strategic_does_not_mutate_and_adds_new_env() -> None:
     dep = deployment(serve_container())
     before = copy.deepcopy(dep)
-    patch = {"spec": {"template": {"spec": {"containers": [
-        {"name": "vllm", "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}]}}}}
+    patch = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "vllm", "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}
+                    ]
+                }
+            }
+        }
+    }
     out = apply_strategic(dep, patch)
     assert dep == before
     assert out["spec"]["template"]["spec"]["containers"][1]["env"] == [
@@ -283,12 +325,23 @@ flag_values = st.fixed_dictionaries(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(sorted(CONTAINERS)), flag_values, flag_values,
-       st.one_of(st.none(), st.integers(1, 16)),
-       st.one_of(st.none(), st.fixed_dictionaries({"maxSurge": st.integers(0, 4),
-                                                   "maxUnavailable": st.integers(0, 4)})))
-def test_idempotence_property(kind: str, first: dict[str, str], second: dict[str, str],
-                              replicas: int | None, strategy: dict[str, Any] | None) -> None:
+@given(
+    st.sampled_from(sorted(CONTAINERS)),
+    flag_values,
+    flag_values,
+    st.one_of(st.none(), st.integers(1, 16)),
+    st.one_of(
+        st.none(),
+        st.fixed_dictionaries({"maxSurge": st.integers(0, 4), "maxUnavailable": st.integers(0, 4)}),
+    ),
+)
+def test_idempotence_property(
+    kind: str,
+    first: dict[str, str],
+    second: dict[str, str],
+    replicas: int | None,
+    strategy: dict[str, Any] | None,
+) -> None:
     """Two successive plans: each converges in one patch, and the hash follows the inputs."""
     dep = deployment(CONTAINERS[kind]())
     name = CONTAINERS[kind]()["name"]

@@ -79,15 +79,17 @@ def test_single_cohort_kv_bound() -> None:
 
 
 def test_quantile_selects_the_sizing_point() -> None:
-    wl = Workload((Cohort("c", 1.0, Quantiles(100, 2000, 4000), Quantiles(50, 800, 1500)),),
-                  quantile="p99")
+    wl = Workload(
+        (Cohort("c", 1.0, Quantiles(100, 2000, 4000), Quantiles(50, 800, 1500)),), quantile="p99"
+    )
     # p99: ctx = 4000 + 1500 = 5500 → cdiv(5500, 16) = 344 blocks; 26,433 // 344 = 76
     s = size_max_num_seqs(wl, LAYOUT, 29_371, 8192, 0.10, 4096)
     assert s.blocks_per_seq == 344
     assert s.max_num_seqs == 76
     # p50: ctx 150 → cdiv(150, 16) = 10 blocks; 26,433 // 10 = 2,643
-    p50 = size_max_num_seqs(Workload(wl.cohorts, quantile="p50"), LAYOUT, 29_371, 8192, 0.1,
-                            1 << 20)
+    p50 = size_max_num_seqs(
+        Workload(wl.cohorts, quantile="p50"), LAYOUT, 29_371, 8192, 0.1, 1 << 20
+    )
     assert p50.blocks_per_seq == 10
     assert p50.max_num_seqs == 2643
 
@@ -132,12 +134,6 @@ def test_shared_prefix_longer_than_prompt_only_saves_the_prompt() -> None:
     assert s.blocks_per_seq == cdiv(50, 16) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a shared prefix that is not a whole number of blocks is subtracted in tokens; "
-    "vLLM caches only full blocks, so the prefix's partial last block is private to every "
-    "sequence and the per-sequence reservation is under-counted by up to one block",
-)
 def test_unaligned_shared_prefix_reserves_the_partial_block_per_sequence() -> None:
     # A 20-token prompt that is all shared prefix, 13 output tokens: ctx = 33 tokens, in
     # blocks 0 (tokens 0-15), 1 (16-31) and 2 (32). Only block 0 holds prefix tokens alone and
@@ -210,8 +206,7 @@ def test_invalid_workloads() -> None:
     with pytest.raises(ValueError, match="weights must be positive"):
         size_max_num_seqs(bad, LAYOUT, 100, 8192, 0.1, 10)
     with pytest.raises(ValueError, match="p50, p95 or p99"):
-        size_max_num_seqs(Workload(one(10, 10).cohorts, quantile="p90"), LAYOUT, 100, 8192,
-                          0.1, 10)
+        size_max_num_seqs(Workload(one(10, 10).cohorts, quantile="p90"), LAYOUT, 100, 8192, 0.1, 10)
     assert q(7).at("p99") == 7
 
 
@@ -236,8 +231,7 @@ cohort_st = st.builds(
     st.integers(1, 4_000),
     st.sampled_from([0, 0, 16, 512, 2048]),
 )
-workload_st = st.builds(lambda cs: Workload(tuple(cs)), st.lists(cohort_st, min_size=1,
-                                                                  max_size=3))
+workload_st = st.builds(lambda cs: Workload(tuple(cs)), st.lists(cohort_st, min_size=1, max_size=3))
 blocks_st = st.integers(0, 60_000)
 safety_st = st.floats(0.0, 0.9)
 
@@ -263,8 +257,13 @@ def test_larger_safety_never_raises_max_num_seqs(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 20_000), st.integers(0, 8_000), st.integers(1, 4_000), blocks_st,
-       st.sampled_from([LAYOUT, GEMMA_LAYOUT]))
+@given(
+    st.integers(1, 20_000),
+    st.integers(0, 8_000),
+    st.integers(1, 4_000),
+    blocks_st,
+    st.sampled_from([LAYOUT, GEMMA_LAYOUT]),
+)
 def test_longer_prompts_never_raise_max_num_seqs(
     prompt: int, longer: int, out: int, blocks: int, layout: Any
 ) -> None:
@@ -290,8 +289,9 @@ def test_itl_bound_is_monotone_in_the_target(
 ) -> None:
     def at(ms: float) -> int:
         w = Workload(wl.cohorts, itl_target_ms=ms)
-        return size_max_num_seqs(w, LAYOUT, 29_371, 8192, 0.1, 1 << 20, weights,
-                                 H100.hbm_bandwidth_bytes_per_s).max_num_seqs
+        return size_max_num_seqs(
+            w, LAYOUT, 29_371, 8192, 0.1, 1 << 20, weights, H100.hbm_bandwidth_bytes_per_s
+        ).max_num_seqs
 
     assert at(target + more) >= at(target)
 
@@ -398,8 +398,14 @@ def test_no_capacity_and_no_peak() -> None:
     st.one_of(st.none(), st.integers(0, 30)),
 )
 def test_rollout_properties(
-    peak: int | None, per: int, recovery: int, mn: int, mx: int, gpr: int,
-    spare: int | None, hpa: int | None,
+    peak: int | None,
+    per: int,
+    recovery: int,
+    mn: int,
+    mx: int,
+    gpr: int,
+    spare: int | None,
+    hpa: int | None,
 ) -> None:
     p = plan_rollout(peak, per, recovery, mn, mx, gpr, spare, hpa)
     n_min = max(1, math.ceil(peak / per)) if peak is not None else max(mn, 1)
@@ -425,8 +431,14 @@ def test_rollout_properties(
 # ----------------------------------------------------------------------------- spare GPUs
 
 
-def node(name: str, alloc: Any = 8, product: str | None = H100_LABEL, ready: str = "True",
-         unschedulable: bool = False, conditions: bool = True) -> dict[str, Any]:
+def node(
+    name: str,
+    alloc: Any = 8,
+    product: str | None = H100_LABEL,
+    ready: str = "True",
+    unschedulable: bool = False,
+    conditions: bool = True,
+) -> dict[str, Any]:
     labels = {GPU_PRODUCT_LABEL: product} if product else {}
     n: dict[str, Any] = {
         "metadata": {"name": name, "labels": labels},
@@ -441,8 +453,13 @@ def node(name: str, alloc: Any = 8, product: str | None = H100_LABEL, ready: str
     return n
 
 
-def pod(node_name: str | None, *gpus: int, phase: str = "Running",
-        init: int = 0, limits_only: bool = False) -> dict[str, Any]:
+def pod(
+    node_name: str | None,
+    *gpus: int,
+    phase: str = "Running",
+    init: int = 0,
+    limits_only: bool = False,
+) -> dict[str, Any]:
     def res(g: int) -> dict[str, Any]:
         if limits_only:
             return {"limits": {GPU: str(g)}}
@@ -514,9 +531,11 @@ def test_spare_node_details() -> None:
     # time-sliced product names keep the model; Nodes without conditions are assumed Ready;
     # quantities may be strings; a Node without the product label is not excluded (the
     # module counts only Nodes whose label names another model as foreign)
-    nodes = [node("s", product=H100_LABEL + "-SHARED", alloc="8"),
-             node("nc", conditions=False, alloc="4"),
-             node("nolabel", product=None, alloc=2)]
+    nodes = [
+        node("s", product=H100_LABEL + "-SHARED", alloc="8"),
+        node("nc", conditions=False, alloc="4"),
+        node("nolabel", product=None, alloc=2),
+    ]
     assert spare_gpus(nodes, [], GPU, H100, 1)[0] == 14
 
 
@@ -548,21 +567,32 @@ pod_st = st.builds(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(node_st, max_size=6, unique_by=lambda n: n["metadata"]["name"]),
-       st.lists(pod_st, max_size=10), pod_st, st.sampled_from([1, 2, 4, 8]))
+@given(
+    st.lists(node_st, max_size=6, unique_by=lambda n: n["metadata"]["name"]),
+    st.lists(pod_st, max_size=10),
+    pod_st,
+    st.sampled_from([1, 2, 4, 8]),
+)
 def test_spare_gpu_properties(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], extra: dict[str, Any], gpr: int
 ) -> None:
     usable, _ = spare_gpus(nodes, pods, GPU, H100, gpr)
-    counted = [n for n in nodes if n["metadata"]["labels"][GPU_PRODUCT_LABEL] == H100_LABEL
-               and n["status"]["conditions"][1]["status"] == "True"
-               and not n["spec"].get("unschedulable")]
+    counted = [
+        n
+        for n in nodes
+        if n["metadata"]["labels"][GPU_PRODUCT_LABEL] == H100_LABEL
+        and n["status"]["conditions"][1]["status"] == "True"
+        and not n["spec"].get("unschedulable")
+    ]
     expected = 0
     for n in counted:
         alloc = n["status"]["allocatable"][GPU]
-        used = sum(int(p["spec"]["containers"][0]["resources"]["requests"][GPU]) for p in pods
-                   if p["spec"]["nodeName"] == n["metadata"]["name"]
-                   and p["status"]["phase"] != "Succeeded")
+        used = sum(
+            int(p["spec"]["containers"][0]["resources"]["requests"][GPU])
+            for p in pods
+            if p["spec"]["nodeName"] == n["metadata"]["name"]
+            and p["status"]["phase"] != "Succeeded"
+        )
         free = max(0, alloc - used)
         expected += free if gpr > alloc else free // gpr * gpr
     assert usable == expected

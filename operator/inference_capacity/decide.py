@@ -21,13 +21,25 @@ def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
     observed = st.get("observedGeneration")
     if gen is not None and (observed is None or observed < gen):
         return f"the Deployment controller has not observed generation {gen} yet"
+    for cond in st.get("conditions", []) or []:
+        if (
+            cond.get("type") == "Progressing"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "ProgressDeadlineExceeded"
+        ):
+            # a stalled rollout (e.g. pods crash on the current flags): patching may fix it,
+            # and waiting for it would wait forever
+            return None
     want = spec.get("replicas", 1)
     updated = st.get("updatedReplicas", 0) or 0
     total = st.get("replicas", 0) or 0
+    available = st.get("availableReplicas", 0) or 0
     if want and updated < want:
         return f"rollout in progress: {updated}/{want} replicas updated"
     if total > want:
         return f"rollout in progress: {total} replicas running for {want} wanted (old pods)"
+    if want and available < want:
+        return f"rollout in progress: {available}/{want} updated replicas available"
     return None
 
 
@@ -40,11 +52,17 @@ def _number(text: str | None) -> float | None:
         return None
 
 
+#: flags whose lower recommended value is a safety fix, applied whatever the hysteresis: a
+#: running utilization above the recommendation over-commits the device
+ALWAYS_IF_LOWER = ("gpu-memory-utilization", "kv-cache-memory-bytes")
+
+
 def material_changes(
     current: Mapping[str, str], desired: Mapping[str, str], hysteresis_percent: float
 ) -> dict[str, tuple[str | None, str]]:
     """The flags whose change is material: absent, a text change, or a numeric move beyond the
-    hysteresis (relative to the current value)."""
+    hysteresis (relative to the current value). Lowering a flag of :data:`ALWAYS_IF_LOWER` is
+    always material."""
     out: dict[str, tuple[str | None, str]] = {}
     for flag, want in desired.items():
         have = current.get(flag)
@@ -54,6 +72,9 @@ def material_changes(
         a, b = _number(have), _number(want)
         if a is not None and b is not None:
             if a == b:
+                continue
+            if flag in ALWAYS_IF_LOWER and b < a:
+                out[flag] = (have, want)
                 continue
             if a != 0 and abs(b - a) / abs(a) * 100.0 <= hysteresis_percent:
                 continue

@@ -197,8 +197,10 @@ def make_plan(inp: PlanInput) -> Plan:
         and inp.workload.cohorts
         and pred.starts
     ):
-        cap = min(inp.max_num_seqs_cap or 1 << 20, 1 << 20)
-        for _ in range(2):
+        # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
+        # than one scheduler step can hold
+        cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
+        for _ in range(4):
             seqs = size_max_num_seqs(
                 inp.workload,
                 r.layout,
@@ -211,15 +213,42 @@ def make_plan(inp: PlanInput) -> Plan:
             )
             if seqs.max_num_seqs <= 0:
                 break
+            if seqs.max_num_seqs == R and R == pred.settings.max_num_seqs:
+                break  # fixed point: the pool was predicted at this very batch
+            # the profile's activation depends on R: predict again at the chosen value. A
+            # smaller R only frees memory; a larger one may shrink the pool, so the next pass
+            # re-sizes on the new pool and the loop ends on a batch that fits its own pool.
             R = seqs.max_num_seqs
             settings = replace(settings, max_num_seqs=R)
-            if inp.choose_utilization and inp.kv_pool_bytes is None:
+            if inp.choose_utilization and inp.kv_pool_bytes is not None:
+                settings = replace(
+                    settings,
+                    gpu_memory_utilization=utilization_for_pool(inp, settings, inp.kv_pool_bytes),
+                )
+            elif inp.choose_utilization:
                 probe2 = _predict(inp, replace(settings, gpu_memory_utilization=0.9))
                 settings = replace(
                     settings, gpu_memory_utilization=max_utilization(probe2, h.operational_fraction)
                 )
             pred = _predict(inp, settings)
             r = pred.ranks[pred.binding_rank]
+        if seqs is not None and seqs.max_num_seqs > 0 and R == pred.settings.max_num_seqs:
+            final = size_max_num_seqs(
+                inp.workload,
+                r.layout,
+                pred.num_gpu_blocks,
+                pred.settings.max_model_len,
+                h.kv_safety_fraction,
+                cap,
+                r.weights.total,
+                hbm,
+            )
+            if final.max_num_seqs < R:  # over-reserves its own pool: take the smaller batch
+                seqs = final
+                R = final.max_num_seqs
+                settings = replace(settings, max_num_seqs=R)
+                pred = _predict(inp, settings)
+                r = pred.ranks[pred.binding_rank]
         provenance["maxNumSeqs"] = "calibrated"
     elif inp.choose_max_num_seqs and inp.workload is None:
         notes.append(

@@ -1,6 +1,6 @@
 """The CRD reference in Markdown, generated from the CRD's own schema (so it cannot drift):
 
-    python -m inference_capacity.api.reference > docs/crd-reference.md
+python -m inference_capacity.api.reference > docs/crd-reference.md
 """
 
 from __future__ import annotations
@@ -25,9 +25,15 @@ def _constraints(node: Mapping[str, Any]) -> str:
     parts = []
     if "enum" in node:
         parts.append("one of " + ", ".join(f"`{v}`" for v in node["enum"]))
-    for key, label in (("minimum", "≥"), ("maximum", "≤"), ("exclusiveMinimum", ">"),
-                       ("minLength", "min length"), ("maxLength", "max length"),
-                       ("maxItems", "max items"), ("pattern", "pattern")):
+    for key, label in (
+        ("minimum", "≥"),
+        ("maximum", "≤"),
+        ("exclusiveMinimum", ">"),
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("maxItems", "max items"),
+        ("pattern", "pattern"),
+    ):
         if key in node and node[key] is not False:
             value = node[key]
             if key == "exclusiveMinimum" and value is True:
@@ -67,12 +73,19 @@ def render() -> str:
     ]
     for top in ("spec", "status"):
         node = schema["properties"][top]
-        lines += [f"## {top}", "", " ".join(str(node.get("description", "")).split()), "",
-                  "| field | type | required | description | constraints |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            f"## {top}",
+            "",
+            " ".join(str(node.get("description", "")).split()),
+            "",
+            "| field | type | required | description | constraints |",
+            "|---|---|---|---|---|",
+        ]
         for p, t, req, desc, cons in _rows(node, top):
-            lines.append(f"| `{p}` | {t} | {'yes' if req else ''} | {desc.replace('|', '/')} "
-                         f"| {cons.replace('|', '/')} |")
+            lines.append(
+                f"| `{p}` | {t} | {'yes' if req else ''} | {desc.replace('|', '/')} "
+                f"| {cons.replace('|', '/')} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

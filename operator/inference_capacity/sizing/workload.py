@@ -85,12 +85,14 @@ def size_max_num_seqs(
     for c in workload.cohorts:
         w = c.weight / total_w
         ctx = _ctx(c, q, max_model_len)
-        own = max(0, ctx - min(c.shared_prefix, c.prompt.at(q)))
+        # prefix caching shares only full blocks: the partial last block of a shared prefix is
+        # private to every sequence (vLLM hashes full blocks only)
+        aligned = (min(c.shared_prefix, c.prompt.at(q)) // layout.block_size) * layout.block_size
+        shared_blocks = layout.blocks_per_request(aligned, 0) if aligned else 0
         # blocks one sequence of this cohort holds, over all KV groups (sliding windows bound it)
-        blocks += w * layout.blocks_per_request(max(1, own), 0)
+        blocks += w * max(1, layout.blocks_per_request(max(1, ctx), 0) - shared_blocks)
         tokens += w * ctx
-        if c.shared_prefix:
-            shared += layout.blocks_per_request(c.shared_prefix, 0)
+        shared += shared_blocks
     usable = max(0, num_blocks - 1)  # BlockPool reserves one null block
     budget = usable * (1.0 - safety_fraction) - shared
     by_kv = int(budget // blocks) if blocks > 0 and budget > 0 else 0
