@@ -13,6 +13,7 @@ import bisect
 import math
 import re
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,11 +28,12 @@ from inference_capacity.observe import (
 )
 from inference_capacity.observe.histogram import estimate
 from inference_capacity.sizing.workload import Cohort, Quantiles
-from tests.promfixtures import PromServer, Proxy
-from tests.vllm_trace import BUCKETS, Trace
+from tests.vllm_trace import BUCKETS, PodSeries, Trace
 
 # The fixtures; harmless once tests/conftest.py lists the plugin as well.
-pytest_plugins = ["tests.promfixtures"]
+
+if TYPE_CHECKING:
+    from tests.promfixtures import PromServer, Proxy
 
 pytestmark = pytest.mark.prometheus
 
@@ -46,7 +48,7 @@ def fleet(prometheus_server: PromServer) -> Observation:
     )
 
 
-def _llama(trace: Trace) -> list:  # type: ignore[type-arg]
+def _llama(trace: Trace) -> list[PodSeries]:
     return trace.select("llama-8b")
 
 

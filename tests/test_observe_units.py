@@ -30,7 +30,6 @@ from inference_capacity.sizing.workload import Cohort, Quantiles
 from tests.vllm_trace import BUCKETS, build_1_2_5_buckets
 
 # The fixtures; harmless once tests/conftest.py lists the plugin as well.
-pytest_plugins = ["tests.promfixtures"]
 
 # ---- source -----------------------------------------------------------------------------------
 

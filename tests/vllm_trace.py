@@ -270,12 +270,12 @@ class Trace:
         )
         out.append("# TYPE vllm:cache_config_info gauge")
         for p in pods:
-            s = p.spec
+            ps = p.spec
             info = (
-                f'block_size="{s.block_size}",cache_dtype="auto",enable_prefix_caching="True",'
-                f'gpu_memory_utilization="{s.gpu_memory_utilization}",'
-                f'num_cpu_blocks="0",num_gpu_blocks="{s.num_gpu_blocks}",'
-                f"{s.labels()}"
+                f'block_size="{ps.block_size}",cache_dtype="auto",enable_prefix_caching="True",'
+                f'gpu_memory_utilization="{ps.gpu_memory_utilization}",'
+                f'num_cpu_blocks="0",num_gpu_blocks="{ps.num_gpu_blocks}",'
+                f"{ps.labels()}"
             )
             for t in p.times:
                 out.append(f"vllm:cache_config_info{{{info}}} 1.0 {t}")

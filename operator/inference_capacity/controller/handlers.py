@@ -18,7 +18,7 @@ from typing import Any, cast
 import kopf
 
 from ..api.models import GROUP, VERSION
-from . import k8s, metrics
+from . import k8s, metrics, observing
 from .reconcile import Outcome, reconcile
 
 PLURAL = k8s.PLURAL
@@ -91,8 +91,9 @@ def icap_refresh(body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def icap_deleted(namespace: str, name: str, **_: Any) -> None:
+def icap_deleted(namespace: str, name: str, uid: str, **_: Any) -> None:
     metrics.forget(namespace, name)
+    observing.forget(uid or name)
     log.info(
         "InferenceCapacity %s/%s deleted; its Deployment keeps running as it is", namespace, name
     )

@@ -23,7 +23,7 @@ from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
 from ..sizing.gpus import spare_gpus
-from . import k8s, metrics
+from . import k8s, metrics, observing
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -182,6 +182,11 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
                 spec.rollout.spare_gpu_node_selector,
             )
         inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
+        observed = observing.observe_and_merge(
+            spec, ctx.ns, ctx.uid or ctx.name, inp, resolved.running_flags
+        )
+        if observed is not None:
+            inp = observed.plan_input
         plan = make_plan(inp)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
@@ -190,6 +195,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     except ValueError as exc:
         return _refuse(ctx, "InvalidInput", str(exc))
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
+    if observed is not None:
+        _observed_status(ctx, observed)
     rec = plan.recommendation
     ro = rec.rollout
     metrics.publish_plan(ctx.ns, ctx.name, plan)
@@ -390,6 +397,26 @@ def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
             f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
             once=False,
         )
+
+
+def _observed_status(ctx: _Ctx, observed: observing.Observed) -> None:
+    obs = observed.observation
+    ctx.status["observed"] = observed.status
+    msg = obs.message
+    if not obs.ok:
+        msg += "; sizing from the spec's workload"
+    ctx.cond("Observed", "True" if obs.ok else "False", obs.reason, msg)
+    if not obs.ok:
+        ctx.event("Warning", f"Observe{obs.reason}", msg)
+    cal = observed.calibration
+    if cal is not None:
+        c = cal.condition()
+        ctx.cond("Calibrated", c.status, c.reason, c.message)
+        if cal.drift:
+            ctx.event("Warning", "PredictionDrift", c.message)
+        blocks = observed.status.get("numGpuBlocks")
+        if blocks is not None:
+            metrics.OBSERVED_BLOCKS.labels(ctx.ns, ctx.name).set(blocks)
 
 
 def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, plan: Plan) -> None:

@@ -1,0 +1,169 @@
+"""The Prometheus loop of a reconcile: observe (cached per refresh interval), fold the observed
+workload into the plan input, and compare the predicted pool with the real one.
+
+Prometheus failing never stops the operator: it keeps sizing from the spec and says so in the
+``Observed`` condition. A prediction drift is an Event and a ``Calibrated=False`` condition,
+never a silent change of the formulas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..api.models import InferenceCapacitySpec
+from ..engines.vllm import predict_startup
+from ..observe import (
+    Calibration,
+    Observation,
+    PromSource,
+    calibrate,
+    merge_cohorts,
+    observe,
+    peak_concurrency,
+)
+from ..planner import PlanInput
+from ..sizing.workload import Workload
+from . import k8s
+
+_cache: dict[str, tuple[float, Observation]] = {}
+_cache_lock = threading.Lock()
+
+
+@dataclass
+class Observed:
+    observation: Observation
+    plan_input: PlanInput
+    calibration: Calibration | None
+    status: dict[str, Any]
+
+
+def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
+    fp = spec.workload.from_prometheus
+    assert fp is not None
+    token = None
+    if fp.bearer_token_secret_ref is not None:
+        ref = fp.bearer_token_secret_ref
+        token = k8s.read_secret_key(namespace, ref.name, ref.key)
+    ca = None
+    if fp.ca_config_map_ref is not None:
+        ref2 = fp.ca_config_map_ref
+        ca = k8s.get_config_maps(namespace, [ref2.name]).get(ref2.name, {}).get(ref2.key)
+    selector = fp.selector or (f'namespace="{namespace}",pod=~"{spec.target_ref.name}-.*"')
+    return PromSource(
+        url=fp.url,
+        window=fp.window,
+        selector=selector,
+        bearer_token=token,
+        insecure_skip_verify=fp.insecure_skip_verify,
+        ca_cert_pem=ca,
+    )
+
+
+def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation:
+    now = time.monotonic()
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None and now - hit[0] < refresh_s:
+            return hit[1]
+    obs = observe(source)
+    with _cache_lock:
+        _cache[key] = (now, obs)
+    return obs
+
+
+def observe_and_merge(
+    spec: InferenceCapacitySpec,
+    namespace: str,
+    key: str,
+    inp: PlanInput,
+    running_flags: Mapping[str, str],
+) -> Observed | None:
+    """None when the spec has no ``workload.fromPrometheus``."""
+    fp = spec.workload.from_prometheus
+    if fp is None:
+        return None
+    try:
+        source = _source(spec, namespace)
+    except ValueError as exc:
+        obs = Observation(
+            ok=False, reason="QueryRejected", message=str(exc), window=fp.window, at=time.time()
+        )
+    else:
+        obs = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+    new_inp = inp
+    if obs.ok and fp.mode != "spec-only":
+        base = inp.workload or Workload(cohorts=())
+        cohorts = tuple(merge_cohorts(base.cohorts, obs, fp.mode))
+        peak = peak_concurrency(base.peak_concurrency, obs.peak_concurrency, fp.mode)
+        new_inp = replace(inp, workload=replace(base, cohorts=cohorts, peak_concurrency=peak))
+    calibration = None
+    predicted = None
+    if obs.pods:
+        predicted = _predicted_blocks(inp, obs, running_flags)
+        calibration = calibrate(predicted, obs.pods)
+    return Observed(obs, new_inp, calibration, _status(obs, calibration, predicted))
+
+
+def _predicted_blocks(
+    inp: PlanInput, obs: Observation, running: Mapping[str, str]
+) -> dict[str, int]:
+    """What the ledger predicts each pod allocated, at the flags that pod reports running."""
+    out: dict[str, int] = {}
+    for pod, pool in obs.pods.items():
+        settings = inp.engine
+        if pool.gpu_memory_utilization is not None:
+            settings = replace(settings, gpu_memory_utilization=pool.gpu_memory_utilization)
+        seqs = running.get("max-num-seqs")
+        if seqs and seqs.isdigit():
+            settings = replace(settings, max_num_seqs=int(seqs))
+        if pool.block_size:
+            settings = replace(settings, block_size=pool.block_size)
+        try:
+            p = predict_startup(
+                inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, settings
+            )
+        except ValueError:
+            continue
+        out[pod] = p.num_gpu_blocks
+    return out
+
+
+def _status(
+    obs: Observation, cal: Calibration | None, predicted: Mapping[str, int] | None
+) -> dict[str, Any]:
+    def q(x: Any) -> dict[str, float] | None:
+        return None if x is None else {"p50": x.p50, "p95": x.p95, "p99": x.p99}
+
+    blocks = [p.num_gpu_blocks for p in obs.pods.values() if p.num_gpu_blocks is not None]
+    first = next(iter(obs.pods.values()), None)
+    pred_vals = list((predicted or {}).values())
+    return {
+        "numGpuBlocks": min(blocks) if blocks else None,
+        "blockSize": first.block_size if first else None,
+        "gpuMemoryUtilization": first.gpu_memory_utilization if first else None,
+        "kvUsageP95": obs.kv_usage_p95,
+        "promptTokens": q(obs.prompt_tokens),
+        "outputTokens": q(obs.output_tokens),
+        "peakConcurrency": obs.peak_concurrency,
+        "preemptionsPerHour": obs.preemptions_per_hour,
+        "prefixCacheHitRate": obs.prefix_cache_hit_rate,
+        "predictedNumGpuBlocks": min(pred_vals) if pred_vals else None,
+        "predictionErrorPercent": cal.error_percent if cal else None,
+        "samples": obs.samples,
+        "window": obs.window,
+        "at": dt.datetime.fromtimestamp(obs.at, dt.UTC)
+        .replace(microsecond=0)
+        .isoformat()
+        .replace("+00:00", "Z"),
+    }
+
+
+def forget(key: str) -> None:
+    with _cache_lock:
+        for k in [k for k in _cache if k.startswith(key + "|")]:
+            del _cache[k]
