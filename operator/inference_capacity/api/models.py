@@ -987,7 +987,9 @@ class Observed(_Status):
     prediction_error_percent: float | None = Field(
         None, description="(predicted - observed) / observed x 100 for numGpuBlocks."
     )
-    samples: int = Field(0, ge=0, description="Pods or series the observation is based on.")
+    samples: int = Field(
+        0, ge=0, description="Finished requests in the window the quantiles are drawn from."
+    )
     window: str = Field(description="Look-back window queried (Prometheus duration).")
     at: DateTime = Field(description="When Prometheus was queried (RFC 3339).")
 
