@@ -296,17 +296,47 @@ def test_dashboard_is_valid_json_identical_in_chart_and_kustomize() -> None:
     assert (MANIFESTS / "components" / "dashboard" / "inference-capacity.json").read_text() == chart
     dashboard = json.loads(chart)
     titles = [p["title"] for p in dashboard["panels"]]
-    assert "KV cache pool per rank: predicted vs observed" in titles
-    assert "Per-rank ledger (stacked)" in titles
-    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
-    for metric in (
-        "inference_capacity_kv_cache_predicted_bytes",
-        "inference_capacity_kv_cache_observed_bytes",
-        "inference_capacity_ledger_bytes",
-    ):
-        assert metric in exprs
+    assert "KV cache blocks: predicted vs observed" in titles
+    assert "Ledger of $name, rank $rank" in titles
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert variables == {"datasource", "namespace", "name", "rank"}
+
+
+def test_dashboard_queries_only_metrics_the_operator_exports() -> None:
+    """Every series and label the dashboard queries is registered by the operator's metrics
+    module (a renamed metric would leave an empty panel otherwise)."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from inference_capacity.controller import metrics
+
+    suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+    exported: dict[str, set[str]] = {}
+    for collector in vars(metrics).values():
+        if isinstance(collector, MetricWrapperBase):
+            for family in collector.describe():
+                for suffix in suffixes[family.type]:
+                    exported[family.name + suffix] = set(collector._labelnames)
+    dashboard = json.loads((CHART / "dashboards" / "inference-capacity.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = set()
+    for query in queries:
+        for metric, selector in re.findall(r"(inference_capacity_\w+)(\{[^}]*\})?", query):
+            assert metric in exported, f"{metric} is not exported by controller/metrics.py"
+            used.add(metric)
+            labels = set(re.findall(r"(\w+)\s*=~?", selector))
+            assert labels <= exported[metric], f"{metric}: labels {labels - exported[metric]}"
+        for label in re.findall(r"by \(([^)]*)\)", query):
+            names = {n.strip() for n in label.split(",")} - {"le"}
+            assert any(names <= exported[m] for m in re.findall(r"inference_capacity_\w+", query))
+    for core in (
+        "inference_capacity_predicted_num_gpu_blocks",
+        "inference_capacity_observed_num_gpu_blocks",
+        "inference_capacity_ledger_bytes",
+    ):
+        assert core in used  # predicted vs observed KV, the ledger per resource
 
 
 def test_manifest_examples_are_the_repository_examples() -> None:
@@ -354,10 +384,8 @@ def _dockerfile() -> list[tuple[str, str]]:
 
 def test_dockerfile_base_images_are_pinned_slim_python() -> None:
     instructions = _dockerfile()
-    args = dict(
-        re.match(r"(\w+)=(\S+)", rest).groups()  # type: ignore[union-attr]
-        for ins, rest in instructions
-        if ins == "ARG" and "=" in rest
+    args: dict[str, str] = dict(
+        rest.split("=", 1) for ins, rest in instructions if ins == "ARG" and "=" in rest
     )
     froms = [rest.split()[0] for ins, rest in instructions if ins == "FROM"]
     assert len(froms) >= 1

@@ -86,7 +86,7 @@ def test_namespace_scoped_watches_one_namespace_without_cluster_wide_writes() ->
         {
             "apiGroups": ["apiextensions.k8s.io"],
             "resources": ["customresourcedefinitions"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         }
     ]
     assert one(docs, "RoleBinding")["roleRef"]["kind"] == "Role"

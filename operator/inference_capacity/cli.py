@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--standalone", action="store_true", help="no peering (single replica)")
     run.add_argument("--peering", default=None, help="Kopf peering name for several replicas")
     run.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (default: random per process, so exactly one replica works)",
+    )
+    run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL"
     )
     run.add_argument("--metrics-port", type=int, default=9090)
@@ -416,6 +422,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         liveness=a.liveness,
         metrics_port=a.metrics_port,
         verbose=a.verbose,
+        priority=a.priority,
     )
     return code
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -42,6 +43,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [0.5, 1, 2, 5]
     settings.execution.max_workers = int(os.environ.get("INFERENCE_CAPACITY_WORKERS", "8"))
+    # Kopf peering: the replica with the highest priority works, the others stand by; equal
+    # priorities would pause them all, so each replica draws its own unless one is given
+    prio = os.environ.get("INFERENCE_CAPACITY_PEERING_PRIORITY")
+    settings.peering.priority = int(prio) if prio else random.randint(1, 2**31 - 1)
 
 
 def _emitter(body: Mapping[str, Any]) -> Any:

@@ -15,7 +15,12 @@ def run_operator(
     liveness: str,
     metrics_port: int,
     verbose: bool,
+    priority: int | None = None,
 ) -> int:
+    import os
+
+    if priority is not None:
+        os.environ["INFERENCE_CAPACITY_PEERING_PRIORITY"] = str(priority)
     from . import handlers  # noqa: F401  (registers the handlers)
 
     # kopf.configure() sets up logging (one line per record); no second handler here

@@ -1,0 +1,65 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "inference-capacity.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full object name: <release>-<chart>, or the release name when it contains the chart name. */}}
+{{- define "inference-capacity.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "inference-capacity.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "inference-capacity.labels" -}}
+helm.sh/chart: {{ include "inference-capacity.chart" . }}
+{{ include "inference-capacity.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: inference-capacity
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector labels: stable across upgrades (never add the version here). */}}
+{{- define "inference-capacity.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "inference-capacity.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "inference-capacity.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "inference-capacity.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is given. */}}
+{{- define "inference-capacity.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when Kopf peering is on: several replicas, or asked for. */}}
+{{- define "inference-capacity.peering" -}}
+{{- if or .Values.peering.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
+{{/* "true" in namespace-scoped mode. */}}
+{{- define "inference-capacity.namespaced" -}}
+{{- if .Values.watchNamespaces }}true{{ end }}
+{{- end }}
