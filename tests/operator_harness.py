@@ -31,11 +31,13 @@ class Operator:
         log_path: Path,
         refresh: float = 2.0,
         extra_env: dict[str, str] | None = None,
+        run_args: tuple[str, ...] = ("--standalone",),
     ) -> None:
         self.api = api
         self.log_path = log_path
         self.refresh = refresh
         self.extra_env = extra_env or {}
+        self.run_args = run_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = _free_port()
         self.health_port = _free_port()
@@ -55,7 +57,7 @@ class Operator:
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "inference_capacity.cli"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [*cmd, "run", "--standalone", "--metrics-port", str(self.metrics_port),
+            [*cmd, "run", *self.run_args, "--metrics-port", str(self.metrics_port),
              "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
             env=env,
             stdout=self._log,

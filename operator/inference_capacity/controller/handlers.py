@@ -47,6 +47,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # priorities would pause them all, so each replica draws its own unless one is given
     prio = os.environ.get("INFERENCE_CAPACITY_PEERING_PRIORITY")
     settings.peering.priority = int(prio) if prio else random.randint(1, 2**31 - 1)
+    # how long a dead leader's peering entry counts: the standby takes over after it (Kopf's
+    # default is 60 s)
+    settings.peering.lifetime = int(os.environ.get("INFERENCE_CAPACITY_PEERING_LIFETIME", "60"))
 
 
 def _emitter(body: Mapping[str, Any]) -> Any:

@@ -1,0 +1,56 @@
+"""The README's two set-up commands are the contract: the main job runs and prints a plan of
+the expected shape, and .ci/run runs exactly the README's test command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _commands() -> list[str]:
+    section = README.split("## The two commands", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", section, flags=re.S)
+
+
+def test_readme_has_the_two_commands() -> None:
+    main, tests = _commands()[:2]
+    assert "inference-capacity plan examples/" in main
+    assert "pytest" in tests
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    tests = _commands()[1].strip()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert tests in [line.strip() for line in ci], "the README's test command is not in .ci/run"
+
+
+def test_main_command_prints_a_plan() -> None:
+    main = _commands()[0]
+    plan = main.split("&&")[-1].strip()  # the part after the venv set-up
+    argv = shlex.split(plan)
+    assert argv[0].endswith("inference-capacity") and argv[1] == "plan"
+    exe = Path(sys.executable).parent / "inference-capacity"
+    r = subprocess.run(
+        [str(exe), *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for part in (
+        "Rank 0 (stage 0) ledger",
+        "weights.mlp",
+        "kv_cache_pool",
+        "total",
+        "Available KV cache memory:",
+        "GPU KV cache size:",
+        "KV bytes per token:",
+        "Recommendation",
+        "vLLM flags: --gpu-memory-utilization",
+        "Would patch deployment/",
+    ):
+        assert part in out, part
