@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         real_tokens = lg.get("kv_cache_tokens")
         if real_tokens is None and lg.get("gpu_blocks") and p.block_size:
             real_tokens = None  # blocks compared separately below
-        te = pct(pr["kv_cache_tokens"], real_tokens) if pr["starts"] else None
-        be = pct(pr["num_gpu_blocks"], lg.get("gpu_blocks")) if pr["starts"] else None
+        te = pct(pr["kv_cache_tokens"], real_tokens)
+        be = pct(pr["num_gpu_blocks"], lg.get("gpu_blocks"))
         failed = p.failed
         start = "ok"
         if failed:
