@@ -49,6 +49,7 @@ class Operator:
                 "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
                 "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
                 "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
+                "INFERENCE_CAPACITY_NODES_TTL_SECONDS": "1",
                 "PYTHONUNBUFFERED": "1",
             }
         )

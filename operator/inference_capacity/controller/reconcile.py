@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -100,10 +102,27 @@ def _refuse(ctx: _Ctx, reason: str, message: str, *, ready_reason: str | None = 
     return ctx.finish()
 
 
+#: Node/Pod listings are shared by all reconciles for this many seconds: every Deployment event
+#: reconciles, and listing every Pod of a large cluster each time would be the dominant cost
+NODES_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_NODES_TTL_SECONDS", "10"))
+_nodes_cache: list[Any] = [0.0, None]
+_nodes_lock = threading.Lock()
+
+
+def _nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    with _nodes_lock:
+        at, value = _nodes_cache
+        if value is not None and time.monotonic() - at < NODES_TTL_SECONDS:
+            return value  # type: ignore[no-any-return]
+        value = k8s.list_nodes_and_pods()
+        _nodes_cache[:] = [time.monotonic(), value]
+        return value
+
+
 def _spare(
     inp_gpu: Any, gpus_per_replica: int, resource: str, selector: Mapping[str, str] | None
 ) -> tuple[int | None, str]:
-    listed = k8s.list_nodes_and_pods()
+    listed = _nodes_and_pods()
     if listed is None:
         return None, "spare GPUs unknown (Nodes not readable)"
     nodes, pods = listed
