@@ -49,7 +49,7 @@ class Operator:
                 "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
                 "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
                 "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
-                "INFERENCE_CAPACITY_NODES_TTL_SECONDS": "1",
+                "INFERENCE_CAPACITY_NODES_TTL_SECONDS": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -58,8 +58,15 @@ class Operator:
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "inference_capacity.cli"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [*cmd, "run", *self.run_args, "--metrics-port", str(self.metrics_port),
-             "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
+            [
+                *cmd,
+                "run",
+                *self.run_args,
+                "--metrics-port",
+                str(self.metrics_port),
+                "--liveness",
+                f"http://127.0.0.1:{self.health_port}/healthz",
+            ],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

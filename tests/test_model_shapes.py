@@ -145,3 +145,117 @@ def test_quantization_configs_parsed() -> None:
         load_model("meta-llama/Llama-3.2-1B", quantization="int3")
     with pytest.raises(ModelConfigError, match="needs a quantized checkpoint"):
         load_model("meta-llama/Llama-3.2-1B", quantization="gptq")
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen3.5 (Gated DeltaNet hybrid MoE) and Gemma 4 (K=V global layers, MoE beside a dense MLP)
+
+
+def qwen35_text_params() -> int:
+    """Qwen3.5-35B-A3B language model, by hand from its config.json (MTP layer excluded)."""
+    h, vocab = 2048, 248320
+    embed = 2 * vocab * h  # embed_tokens + untied lm_head
+    # every layer: router 256×h, 256 experts of gate/up/down 512, shared expert 512 + its gate
+    moe = 256 * h + 256 * 3 * 512 * h + 3 * 512 * h + h
+    # GDN: in_proj_qkvz (2·16·128 + 2·32·128) × h, in_proj_ba 2·32 × h, conv1d 8192 × 4,
+    # dt_bias 32, A_log 32, norm 128, out_proj h × 32·128
+    gdn = 12288 * h + 64 * h + 8192 * 4 + 32 + 32 + 128 + h * 4096
+    # gated attention: q_proj 2·16·256 (query + gate), k/v 2·256, o_proj h × 16·256, q/k norms
+    attn = 8192 * h + 2 * 512 * h + h * 4096 + 2 * 256
+    return embed + 40 * (moe + 2 * h) + 30 * gdn + 10 * attn + h
+
+
+def test_qwen35_moe_parameters_and_layers() -> None:
+    m = load_model("Qwen/Qwen3.5-35B-A3B")
+    vision = m.parameters_by_group()["vision"]
+    assert m.num_parameters - vision == qwen35_text_params() == 34_660_610_688
+    # Qwen3-VL tower: 27 blocks of 15,239,504, Conv3d patch embed 1152×(3·2·16·16)+bias,
+    # 2304×1152 position table, merger LayerNorm + 4608→4608→2048 (biases)
+    assert vision == 27 * 15_239_504 + 1152 * 1537 + 2304 * 1152 + 2304 + 4608 * 4609 + 2048 * 4609
+    # model card: "Number of Parameters: 35B in total and 3B activated" (HF lists the checkpoint,
+    # which also holds the MTP layer, as 36B)
+    assert abs(m.num_parameters - 35e9) / 35e9 <= 0.01
+    assert any("MTP" in n for n in m.notes)
+    kinds = [layer.kind for layer in m.layers]
+    assert kinds.count(AttnKind.MAMBA) == 30 and kinds.count(AttnKind.FULL) == 10
+    assert [i for i, k in enumerate(kinds) if k is AttnKind.FULL] == list(range(3, 40, 4))
+    assert m.num_experts == 256 and m.experts_per_token == 8 and m.num_shared_experts == 1
+    assert m.is_multimodal and m.rope_caches[0].rotary_dim == 64  # 256 × partial 0.25
+    q = next(t for t in m.tensors if t.name == "attn.q_proj")
+    assert (q.rows, q.cols) == (2 * 16 * 256, 2048)  # attn_output_gate doubles q
+    a_log = next(t for t in m.tensors if t.name == "linear_attn.A_log")
+    assert a_log.fp32 and a_log.rows == 32
+
+
+def test_qwen35_gdn_state_and_kv_by_hand() -> None:
+    from inference_capacity.ledger.kv import kv_bytes_per_token
+
+    m = load_model("Qwen/Qwen3.5-35B-A3B")
+    gdn = next(layer for layer in m.layers if layer.kind is AttnKind.MAMBA)
+    assert gdn.mamba is not None and gdn.token_bytes(1, 2) == 0
+    # conv (2·16·128 + 32·128) × (4−1) bf16 = 49,152 B; temporal 32 × 128 × 128 fp32
+    # (mamba_ssm_dtype) = 2,097,152 B
+    assert gdn.mamba.bytes_per_sequence(1, 2) == 8192 * 3 * 2 + 32 * 128 * 128 * 4 == 2_146_304
+    assert gdn.mamba.bytes_per_sequence(2, 2) == 4096 * 3 * 2 + 16 * 128 * 128 * 4 == 1_073_152
+    # full layers: K and V, 2 KV heads × 256 × bf16 = 2,048 B/token/layer; 10 layers
+    assert kv_bytes_per_token(m, 1, 2) == 10 * 2 * 2 * 256 * 2 == 20_480
+    assert kv_bytes_per_token(m, 8, 2) == 10 * 2 * 1 * 256 * 2  # 1 KV head per rank (replicated)
+
+
+def test_gemma4_26b_parameters_match_checkpoint() -> None:
+    m = load_model("google/gemma-4-26B-A4B")
+    # safetensors headers of google/gemma-4-26B-A4B: total_size 51,611,872,412 B of bf16
+    # = 25,805,936,206 parameters (experts 22,837,985,280; embed 738,197,504; vision tower +
+    # embed_vision 572,794,416); the card's "25.2B total parameters" is the language model
+    # (~550M vision encoder on top), the name says 26B
+    assert m.num_parameters == 25_805_936_206
+    by = m.parameters_by_group()
+    assert by["experts"] == 22_837_985_280 and by["vision"] == 572_794_416
+    assert abs((m.num_parameters - by["vision"]) - 25.2e9) / 25.2e9 <= 0.01
+    assert abs(m.num_parameters - 26e9) / 26e9 <= 0.01
+    # the V slot vLLM allocates on the 5 K=V full layers (2 heads × 512 × 2816) is in the
+    # tensors (bytes) but not in the checkpoint count
+    extra = sum(t.numel for t in m.tensors) - m.num_parameters
+    assert extra == 5 * 2 * 512 * 2816
+    assert m.num_experts == 128 and m.experts_per_token == 8 and m.expert_intermediate_size == 704
+    assert sum(1 for t in m.tensors if t.name == "mlp.down_proj") == 30  # dense MLP beside MoE
+    assert [r.rotary_dim for r in m.rope_caches] == [256, 512]
+
+
+def test_gemma4_layers_and_kv_by_hand() -> None:
+    from inference_capacity.ledger.kv import kv_bytes_per_token
+
+    m = load_model("google/gemma-4-26B-A4B")
+    kinds = [layer.kind for layer in m.layers]
+    assert kinds.count(AttnKind.SLIDING) == 25 and kinds.count(AttnKind.FULL) == 5
+    assert [i for i, k in enumerate(kinds) if k is AttnKind.FULL] == [5, 11, 17, 23, 29]
+    assert all(layer.window == 1024 for layer in m.layers if layer.kind is AttnKind.SLIDING)
+    full = m.layers[5]
+    assert (full.kv_heads, full.head_dim_k, full.head_dim_v) == (2, 512, 512)
+    # global layer: K and V both cached, 2 heads × 512 × bf16 = 4,096 B/token at TP1;
+    # at TP4 the 2 KV heads are replicated (1 per rank): 2 × 512 × 2 = 2,048 B
+    assert full.token_bytes(1, 2) == 2 * 2 * 512 * 2 == 4096
+    assert full.token_bytes(4, 2) == 2 * 1 * 512 * 2 == 2048
+    assert m.layers[0].token_bytes(1, 2) == 2 * 8 * 256 * 2 == 8192
+    assert kv_bytes_per_token(m, 1, 2) == 25 * 8192 + 5 * 4096 == 225_280
+    assert kv_bytes_per_token(m, 4, 2) == 25 * 2 * 2 * 256 * 2 + 5 * 2048 == 61_440
+
+
+def test_gemma4_per_layer_embeddings_say_not_modelled() -> None:
+    _, cfg = load_config("google/gemma-4-26B-A4B")
+    cfg["text_config"]["hidden_size_per_layer_input"] = 256
+    with pytest.raises(ModelConfigError, match="hidden_size_per_layer_input.*not modelled yet"):
+        shape_from_config(cfg)
+
+
+def test_qwen35_dense_variant() -> None:
+    _, cfg = load_config("Qwen/Qwen3.5-35B-A3B")
+    cfg["model_type"] = "qwen3_5"
+    tc = cfg["text_config"]
+    tc["model_type"] = "qwen3_5_text"
+    tc["intermediate_size"] = 6144
+    for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        del tc[k]
+    m = shape_from_config(cfg)
+    assert not m.is_moe and sum(1 for t in m.tensors if t.name == "mlp.down_proj") == 40
+    assert [layer.kind for layer in m.layers].count(AttnKind.MAMBA) == 30

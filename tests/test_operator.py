@@ -397,29 +397,65 @@ def test_example_manifests_apply_cleanly(cluster: Cluster) -> None:
 
 
 def _node(name: str, gpus: int, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
 def test_max_surge_comes_from_spare_gpus_on_matching_nodes(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("surge")
     # two H100 nodes with 8 GPUs, one busy pod using 5 of them; an A100 node does not count
-    nodes = [_node("gpu-a", 8), _node("gpu-b", 8),
-             _node("gpu-c", 8, product="NVIDIA-A100-SXM4-80GB")]
+    nodes = [
+        _node("gpu-a", 8),
+        _node("gpu-b", 8),
+        _node("gpu-c", 8, product="NVIDIA-A100-SXM4-80GB"),
+    ]
     c.api.apply(*nodes)
     for n in nodes:  # status is a subresource: the kubelet writes it, as here
-        c.api.kubectl("patch", "node", n["metadata"]["name"], "--subresource=status",
-                      "--type=merge", "-p", json.dumps({"status": n["status"]}))
-    c.api.apply({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "busy", "namespace": ns},
-                 "spec": {"nodeName": "gpu-a", "containers": [{
-                     "name": "x", "image": "busybox",
-                     "resources": {"limits": {"nvidia.com/gpu": "5"}}}]}})
-    c.api.kubectl("patch", "pod", "busy", "-n", ns, "--subresource=status", "--type=merge",
-                  "-p", json.dumps({"status": {"phase": "Running"}}))
+        c.api.kubectl(
+            "patch",
+            "node",
+            n["metadata"]["name"],
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": n["status"]}),
+        )
+    c.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "busy", "namespace": ns},
+            "spec": {
+                "nodeName": "gpu-a",
+                "containers": [
+                    {
+                        "name": "x",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "5"}},
+                    }
+                ],
+            },
+        }
+    )
+    c.api.kubectl(
+        "patch",
+        "pod",
+        "busy",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"phase": "Running"}}),
+    )
 
     def zero_recovery(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["headroom"]["recoveryReplicas"] = 0
@@ -438,11 +474,22 @@ def test_max_surge_comes_from_spare_gpus_on_matching_nodes(cluster: Cluster) -> 
 def test_an_hpa_owns_replicas(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("hpa")
-    c.api.apply({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                 "metadata": {"name": "llama-8b", "namespace": ns},
-                 "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": "llama-8b"},
-                          "minReplicas": 7, "maxReplicas": 20}})
+    c.api.apply(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "llama-8b", "namespace": ns},
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "llama-8b",
+                },
+                "minReplicas": 7,
+                "maxReplicas": 20,
+            },
+        }
+    )
     apply_example(c, ns)
     c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
     dep = c.deployment(ns, "llama-8b")
@@ -466,8 +513,11 @@ def test_health_and_metrics_endpoints(cluster: Cluster) -> None:
 
     wait_for(lambda: get(c.operator.health_port, "/healthz") is not None, timeout=20)
     text = get(c.operator.metrics_port, "/metrics")
-    line = next(x for x in text.splitlines() if x.startswith(
-        "inference_capacity_per_pod_max_concurrency{") and f'namespace="{ns}"' in x)
+    line = next(
+        x
+        for x in text.splitlines()
+        if x.startswith("inference_capacity_per_pod_max_concurrency{") and f'namespace="{ns}"' in x
+    )
     assert float(line.rsplit(" ", 1)[1]) == float(flag_value(args, SEQS) or 0)
     assert f'inference_capacity_desired_replicas{{name="llama-8b",namespace="{ns}"}}' in text
     assert "inference_capacity_reconciles_total" in text

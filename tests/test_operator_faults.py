@@ -61,7 +61,11 @@ def comparable(spec: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         "recommendation": status["recommendation"],
         "ledger": status["ledger"],
         "vllmStartup": status["vllmStartup"],
-        "conditions": {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]},
+        # "Applied" right after the patch, "UpToDate" once a later reconcile finds nothing to do
+        "conditions": {
+            c["type"]: (c["status"], "UpToDate" if c["reason"] == "Applied" else c["reason"])
+            for c in status["conditions"]
+        },
     }
 
 
@@ -79,7 +83,9 @@ FAULTS = {
     "500-on-status-patch": lambda f: f.fail(
         500, "PATCH", r"/inferencecapacities/.*/status", times=2
     ),
-    "503-on-icap-get": lambda f: f.fail(503, "GET", r"/inferencecapacities/llama-8b", times=2),
+    # requests only the operator makes (the test's kubectl never creates PDBs or lists Nodes)
+    "503-on-pdb-create": lambda f: f.fail(503, "POST", r"/poddisruptionbudgets", times=2),
+    "500-on-node-list": lambda f: f.fail(500, "GET", r"^/api/v1/nodes", times=2),
     "slow-responses": lambda f: f.delay(0.8, "*", r"/namespaces/flt-", times=8),
 }
 

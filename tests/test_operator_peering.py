@@ -39,12 +39,24 @@ def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path
             api,
             tmp_path / f"op{i}.log",
             run_args=("--peering", "icap-ha", "--priority", str(p)),
-            extra_env={"INFERENCE_CAPACITY_PEERING_LIFETIME": "8"},
+            extra_env={"INFERENCE_CAPACITY_PEERING_LIFETIME": "15"},
         ).start()
         for i, p in enumerate((100, 200))
     ]
     c = Cluster(api, ops[1])
     try:
+        # both replicas have announced themselves (Kopf writes each peer into the status);
+        # before that, a replica that sees no peer works alone, as it should
+        wait_for(
+            lambda: len(api.get_json("clusterkopfpeering", "icap-ha").get("status") or {}) >= 2,
+            timeout=30,
+            message="both peers registered",
+        )
+        wait_for(
+            lambda: "Pausing operations" in ops[0].log() or "pausing" in ops[0].log().lower(),
+            timeout=30,
+            message="the lower-priority replica paused",
+        )
         ns = c.namespace("ha")
         icap, dep = load_example("llama-3.1-8b-h100.yaml", ns)
         api.apply(icap, dep)

@@ -322,5 +322,5 @@ def make_plan(inp: PlanInput) -> Plan:
         message=message,
         kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp, stage=r.stage),
         kv_bytes_per_token_model=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp) * inp.tp,
-        notes=tuple(notes) + pred.notes,
+        notes=inp.model.notes + tuple(notes) + pred.notes,
     )

@@ -20,6 +20,7 @@ import kopf
 
 from ..api.models import GROUP, VERSION
 from . import k8s, metrics, observing
+from . import reconcile as reconcile_mod
 from .reconcile import Outcome, reconcile
 
 PLURAL = k8s.PLURAL
@@ -59,9 +60,18 @@ def _emitter(body: Mapping[str, Any]) -> Any:
     return emit
 
 
+def _without_nulls(value: Any) -> Any:
+    """A merge patch deletes null keys, so the stored status never has them: compare without."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     old = body.get("status") or {}
-    return any(old.get(k) != v for k, v in new.items())
+    return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
 
 
 def run_reconcile(body: Mapping[str, Any]) -> Outcome:
@@ -123,10 +133,17 @@ def deployment_event(
     icap_targets: kopf.Index[tuple[str, str], str],
     **_: Any,
 ) -> None:
-    if event.get("type") == "DELETED":
-        names = list(icap_targets.get((namespace, name), []))
-    else:
-        names = list(icap_targets.get((namespace, name), []))
+    names = list(icap_targets.get((namespace, name), []))
+    if not names:
+        return
+    gen = (event.get("object") or {}).get("metadata", {}).get("generation")
+    if event.get("type") != "DELETED" and not reconcile_mod.deployment_changed(
+        namespace, name, gen
+    ):
+        # a status-only update (the Deployment controller's rollout progress), or the patch
+        # the operator just wrote: nothing in the spec to re-check. Waiting rollouts are
+        # retried by the InferenceCapacity handler and the refresh timer.
+        return
     for icap_name in names:
         body = k8s.get_icap(namespace, icap_name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):

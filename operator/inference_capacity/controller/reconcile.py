@@ -376,7 +376,8 @@ def _apply(
         patch = json.loads(json.dumps(change.patch))
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
         try:
-            k8s.patch_deployment(ctx.ns, target, patch)
+            patched = k8s.patch_deployment(ctx.ns, target, patch)
+            deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
         except Exception as exc:
             if k8s.is_status(exc, 409) and attempt < 3:
                 log.info(
@@ -407,8 +408,35 @@ def _apply(
     raise RuntimeError("unreachable")
 
 
+#: the PDB last written (or found) per InferenceCapacity uid: skip the round trip when unchanged
+#: for a minute (then read again, so a PDB deleted by hand comes back)
+_pdb_seen: dict[str, tuple[int, str, float]] = {}
+PDB_RECHECK_SECONDS = 60.0
+#: the Deployment generation last handled, per namespace/name
+_generations: dict[tuple[str, str], int] = {}
+_generations_lock = threading.Lock()
+
+
+def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
+    """Record ``generation`` as handled; True when it is new (the spec changed since)."""
+    if generation is None:
+        return True
+    with _generations_lock:
+        if _generations.get((namespace, name)) == generation:
+            return False
+        _generations[(namespace, name)] = generation
+        return True
+
+
 def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
-    what = k8s.upsert_pdb(ctx.ns, _pdb_body(ctx, dep, min_available))
+    body = _pdb_body(ctx, dep, min_available)
+    selector = json.dumps(body["spec"]["selector"], sort_keys=True)
+    seen = _pdb_seen.get(ctx.uid or ctx.name)
+    now = time.monotonic()
+    if seen and seen[:2] == (min_available, selector) and now - seen[2] < PDB_RECHECK_SECONDS:
+        return
+    what = k8s.upsert_pdb(ctx.ns, body)
+    _pdb_seen[ctx.uid or ctx.name] = (min_available, selector, now)
     if what != "unchanged":
         ctx.event(
             "Normal",

@@ -70,10 +70,30 @@ def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
     if t.rows == hidden:  # w2: hidden x inter
         inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
         return Tensor(
-            t.name, t.group, hid, inter, t.split, t.stage, t.layer, t.experts, t.quantizable
+            t.name,
+            t.group,
+            hid,
+            inter,
+            t.split,
+            t.stage,
+            t.layer,
+            t.experts,
+            t.quantizable,
+            checkpoint=t.checkpoint,
         )
     inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
-    return Tensor(t.name, t.group, inter, hid, t.split, t.stage, t.layer, t.experts, t.quantizable)
+    return Tensor(
+        t.name,
+        t.group,
+        inter,
+        hid,
+        t.split,
+        t.stage,
+        t.layer,
+        t.experts,
+        t.quantizable,
+        checkpoint=t.checkpoint,
+    )
 
 
 def lora_bytes(
@@ -107,6 +127,7 @@ def _expert_parallel(t: Tensor, ep: int) -> Tensor:
         t.quantizable,
         t.kv_heads,
         t.fp32,
+        t.checkpoint,
     )
 
 

@@ -86,6 +86,16 @@ def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_model(name_or_path: str, quantization: str | None = None) -> ModelShape:
+    """The shape of a catalog model or a config.json file. Catalog shapes are memoised (they
+    are immutable), so repeated plans of one model share one object and its weight memo."""
+    if resolve_catalog_key(name_or_path) is not None:
+        return _catalog_shape(name_or_path, quantization)
+    name, cfg = load_config(name_or_path)
+    return shape_from_config(cfg, name=name, quantization=quantization)
+
+
+@lru_cache(maxsize=128)
+def _catalog_shape(name_or_path: str, quantization: str | None) -> ModelShape:
     name, cfg = load_config(name_or_path)
     return shape_from_config(cfg, name=name, quantization=quantization)
 
@@ -93,4 +103,10 @@ def load_model(name_or_path: str, quantization: str | None = None) -> ModelShape
 def model_from_dict(
     config: Mapping[str, Any], name: str = "inline", quantization: str | None = None
 ) -> ModelShape:
-    return shape_from_config(config, name=name, quantization=quantization)
+    """The shape of an inline config (memoised by content)."""
+    return _dict_shape(json.dumps(config, sort_keys=True, default=str), name, quantization)
+
+
+@lru_cache(maxsize=64)
+def _dict_shape(text: str, name: str, quantization: str | None) -> ModelShape:
+    return shape_from_config(json.loads(text), name=name, quantization=quantization)

@@ -134,6 +134,16 @@ class _Decoder:
     rotary_dim: int = 0
     rope_positions: int = 0
     rope_fp32: bool = False
+    ropes: list[RopeCache] = field(default_factory=list)  # several caches (overrides the above)
+    # full-attention layers with their own geometry (Gemma 4 global layers); 0: as other layers
+    full_kv_heads: int = 0
+    full_head_dim: int = 0
+    k_eq_v: bool = False  # full layers: V reuses K's projection (vLLM still allocates a V slot)
+    attn_output_gate: bool = False  # Qwen3-Next/3.5: q projection doubled for a sigmoid gate
+    gdn: bool = False  # mamba_layers are Gated DeltaNet mixers, followed by the layer's MLP/MoE
+    dense_and_moe: bool = False  # Gemma 4: the MoE block runs alongside the dense MLP
+    router_scale: bool = False  # Gemma 4: router input scale (hidden) + per-expert scale
+    layer_scalar: bool = False  # Gemma 4: one learned scalar per layer
     notes: list[str] = field(default_factory=list)
 
 
@@ -153,10 +163,23 @@ def _rope_factor_len(cfg: _Cfg, model_type: str) -> int:
     return derived
 
 
-def _attention(d: _Decoder, i: int) -> list[Tensor]:
-    h, q_out, kv_out = d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim
+def _attn_dims(d: _Decoder, kind: AttnKind) -> tuple[int, int]:
+    """(kv_heads, head_dim) of a layer of this kind."""
+    if kind is AttnKind.FULL and d.full_head_dim:
+        return d.full_kv_heads or d.kv_heads, d.full_head_dim
+    return d.kv_heads, d.head_dim
+
+
+def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tensor]:
+    kv_heads, head_dim = _attn_dims(d, kind)
+    h, q_out, kv_out = d.hidden, d.heads * head_dim, kv_heads * head_dim
+    # Qwen3-Next/3.5 attn_output_gate: qkv_proj carries heads * (1 + gate) query heads
+    q_rows = q_out * (2 if d.attn_output_gate else 1)
+    # K=V (Gemma 4 full layers): the checkpoint has no v_proj; vLLM's QKVParallelLinear still
+    # has the V slot and loads K into it (models/gemma4.py), so the bytes are there
+    v_in_ckpt = not (d.k_eq_v and kind is AttnKind.FULL)
     t = [
-        Tensor("attn.q_proj", Group.ATTENTION, q_out, h, Split.COLUMN, layer=i, quantizable=True),
+        Tensor("attn.q_proj", Group.ATTENTION, q_rows, h, Split.COLUMN, layer=i, quantizable=True),
         Tensor(
             "attn.k_proj",
             Group.ATTENTION,
@@ -165,7 +188,7 @@ def _attention(d: _Decoder, i: int) -> list[Tensor]:
             Split.KV_HEADS,
             layer=i,
             quantizable=True,
-            kv_heads=d.kv_heads,
+            kv_heads=kv_heads,
         ),
         Tensor(
             "attn.v_proj",
@@ -175,7 +198,8 @@ def _attention(d: _Decoder, i: int) -> list[Tensor]:
             Split.KV_HEADS,
             layer=i,
             quantizable=True,
-            kv_heads=d.kv_heads,
+            kv_heads=kv_heads,
+            checkpoint=v_in_ckpt,
         ),
         Tensor("attn.o_proj", Group.ATTENTION, h, q_out, Split.ROW, layer=i, quantizable=True),
     ]
@@ -189,7 +213,7 @@ def _attention(d: _Decoder, i: int) -> list[Tensor]:
                 1,
                 Split.KV_HEADS,
                 layer=i,
-                kv_heads=d.kv_heads,
+                kv_heads=kv_heads,
             ),
             Tensor(
                 "attn.v_bias",
@@ -198,15 +222,15 @@ def _attention(d: _Decoder, i: int) -> list[Tensor]:
                 1,
                 Split.KV_HEADS,
                 layer=i,
-                kv_heads=d.kv_heads,
+                kv_heads=kv_heads,
             ),
         ]
     if d.o_bias:
         t.append(Tensor("attn.o_bias", Group.ATTENTION, h, 1, Split.REPLICATED, layer=i))
     if d.qk_norm:
         t += [
-            Tensor("attn.q_norm", Group.NORM, d.head_dim, 1, Split.REPLICATED, layer=i),
-            Tensor("attn.k_norm", Group.NORM, d.head_dim, 1, Split.REPLICATED, layer=i),
+            Tensor("attn.q_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
+            Tensor("attn.k_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
         ]
     if d.attn_sinks:
         t.append(Tensor("attn.sinks", Group.ATTENTION, d.heads, 1, Split.COLUMN, layer=i))
@@ -324,6 +348,12 @@ def _moe(d: _Decoder, i: int) -> list[Tensor]:
     ]
     if d.router_bias:
         t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layer=i))
+    if d.router_scale:
+        # Gemma4Router.scale and Gemma4MoE.per_expert_scale (models/gemma4.py)
+        t += [
+            Tensor("router.scale", Group.ROUTER, h, 1, Split.REPLICATED, layer=i),
+            Tensor("moe.per_expert_scale", Group.ROUTER, e, 1, Split.REPLICATED, layer=i),
+        ]
     if d.expert_bias:
         t += [
             Tensor(
@@ -360,6 +390,45 @@ def _mamba2(d: _Decoder, i: int) -> list[Tensor]:
     ]
 
 
+def _gdn(d: _Decoder, i: int) -> list[Tensor]:
+    """Gated DeltaNet mixer (vllm layers/mamba/gdn/qwen_gdn_linear_attn.py): in_proj_qkvz and
+    in_proj_ba merged column-parallel, conv1d column-parallel without bias, dt_bias and A_log
+    (float32) split by value heads, a gated RMSNorm over head_v_dim (replicated), out_proj
+    row-parallel."""
+    assert d.mamba is not None
+    m, h = d.mamba, d.hidden
+    value_dim = m.ssm_heads * m.ssm_head_dim  # nv * dv
+    conv_dim = m.conv_channels  # 2 * nk * dk + nv * dv
+    nv = m.ssm_heads
+    return [
+        Tensor(
+            "linear_attn.in_proj_qkvz",
+            Group.MAMBA,
+            conv_dim + value_dim,
+            h,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor(
+            "linear_attn.in_proj_ba",
+            Group.MAMBA,
+            2 * nv,
+            h,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor("linear_attn.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layer=i),
+        Tensor("linear_attn.dt_bias", Group.MAMBA, nv, 1, Split.COLUMN, layer=i),
+        Tensor("linear_attn.A_log", Group.MAMBA, nv, 1, Split.COLUMN, layer=i, fp32=True),
+        Tensor("linear_attn.norm", Group.NORM, m.ssm_head_dim, 1, Split.REPLICATED, layer=i),
+        Tensor(
+            "linear_attn.out_proj", Group.MAMBA, h, value_dim, Split.ROW, layer=i, quantizable=True
+        ),
+    ]
+
+
 def _build(
     name: str,
     model_type: str,
@@ -390,8 +459,9 @@ def _build(
     layers: list[LayerAttention] = []
     for i in range(d.layers):
         kind = kinds[i]
+        mixer_only = i in d.mamba_layers and not d.gdn  # Nemotron-H "M": no MLP in the layer
         if i in d.mamba_layers:
-            tensors += _mamba2(d, i)
+            tensors += _gdn(d, i) if d.gdn else _mamba2(d, i)
             layers.append(LayerAttention(AttnKind.MAMBA, mamba=d.mamba))
         elif kind is AttnKind.MLA:
             tensors += _mla(d, i)
@@ -399,17 +469,18 @@ def _build(
         elif kind is AttnKind.NONE:
             layers.append(LayerAttention(AttnKind.NONE))
         else:
-            tensors += _attention(d, i)
+            tensors += _attention(d, i, kind)
+            kv_heads, head_dim = _attn_dims(d, kind)
             layers.append(
                 LayerAttention(
                     kind,
-                    kv_heads=d.kv_heads,
-                    head_dim_k=d.head_dim,
-                    head_dim_v=d.head_dim,
+                    kv_heads=kv_heads,
+                    head_dim_k=head_dim,
+                    head_dim_v=head_dim,
                     window=d.window if kind is not AttnKind.FULL else 0,
                 )
             )
-        if i in d.mamba_layers or i in d.mlp_only_layers or i in d.moe_only_layers or d.attn_only:
+        if mixer_only or i in d.mlp_only_layers or i in d.moe_only_layers or d.attn_only:
             n_norms = 1
         else:
             n_norms = d.norms_per_layer
@@ -417,11 +488,13 @@ def _build(
             tensors += _moe(d, i)
         elif kind is AttnKind.NONE and i in d.mlp_only_layers:
             tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
-        elif i not in d.mamba_layers and not d.attn_only:
+        elif not mixer_only and not d.attn_only:
             if i in d.moe_layers:
                 tensors += _moe(d, i)
-            elif d.intermediate:
+            if d.intermediate and (i not in d.moe_layers or d.dense_and_moe):
                 tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
+        if d.layer_scalar:
+            tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layer=i))
         for k in range(n_norms):
             tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layer=i))
             if d.norm_bias:
@@ -440,7 +513,9 @@ def _build(
         )
     tensors += vision
     ropes: tuple[RopeCache, ...] = ()
-    if d.rotary_dim:
+    if d.ropes:
+        ropes = tuple(d.ropes)
+    elif d.rotary_dim:
         ropes = (RopeCache(d.rope_positions or d.max_pos, d.rotary_dim, d.rope_fp32),)
     dense = tuple(
         i
@@ -741,6 +816,132 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
     return d
 
 
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
+    """Qwen3.5 (vllm models/qwen3_5.py on qwen3_next.py): Gated DeltaNet linear-attention layers
+    and gated full-attention layers (``layer_types``), every layer followed by a sparse MoE block
+    (``qwen3_5_moe_text``) or a dense MLP (``qwen3_5_text``)."""
+    d = _base(c, intermediate=0, qk_norm=True, qkv_bias=c.boolean("qkv_bias", False))
+    if not moe:
+        d.intermediate = c.pos("intermediate_size")
+    d.attn_output_gate = c.boolean("attn_output_gate", True)
+    types = c.get("layer_types")
+    if isinstance(types, list):
+        if len(types) != d.layers:
+            raise ModelConfigError(
+                c.path("layer_types"), f"has {len(types)} entries for {d.layers} layers"
+            )
+    else:
+        interval = c.pos("full_attention_interval", 4)
+        types = [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(d.layers)
+        ]
+    kinds: list[AttnKind] = []
+    for i, t in enumerate(types):
+        if t == "linear_attention":
+            kinds.append(AttnKind.MAMBA)
+            d.mamba_layers.add(i)
+        elif t == "full_attention":
+            kinds.append(AttnKind.FULL)
+        else:
+            raise ModelConfigError(c.path("layer_types"), f"unknown layer type {t!r} at {i}")
+    d.kinds = kinds
+    nk, dk = c.pos("linear_num_key_heads"), c.pos("linear_key_head_dim")
+    nv, dv = c.pos("linear_num_value_heads"), c.pos("linear_value_head_dim")
+    ssm_dtype = c.get("mamba_ssm_dtype")
+    if ssm_dtype is not None and str(ssm_dtype) not in _DTYPE_BYTES:
+        raise ModelConfigError(c.path("mamba_ssm_dtype"), f"unknown dtype {ssm_dtype!r}")
+    # conv state (2·nk·dk + nv·dv)/tp × (K−1), temporal state (nv/tp)·dv·dk
+    # (mamba_utils.py::gated_delta_net_state_shape); the temporal state's dtype is the HF
+    # config's mamba_ssm_dtype (models/config.py::Qwen3_5ForConditionalGenerationConfig sets
+    # --mamba-ssm-cache-dtype from it), the conv state's the model dtype
+    d.mamba = MambaState(
+        conv_channels=2 * nk * dk + nv * dv,
+        conv_kernel=c.pos("linear_conv_kernel_dim", 4),
+        ssm_heads=nv,
+        ssm_head_dim=dv,
+        ssm_state=dk,
+        ssm_dtype_bytes=_DTYPE_BYTES[str(ssm_dtype)] if ssm_dtype is not None else None,
+    )
+    d.gdn = True
+    if moe:
+        d.experts = c.pos("num_experts")
+        d.expert_intermediate = c.pos("moe_intermediate_size")
+        d.experts_per_token = c.pos("num_experts_per_tok")
+        d.shared_intermediate = c.integer("shared_expert_intermediate_size", 0)
+        d.shared_gate = bool(d.shared_intermediate)
+        # Qwen3_5DecoderLayer: every layer of qwen3_5_moe_text is a sparse MoE block
+        d.moe_layers = set(range(d.layers))
+    rope = c.get("rope_parameters") or c.get("rope_scaling")
+    partial = c.get("partial_rotary_factor")
+    if partial is None and isinstance(rope, Mapping):
+        partial = rope.get("partial_rotary_factor")
+    d.rotary_dim = int(d.head_dim * float(partial if partial is not None else 1.0))
+    if c.integer("mtp_num_hidden_layers", 0):
+        d.notes.append(
+            "MTP layers (mtp_num_hidden_layers) are only loaded with speculative decoding; "
+            "not counted"
+        )
+    d.notes.append(
+        "Gated DeltaNet state per sequence excludes the extra conv columns speculative "
+        "decoding adds (K-1+num_spec)"
+    )
+    return d
+
+
+def _gemma4(c: _Cfg) -> _Decoder:
+    """Gemma 4 (vllm models/gemma4.py): sliding and full layers (``layer_types``); full layers
+    use ``global_head_dim`` and, with ``attention_k_eq_v``, ``num_global_key_value_heads`` and no
+    v_proj; an MoE block (router + experts) alongside the dense MLP when ``enable_moe_block``."""
+    if c.integer("hidden_size_per_layer_input", 0):
+        raise ModelConfigError(
+            c.path("hidden_size_per_layer_input"),
+            "Gemma 4 per-layer embeddings (E2B/E4B) are not modelled yet",
+        )
+    if c.integer("num_kv_shared_layers", 0):
+        raise ModelConfigError(
+            c.path("num_kv_shared_layers"),
+            "Gemma 4 cross-layer KV sharing (E2B/E4B) is not modelled yet",
+        )
+    d = _base(c, qk_norm=True, norms_per_layer=4)
+    d.tie = c.boolean("tie_word_embeddings", True)
+    types = c.get("layer_types")
+    if not isinstance(types, list) or len(types) != d.layers:
+        raise ModelConfigError(c.path("layer_types"), "Gemma 4 needs one entry per layer")
+    d.kinds = [AttnKind.SLIDING if "sliding" in str(t) else AttnKind.FULL for t in types]
+    d.window = c.pos("sliding_window")
+    d.full_head_dim = c.pos("global_head_dim") if c.has("global_head_dim") else d.head_dim
+    d.k_eq_v = c.boolean("attention_k_eq_v", False)
+    # Gemma4DecoderLayer: num_global_key_value_heads only on K=V full layers
+    d.full_kv_heads = c.pos("num_global_key_value_heads", d.kv_heads) if d.k_eq_v else d.kv_heads
+    if c.boolean("enable_moe_block", False) or c.boolean("use_second_mlp_block", False):
+        d.experts = c.pos("num_experts")
+        d.expert_intermediate = c.pos("moe_intermediate_size")
+        d.experts_per_token = c.pos("top_k_experts")
+        d.moe_layers = set(range(d.layers))
+        d.dense_and_moe = True
+        d.router_scale = True
+        d.norms_per_layer = 7  # + post_feedforward_layernorm_1/_2, pre_feedforward_layernorm_2
+    d.layer_scalar = True
+    # one rope cache per layer type: Gemma4RotaryEmbedding ("proportional") caches the whole
+    # head (rotary_dim = head_size, non-rotated pairs as cos 1 / sin 0)
+    d.ropes = []
+    if AttnKind.SLIDING in d.kinds:
+        d.ropes.append(RopeCache(d.max_pos, d.head_dim))
+    if AttnKind.FULL in d.kinds:
+        d.ropes.append(RopeCache(d.max_pos, d.full_head_dim))
+    d.rotary_dim = d.head_dim
+    if d.k_eq_v:
+        d.notes.append(
+            "Gemma 4 K=V full layers: vLLM allocates a V slot in qkv_proj (loaded from K) and "
+            "caches K and V separately (V is normed differently), so both are counted"
+        )
+    return d
+
+
 _FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
     "llama": _llama,
     "mistral": _mistral,
@@ -763,17 +964,16 @@ _FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
     "qwen2_5_vl": _qwen2,
     "qwen2_vl": _qwen2,
     "mllama_text_model": _llama,
+    "qwen3_5_moe_text": lambda c: _qwen3_5(c, moe=True),
+    "qwen3_5_text": lambda c: _qwen3_5(c, moe=False),
+    "gemma4_text": _gemma4,
 }
 
 #: multimodal wrappers: the text model sits under ``text_config``
-_WRAPPERS = {"gemma3", "llama4", "mllama", "kimi_k25"}
+_WRAPPERS = {"gemma3", "gemma4", "llama4", "mllama", "kimi_k25", "qwen3_5", "qwen3_5_moe"}
 
 #: families we know of but cannot size yet, with the reason (an error, never a guess)
 _UNSUPPORTED = {
-    "gemma4": "Gemma 4 (K=V global attention, per-layer inputs) is not modelled yet",
-    "gemma4_text": "Gemma 4 (K=V global attention, per-layer inputs) is not modelled yet",
-    "qwen3_5_moe": "Qwen3.5 (gated DeltaNet hybrid) is not modelled yet",
-    "qwen3_5_moe_text": "Qwen3.5 (gated DeltaNet hybrid) is not modelled yet",
     "qwen3_next": "Qwen3-Next (gated DeltaNet hybrid) is not modelled yet",
 }
 
@@ -824,6 +1024,89 @@ def _vision_tensors(vc: Mapping[str, Any] | None) -> list[Tensor]:
     ]
 
 
+def _qwen3_vl_vision(vc: Mapping[str, Any]) -> list[Tensor]:
+    """Qwen3-VL vision tower (vllm models/qwen3_vl.py, used by Qwen3.5): Conv3d patch embed
+    (temporal × spatial patch, with bias), learned position table, ViT blocks (qkv/proj and
+    fc1/fc2 with biases, two LayerNorms), patch merger (LayerNorm, fc1 h·m² → h·m², fc2 →
+    out_hidden_size) and one deepstack merger per ``deepstack_visual_indexes`` entry."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    depth = int(vc.get("depth", vc.get("num_hidden_layers", 0)) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    if not (h and depth and inter):
+        return []
+    patch = int(vc.get("patch_size", 16) or 16)
+    tps = int(vc.get("temporal_patch_size", 2) or 2)
+    chans = int(vc.get("in_channels", vc.get("num_channels", 3)) or 3)
+    npos = int(vc.get("num_position_embeddings", 0) or 0)
+    out = int(vc.get("out_hidden_size", h) or h)
+    hm = h * int(vc.get("spatial_merge_size", 2) or 2) ** 2
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    enc = Stage.ENCODER
+    t = [
+        Tensor("vision.layers", Group.VISION, per_layer, depth, Split.COLUMN, stage=enc),
+        Tensor(
+            "vision.patch_embed",
+            Group.VISION,
+            h,
+            chans * tps * patch * patch + 1,
+            Split.REPLICATED,
+            stage=enc,
+        ),
+    ]
+    if npos:
+        t.append(Tensor("vision.pos_embed", Group.VISION, npos, h, Split.REPLICATED, stage=enc))
+    deepstack = vc.get("deepstack_visual_indexes") or []
+    for k in range(1 + len(deepstack)):
+        norm = h if k == 0 else hm  # deepstack mergers norm after the shuffle
+        t += [
+            Tensor(
+                f"vision.merger{k}.norm", Group.VISION, 2 * norm, 1, Split.REPLICATED, stage=enc
+            ),
+            Tensor(f"vision.merger{k}.fc1", Group.VISION, hm, hm + 1, Split.COLUMN, stage=enc),
+            Tensor(f"vision.merger{k}.fc2", Group.VISION, out, hm, Split.ROW, stage=enc),
+            Tensor(f"vision.merger{k}.fc2_bias", Group.VISION, out, 1, Split.REPLICATED, stage=enc),
+        ]
+    return t
+
+
+def _gemma4_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
+    """Gemma 4 vision tower (transformers Gemma4VisionModel; vllm models/gemma4_mm.py builds it
+    with AutoModel.from_config, so it is replicated on every TP rank): linear patch projection,
+    2-D position table, encoder layers (q/k/v/o without bias, q/k norms, gated MLP, four
+    RMSNorms), standardize bias/scale, and embed_vision's projection to the text hidden size."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    layers = int(vc.get("num_hidden_layers", 0) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    heads = int(vc.get("num_attention_heads", 0) or 0)
+    if not (h and layers and inter and heads):
+        return []
+    kv = int(vc.get("num_key_value_heads", heads) or heads)
+    hd = int(vc.get("head_dim", h // heads) or h // heads)
+    patch = int(vc.get("patch_size", 16) or 16)
+    pos = int(vc.get("position_embedding_size", 0) or 0)
+    per_layer = 2 * heads * hd * h + 2 * kv * hd * h + 3 * h * inter + 4 * h + 2 * hd
+    enc, rep = Stage.ENCODER, Split.REPLICATED
+    t = [
+        Tensor("vision.layers", Group.VISION, per_layer, layers, rep, stage=enc),
+        Tensor("vision.patch_embed", Group.VISION, h, 3 * patch * patch, rep, stage=enc),
+        Tensor("vision.position_table", Group.VISION, 2 * pos, h, rep, stage=enc),
+        Tensor("embed_vision.projection", Group.VISION, text_hidden, h, rep, stage=enc),
+    ]
+    if vc.get("standardize"):
+        t.append(Tensor("vision.standardize", Group.VISION, 2 * h, 1, rep, stage=enc))
+    return t
+
+
+def _vision_for(model_type: str, vc: Any, text: _Cfg) -> list[Tensor]:
+    if not isinstance(vc, Mapping) or not vc:
+        return []
+    if model_type in ("qwen3_5", "qwen3_5_moe"):
+        return _qwen3_vl_vision(vc)
+    if model_type == "gemma4":
+        return _gemma4_vision(vc, text.integer("hidden_size", 0))
+    return _vision_tensors(vc)
+
+
 def resolve_dtype(config_dtype: str | None, requested: str) -> str:
     """vLLM's ``--dtype auto``: the checkpoint dtype, float32 served as bfloat16."""
     if requested not in ("auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"):
@@ -869,7 +1152,7 @@ def shape_from_config(
             )
         if model_type == "gemma3":
             inner_type = "gemma3_text"
-        vision = _vision_tensors(config.get("vision_config"))
+        vision = _vision_for(model_type, config.get("vision_config"), text)
         multimodal = bool(config.get("vision_config"))
         family_type = inner_type
     else:

@@ -79,6 +79,9 @@ class Tensor:
     quantizable: bool = False
     kv_heads: int = 0  # for Split.KV_HEADS: rows == kv_heads * head_dim
     fp32: bool = False  # stored in float32 whatever the model dtype (e.g. Mamba A_log/D)
+    # False: vLLM allocates it but the checkpoint has no such tensor (Gemma 4's V slot on K=V
+    # layers, filled from K at load time); it costs bytes but is not a published parameter
+    checkpoint: bool = True
 
     @property
     def numel(self) -> int:
@@ -120,6 +123,11 @@ class MambaState:
     conv state: ``conv_channels`` × (``conv_kernel`` − 1) elements, split over TP;
     SSM/temporal state: ``ssm_heads`` × ``ssm_head_dim`` × ``ssm_state`` elements, heads
     split over TP. (vllm/model_executor/layers/mamba/mamba_utils.py)
+
+    Gated DeltaNet (Qwen3-Next / Qwen3.5, ``gated_delta_net_state_shape``) has the same two
+    shapes: conv channels ``2·nk·dk + nv·dv``, temporal state ``(nv, dv, dk)``, so it is
+    ``ssm_heads=nv, ssm_head_dim=dv, ssm_state=dk, groups=0``. Speculative tokens add
+    ``num_spec`` conv columns per sequence; that is not modelled here.
     """
 
     conv_channels: int
@@ -237,13 +245,15 @@ class ModelShape:
 
     @property
     def num_parameters(self) -> int:
-        """Total parameters, counting tied embeddings once (as the checkpoint stores them)."""
-        return sum(t.numel for t in self.tensors)
+        """Total parameters, counting tied embeddings once (as the checkpoint stores them) and
+        leaving out tensors vLLM allocates that the checkpoint does not have."""
+        return sum(t.numel for t in self.tensors if t.checkpoint)
 
     def parameters_by_group(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in self.tensors:
-            out[t.group.value] = out.get(t.group.value, 0) + t.numel
+            if t.checkpoint:
+                out[t.group.value] = out.get(t.group.value, 0) + t.numel
         return out
 
     @property
