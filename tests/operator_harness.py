@@ -50,6 +50,7 @@ class Operator:
                 "INFERENCE_CAPACITY_RETRY_SECONDS": "0.5",
                 "INFERENCE_CAPACITY_WATCH_TIMEOUT": "30",
                 "INFERENCE_CAPACITY_NODES_TTL_SECONDS": "0",
+                "INFERENCE_CAPACITY_HPA_TTL_SECONDS": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )

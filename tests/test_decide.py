@@ -51,11 +51,19 @@ def test_settled_deployment() -> None:
 def test_unobserved_generation() -> None:
     why = rollout_in_progress(deployment(generation=6, observed=5))
     assert why is not None and "generation 6" in why
-    # a brand-new Deployment without status
-    why = rollout_in_progress(
-        deployment(generation=1, observed=None, updated=None, total=None, available=None)
+    # a brand-new Deployment without status: nothing is serving, patching is safe (its pods
+    # then start once, with the right flags)
+    assert (
+        rollout_in_progress(
+            deployment(generation=1, observed=None, updated=None, total=None, available=None)
+        )
+        is None
     )
-    assert why is not None and "generation 1" in why
+
+
+def test_nothing_available_is_safe_to_patch() -> None:
+    assert rollout_in_progress(deployment(updated=1, total=4, available=0)) is None
+    assert rollout_in_progress(deployment(updated=1, total=4, available=1)) is not None
 
 
 def test_not_all_replicas_updated() -> None:
@@ -77,7 +85,7 @@ def test_default_replicas_is_one() -> None:
 def test_scaled_to_zero() -> None:
     assert rollout_in_progress(deployment(replicas=0, updated=0, total=0, available=0)) is None
     # pods of a Deployment scaled to zero still terminating
-    assert rollout_in_progress(deployment(replicas=0, updated=0, total=2)) is not None
+    assert rollout_in_progress(deployment(replicas=0, updated=0, total=2, available=2)) is not None
 
 
 def test_updated_but_not_yet_available_is_in_progress() -> None:

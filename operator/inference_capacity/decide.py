@@ -13,27 +13,34 @@ from typing import Any
 
 
 def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
-    """Why the Deployment is mid-rollout, or None when it is settled."""
+    """Why the Deployment is mid-rollout, or None when patching it now is safe.
+
+    Safe means: the rollout has settled (the controller observed the latest generation, every
+    replica is updated and available, no old pods left); or it has stalled
+    (ProgressDeadlineExceeded: pods crash on the current flags, and waiting would wait
+    forever); or nothing is serving at all (no available replica: no capacity to protect, and
+    a new Deployment then starts once, with the right flags, instead of rolling twice).
+    """
     meta = deployment.get("metadata", {})
     spec = deployment.get("spec", {})
     st = deployment.get("status", {}) or {}
-    gen = meta.get("generation")
-    observed = st.get("observedGeneration")
-    if gen is not None and (observed is None or observed < gen):
-        return f"the Deployment controller has not observed generation {gen} yet"
     for cond in st.get("conditions", []) or []:
         if (
             cond.get("type") == "Progressing"
             and cond.get("status") == "False"
             and cond.get("reason") == "ProgressDeadlineExceeded"
         ):
-            # a stalled rollout (e.g. pods crash on the current flags): patching may fix it,
-            # and waiting for it would wait forever
             return None
+    available = st.get("availableReplicas", 0) or 0
+    if available == 0:
+        return None
+    gen = meta.get("generation")
+    observed = st.get("observedGeneration")
+    if gen is not None and (observed is None or observed < gen):
+        return f"the Deployment controller has not observed generation {gen} yet"
     want = spec.get("replicas", 1)
     updated = st.get("updatedReplicas", 0) or 0
     total = st.get("replicas", 0) or 0
-    available = st.get("availableReplicas", 0) or 0
     if want and updated < want:
         return f"rollout in progress: {updated}/{want} replicas updated"
     if total > want:

@@ -86,7 +86,9 @@ def run_reconcile(body: Mapping[str, Any]) -> Outcome:
     except Exception as exc:
         if k8s.transient(exc):
             raise kopf.TemporaryError(
-                f"transient API error, retrying: {exc}", delay=RETRY_DELAY
+                f"transient API error on {meta.get('namespace')}/{meta.get('name')}, retrying in "
+                f"{RETRY_DELAY:g} s: {k8s.describe_error(exc)}",
+                delay=RETRY_DELAY,
             ) from exc
         raise
     return out

@@ -3,8 +3,11 @@ return plain dicts, writes take plain dicts; no arithmetic here."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
+import time
 from typing import Any, cast
 
 from kubernetes import client, config
@@ -53,6 +56,18 @@ def transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in (0, 409, 429, 500, 502, 503, 504)
     return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("urllib3")
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: the HTTP status and the API server's message (not the headers and body)."""
+    if isinstance(exc, ApiException):
+        message = ""
+        try:
+            message = json.loads(exc.body or "{}").get("message", "")
+        except (ValueError, AttributeError):
+            message = ""
+        return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def get_icap(namespace: str, name: str) -> dict[str, Any] | None:
@@ -130,21 +145,37 @@ def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] |
     return [_dict(n) for n in nodes.items], [_dict(p) for p in pods.items]
 
 
-def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
-    """minReplicas of an HPA scaling this Deployment, if one exists."""
+#: HPA listings per namespace are shared by reconciles for this many seconds
+HPA_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_HPA_TTL_SECONDS", "5"))
+_hpa_cache: dict[str, tuple[float, dict[str, int]]] = {}
+
+
+def _hpa_targets(namespace: str) -> dict[str, int]:
+    """Deployment name -> minReplicas of the HPAs in a namespace (cached briefly)."""
+    now = time.monotonic()
+    hit = _hpa_cache.get(namespace)
+    if hit is not None and now - hit[0] < HPA_TTL_SECONDS:
+        return hit[1]
     try:
         hpas = client.AutoscalingV2Api(api_client()).list_namespaced_horizontal_pod_autoscaler(
             namespace
         )
     except ApiException as exc:
         if exc.status in (403, 404):
-            return None
+            return {}
         raise
+    out: dict[str, int] = {}
     for h in hpas.items:
         ref = h.spec.scale_target_ref
-        if ref.kind == "Deployment" and ref.name == deployment:
-            return int(h.spec.min_replicas or 1)
-    return None
+        if ref.kind == "Deployment":
+            out[ref.name] = int(h.spec.min_replicas or 1)
+    _hpa_cache[namespace] = (now, out)
+    return out
+
+
+def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
+    """minReplicas of an HPA scaling this Deployment, if one exists."""
+    return _hpa_targets(namespace).get(deployment)
 
 
 def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
