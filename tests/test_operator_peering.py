@@ -34,48 +34,50 @@ def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path
     api.apply(
         {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "icap-ha"}}
     )
-    ops = [
-        Operator(
-            api,
-            tmp_path / f"op{i}.log",
-            run_args=("--peering", "icap-ha", "--priority", str(p)),
-            extra_env={"INFERENCE_CAPACITY_PEERING_LIFETIME": "15"},
-        ).start()
-        for i, p in enumerate((100, 200))
-    ]
-    c = Cluster(api, ops[1])
+
+    def peers() -> int:
+        return len(api.get_json("clusterkopfpeering", "icap-ha").get("status") or {})
+
+    env = {"INFERENCE_CAPACITY_PEERING_LIFETIME": "15"}
+    # the leader (priority 200) first; the standby (100) starts after it and finds it, so it
+    # starts paused (Kopf holds resource handling until it knows its peers)
+    leader = Operator(
+        api,
+        tmp_path / "leader.log",
+        extra_env=env,
+        run_args=("--peering", "icap-ha", "--priority", "200"),
+    ).start()
+    standby: Operator | None = None
+    c = Cluster(api, leader)
     try:
-        # both replicas have announced themselves (Kopf writes each peer into the status);
-        # before that, a replica that sees no peer works alone, as it should
-        wait_for(
-            lambda: len(api.get_json("clusterkopfpeering", "icap-ha").get("status") or {}) >= 2,
-            timeout=30,
-            message="both peers registered",
-        )
-        wait_for(
-            lambda: "Pausing operations" in ops[0].log() or "pausing" in ops[0].log().lower(),
-            timeout=30,
-            message="the lower-priority replica paused",
-        )
+        wait_for(lambda: peers() >= 1, timeout=30, message="the leader registered")
+        standby = Operator(
+            api,
+            tmp_path / "standby.log",
+            extra_env=env,
+            run_args=("--peering", "icap-ha", "--priority", "100"),
+        ).start()
+        wait_for(lambda: peers() >= 2, timeout=30, message="the standby registered")
         ns = c.namespace("ha")
         icap, dep = load_example("llama-3.1-8b-h100.yaml", ns)
         api.apply(icap, dep)
         c.wait_args(ns, "llama-8b", lambda a: "--max-num-seqs" in a, timeout=40)
-        # the lower-priority replica stood by: it never reconciled
         wait_for(
-            lambda: "Handler 'icap_changed' succeeded" in ops[1].log(),
+            lambda: "Handler 'icap_changed' succeeded" in leader.log(),
             timeout=10,
             message="the leader's log",
         )
-        assert "Handler 'icap_changed' succeeded" not in ops[0].log()
+        # the standby stood by: it never reconciled
+        assert "Handler 'icap_changed' succeeded" not in standby.log()
         # the leader dies; the standby takes over once the leader's peering entry expires
-        ops[1].kill()
+        leader.kill()
         ns2 = c.namespace("ha")
         icap2, dep2 = load_example("llama-3.1-8b-h100.yaml", ns2)
         api.apply(icap2, dep2)
-        c.operator = ops[0]
+        c.operator = standby
         c.wait_args(ns2, "llama-8b", lambda a: "--max-num-seqs" in a, timeout=60)
-        ops[0].assert_alive()
+        standby.assert_alive()
     finally:
-        for op in ops:
-            op.stop()
+        leader.stop()
+        if standby is not None:
+            standby.stop()
