@@ -74,13 +74,20 @@ def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
 
 
-def run_reconcile(body: Mapping[str, Any]) -> Outcome:
-    """Reconcile and write the status; transient API errors become Kopf retries."""
+def run_reconcile(body: Mapping[str, Any], patch: kopf.Patch | None = None) -> Outcome:
+    """Reconcile and write the status; transient API errors become Kopf retries.
+
+    In the InferenceCapacity's own handlers the status goes into Kopf's ``patch``, so Kopf
+    writes it with its own bookkeeping (one write, one event, no re-processing of a half-way
+    state); elsewhere it is patched directly."""
     meta = body["metadata"]
     try:
         out = reconcile(body, _emitter(body))
         if _status_changed(body, out.status):
-            k8s.patch_icap_status(meta["namespace"], meta["name"], out.status)
+            if patch is not None and not out.requeue:
+                patch.status.update(out.status)
+            else:
+                k8s.patch_icap_status(meta["namespace"], meta["name"], out.status)
     except kopf.PermanentError:
         raise
     except Exception as exc:
@@ -97,8 +104,8 @@ def run_reconcile(body: Mapping[str, Any]) -> Outcome:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def icap_changed(body: kopf.Body, **_: Any) -> None:
-    out = run_reconcile(body)
+def icap_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    out = run_reconcile(body, patch)
     if out.requeue:
         raise kopf.TemporaryError(
             "the target is mid-rollout; will apply after it settles", delay=RETRY_DELAY
@@ -106,8 +113,8 @@ def icap_changed(body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
-def icap_refresh(body: kopf.Body, **_: Any) -> None:
-    run_reconcile(body)
+def icap_refresh(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    run_reconcile(body, patch)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
