@@ -36,12 +36,6 @@ def api_client() -> client.ApiClient:
         return _api
 
 
-def reset_client() -> None:
-    global _api
-    with _lock:
-        _api = None
-
-
 def _dict(obj: Any) -> dict[str, Any]:
     out = cast(dict[str, Any], api_client().sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
     return out

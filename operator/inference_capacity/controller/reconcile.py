@@ -20,7 +20,7 @@ from typing import Any
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
 from ..decide import material_changes, rollout_in_progress, set_condition
 from ..engines.vllm_args import VllmArgsError
-from ..patching import ANNOTATION_APPLIED, build_change
+from ..patching import build_change
 from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
@@ -479,14 +479,3 @@ def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, 
     s["ledger"] = ledger_json(plan)
     s["vllmStartup"] = startup_json(plan)
     s["recommendation"] = recommendation_json(plan)
-
-
-def applied_annotation(dep: Mapping[str, Any]) -> dict[str, Any] | None:
-    raw = (dep.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_APPLIED)
-    if not raw:
-        return None
-    try:
-        value: dict[str, Any] = json.loads(raw)
-    except json.JSONDecodeError:
-        return None
-    return value

@@ -208,14 +208,3 @@ def _weight_breakdown(
             rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
     lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes)
     return WeightBreakdown(by_group, rope, lora, qparams, uparams)
-
-
-def split_rule_summary() -> dict[str, str]:
-    """Human-readable sharding rules, for `explain`."""
-    return {
-        Split.REPLICATED.value: "every TP rank holds the full tensor",
-        Split.VOCAB.value: "rows padded to a multiple of 64, then split evenly over TP",
-        Split.COLUMN.value: "output rows split over TP",
-        Split.ROW.value: "input columns split over TP",
-        Split.KV_HEADS.value: "max(1, kv_heads // tp) heads per rank (replicated when fewer)",
-    }
