@@ -29,12 +29,16 @@ RETRY_DELAY = float(os.environ.get("INFERENCE_CAPACITY_RETRY_SECONDS", "5"))
 log = logging.getLogger("inference_capacity.handlers")
 
 
+PREFIX = "capacity.inference.dev"
+DIFFBASE_ANNOTATION = f"{PREFIX}/last-handled-configuration"
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    prefix = "capacity.inference.dev"
+    prefix = PREFIX
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=prefix, key="last-handled-configuration"
+        prefix=prefix, key=DIFFBASE_ANNOTATION.split("/", 1)[1]
     )
     settings.persistence.finalizer = f"{prefix}/finalizer"
     settings.posting.level = logging.INFO
@@ -104,11 +108,13 @@ def run_reconcile(body: Mapping[str, Any], patch: kopf.Patch | None = None) -> O
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def icap_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def icap_changed(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> None:
     out = run_reconcile(body, patch)
     if out.requeue:
+        # mid-rollout or no target yet: try again, backing off up to a minute
         raise kopf.TemporaryError(
-            "the target is mid-rollout; will apply after it settles", delay=RETRY_DELAY
+            f"waiting: {out.reason or 'the target is mid-rollout'}",
+            delay=min(60.0, RETRY_DELAY * 2 ** min(retry, 6)),
         )
 
 
@@ -156,6 +162,11 @@ def deployment_event(
     for icap_name in names:
         body = k8s.get_icap(namespace, icap_name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        if DIFFBASE_ANNOTATION not in (body.get("metadata", {}).get("annotations") or {}):
+            # Kopf has not finished handling this InferenceCapacity's creation: its own handler
+            # reads the Deployment (and retries until it exists). Writing its status from here
+            # now would make Kopf see an unhandled object again and re-run the creation.
             continue
         try:
             run_reconcile(body)

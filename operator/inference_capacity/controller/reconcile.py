@@ -182,6 +182,9 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     target = spec.target_ref.name
     dep = k8s.get_deployment(ctx.ns, target)
     if dep is None:
+        # retried by the InferenceCapacity's handler (with backoff) until the Deployment exists,
+        # and reconciled again by the Deployment's creation event
+        ctx.outcome.requeue = True
         return _refuse(
             ctx, "TargetNotFound", f"spec.targetRef.name: Deployment {ctx.ns}/{target} not found"
         )
