@@ -45,7 +45,11 @@ if str(ROOT) not in sys.path:
 from kubernetes import client, config  # noqa: E402
 from tests.kubeapi.fixtures import KubeAPI, wait_for  # noqa: E402
 from tests.kubeapi.server import KubeAPIServer  # noqa: E402
-from tests.operator_harness import CRD, load_example  # noqa: E402
+from tests.operator_harness import (  # noqa: E402
+    CRD,
+    flag_value,  # noqa: E402
+    load_example,
+)
 
 GROUP, VERSION, PLURAL = "capacity.inference.dev", "v1alpha1", "inferencecapacities"
 ICAP_KEY = (GROUP, PLURAL)
@@ -328,15 +332,6 @@ class Rig:
         )
         out: dict[str, Any] = json.loads(resp.data)
         return out
-
-
-def flag_value(args: list[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def container_args(dep: dict[str, Any] | None) -> list[str]:

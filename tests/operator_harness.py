@@ -3,6 +3,7 @@ test API server, and helpers to wait for what it does."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -196,6 +197,14 @@ class Cluster:
                 f"args not as expected: {self.container(ns, name)}\n{self.operator.log()[-2500:]}"
             ) from None
         return out
+
+    def patch_container(self, ns: str, name: str, container: dict[str, Any]) -> None:
+        """Strategic-merge ``container`` (it names the container) into a Deployment, as a
+        person editing it by hand would."""
+        body = {"spec": {"template": {"spec": {"containers": [container]}}}}
+        self.api.kubectl(
+            "patch", "deployment", name, "-n", ns, "--type=strategic", "-p", json.dumps(body)
+        )
 
     def events(self, ns: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.api.get_json("events", "-n", ns)["items"]

@@ -147,27 +147,8 @@ def test_more_tp_sets_the_flag_when_the_pod_has_the_gpus(cluster: Cluster) -> No
         json.dumps({"spec": {"hardware": {"tensorParallel": 2}}}),
     )
     c.wait_condition(ns, "llama-8b", "Applied", "False", "InsufficientGpusPerPod")
-    c.api.kubectl(
-        "patch",
-        "deployment",
-        "llama-8b",
-        "-n",
-        ns,
-        "--type=strategic",
-        "-p",
-        json.dumps(
-            {
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
-                            ]
-                        }
-                    }
-                }
-            }
-        ),
+    c.patch_container(
+        ns, "llama-8b", {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
     )
     args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--tensor-parallel-size") == "2")
     assert c.icap(ns, "llama-8b")["status"]["summary"]["tensorParallel"] == 2
@@ -186,22 +167,7 @@ def test_hand_edit_is_put_back_in_enforce_mode(cluster: Cluster) -> None:
         ("999" if (i > 0 and cont["args"][i - 1] == SEQS) else a)
         for i, a in enumerate(cont["args"])
     ]
-    c.api.kubectl(
-        "patch",
-        "deployment",
-        "llama-8b",
-        "-n",
-        ns,
-        "--type=strategic",
-        "-p",
-        json.dumps(
-            {
-                "spec": {
-                    "template": {"spec": {"containers": [{"name": "vllm", "args": cont["args"]}]}}
-                }
-            }
-        ),
-    )
+    c.patch_container(ns, "llama-8b", {"name": "vllm", "args": cont["args"]})
     c.wait_args(ns, "llama-8b", lambda a: flag_value(a, SEQS) == want)
 
 

@@ -170,26 +170,30 @@ def make_plan(inp: PlanInput) -> Plan:
         "maxModelLen": "exact",
         "replicas": "assumed",
     }
-    probe = _predict(
-        inp, replace(settings, gpu_memory_utilization=settings.gpu_memory_utilization or 0.9)
-    )
-    rs = probe.settings
-    if inp.choose_utilization:
+
+    def utilization(st: EngineSettings) -> float:
+        """The safe maximum for ``st`` (its margin items do not depend on u), or the one that
+        gives the asked KV pool."""
+        probe = _predict(inp, replace(st, gpu_memory_utilization=0.9))
         u_max = max_utilization(probe, h.operational_fraction)
-        u = u_max
-        if inp.kv_pool_bytes is not None:
-            u_pool = utilization_for_pool(inp, settings, inp.kv_pool_bytes)
-            if u_pool > u_max:
-                notes.append(
-                    f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
-                    f"utilization {u_pool}, above the safe maximum {u_max}"
-                )
-            u = u_pool
-        settings = replace(settings, gpu_memory_utilization=u)
-    pred = _predict(inp, settings)
+        if inp.kv_pool_bytes is None:
+            return u_max
+        u_pool = utilization_for_pool(inp, st, inp.kv_pool_bytes)
+        if u_pool > u_max:
+            notes.append(
+                f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
+                f"utilization {u_pool}, above the safe maximum {u_max}"
+            )
+        return u_pool
+
+    def predict(st: EngineSettings) -> tuple[EngineSettings, StartupPrediction]:
+        if inp.choose_utilization:
+            st = replace(st, gpu_memory_utilization=utilization(st))
+        return st, _predict(inp, st)
+
+    settings, pred = predict(settings)
     seqs: SeqSizing | None = None
     R = pred.settings.max_num_seqs
-    r = pred.ranks[pred.binding_rank]
     hbm = inp.gpu.hbm_bandwidth_bytes_per_s
     if (
         inp.choose_max_num_seqs
@@ -197,20 +201,26 @@ def make_plan(inp: PlanInput) -> Plan:
         and inp.workload.cohorts
         and pred.starts
     ):
+        workload = inp.workload
         # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
         # than one scheduler step can hold
         cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
-        for _ in range(4):
-            seqs = size_max_num_seqs(
-                inp.workload,
+
+        def size(p: StartupPrediction) -> SeqSizing:
+            r = p.ranks[p.binding_rank]
+            return size_max_num_seqs(
+                workload,
                 r.layout,
-                pred.num_gpu_blocks,
-                pred.settings.max_model_len,
+                p.num_gpu_blocks,
+                p.settings.max_model_len,
                 h.kv_safety_fraction,
                 cap,
                 r.weights.total,
                 hbm,
             )
+
+        for _ in range(4):
+            seqs = size(pred)
             if seqs.max_num_seqs <= 0:
                 break
             if seqs.max_num_seqs == R and R == pred.settings.max_num_seqs:
@@ -219,36 +229,14 @@ def make_plan(inp: PlanInput) -> Plan:
             # smaller R only frees memory; a larger one may shrink the pool, so the next pass
             # re-sizes on the new pool and the loop ends on a batch that fits its own pool.
             R = seqs.max_num_seqs
-            settings = replace(settings, max_num_seqs=R)
-            if inp.choose_utilization and inp.kv_pool_bytes is not None:
-                settings = replace(
-                    settings,
-                    gpu_memory_utilization=utilization_for_pool(inp, settings, inp.kv_pool_bytes),
-                )
-            elif inp.choose_utilization:
-                probe2 = _predict(inp, replace(settings, gpu_memory_utilization=0.9))
-                settings = replace(
-                    settings, gpu_memory_utilization=max_utilization(probe2, h.operational_fraction)
-                )
-            pred = _predict(inp, settings)
-            r = pred.ranks[pred.binding_rank]
+            settings, pred = predict(replace(settings, max_num_seqs=R))
         if seqs is not None and seqs.max_num_seqs > 0 and R == pred.settings.max_num_seqs:
-            final = size_max_num_seqs(
-                inp.workload,
-                r.layout,
-                pred.num_gpu_blocks,
-                pred.settings.max_model_len,
-                h.kv_safety_fraction,
-                cap,
-                r.weights.total,
-                hbm,
-            )
+            final = size(pred)
             if final.max_num_seqs < R:  # over-reserves its own pool: take the smaller batch
                 seqs = final
                 R = final.max_num_seqs
                 settings = replace(settings, max_num_seqs=R)
                 pred = _predict(inp, settings)
-                r = pred.ranks[pred.binding_rank]
         provenance["maxNumSeqs"] = "calibrated"
     elif inp.choose_max_num_seqs and inp.workload is None:
         notes.append(
@@ -256,6 +244,7 @@ def make_plan(inp: PlanInput) -> Plan:
             "spec.workload.cohorts to size it"
         )
     rs = pred.settings
+    r = pred.ranks[pred.binding_rank]
     ledger = build_ledger(pred, h.operational_fraction)
     per_replica = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     peak = inp.workload.peak_concurrency if inp.workload is not None else None

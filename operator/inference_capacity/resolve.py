@@ -9,8 +9,9 @@ supported version (and the caller says so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api.models import InferenceCapacitySpec
@@ -75,8 +76,6 @@ def resolve_model(
                     f"ConfigMap {ref.name!r} has no key {ref.key!r}",
                     "ModelConfigNotFound",
                 )
-            import json
-
             try:
                 cfg = json.loads(data[ref.key])
             except json.JSONDecodeError as exc:
@@ -101,8 +100,6 @@ def resolve_gpu(spec: InferenceCapacitySpec) -> Gpu:
             base = get_gpu(hw.gpu) if hw.gpu else None
             g = custom_gpu(hw.gpu_memory_gib, name=hw.gpu or f"{hw.gpu_memory_gib}GiB")
             if base is not None:
-                from dataclasses import replace
-
                 g = replace(base, total_bytes=g.total_bytes)
             return g
         assert hw.gpu is not None

@@ -3,6 +3,7 @@ return plain dicts, writes take plain dicts; no arithmetic here."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -201,8 +202,6 @@ def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
 
 
 def read_secret_key(namespace: str, name: str, key: str) -> str | None:
-    import base64
-
     try:
         s = client.CoreV1Api(api_client()).read_namespaced_secret(name, namespace)
     except ApiException as exc:

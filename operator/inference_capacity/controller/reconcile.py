@@ -24,7 +24,7 @@ from ..patching import build_change
 from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
-from ..sizing.gpus import spare_gpus
+from ..sizing.gpus import container_gpu_request, spare_gpus
 from . import k8s, metrics, observing
 
 log = logging.getLogger("inference_capacity.reconcile")
@@ -332,14 +332,7 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
 
 def _container_gpus(dep: Mapping[str, Any], index: int, resource: str) -> int | None:
     containers = dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
-    if index >= len(containers):
-        return None
-    res = containers[index].get("resources") or {}
-    value = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
-    try:
-        return int(str(value)) if value is not None else None
-    except ValueError:
-        return None
+    return container_gpu_request(containers[index], resource) if index < len(containers) else None
 
 
 def _norm_strategy(cur: Any) -> dict[str, Any] | None:

@@ -32,15 +32,19 @@ def _node_ready(node: Mapping[str, Any]) -> bool:
     return True  # no conditions reported: assume schedulable
 
 
+def container_gpu_request(container: Mapping[str, Any], resource: str) -> int | None:
+    """GPUs one container asks for (requests, else limits: for extended resources they are
+    equal), or None when it names none."""
+    res = container.get("resources", {}) or {}
+    req = (res.get("requests") or {}).get(resource)
+    if req is None:
+        req = (res.get("limits") or {}).get(resource)
+    return None if req is None else _quantity(req)
+
+
 def _pod_gpu_request(pod: Mapping[str, Any], resource: str) -> int:
     spec = pod.get("spec", {})
-    total = 0
-    for c in spec.get("containers", []) or []:
-        res = c.get("resources", {}) or {}
-        req = (res.get("requests") or {}).get(resource)
-        if req is None:
-            req = (res.get("limits") or {}).get(resource)  # extended resources: limits == requests
-        total += _quantity(req)
+    total = sum(container_gpu_request(c, resource) or 0 for c in spec.get("containers", []) or [])
     init = 0
     for c in spec.get("initContainers", []) or []:
         res = c.get("resources", {}) or {}
