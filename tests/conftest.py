@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.kubeapi.fixtures", "tests.promfixtures"]
+pytest_plugins = ["tests.kubeapi.fixtures", "tests.realk8s.fixtures", "tests.promfixtures"]

@@ -1,5 +1,6 @@
-"""Run the real operator (``inference-capacity run``, i.e. Kopf) as a subprocess against the
-test API server, and helpers to wait for what it does."""
+"""Run the real operator (``inference-capacity run``, i.e. Kopf) as a subprocess against the real
+control plane (``tests/realk8s``), as the chart's ServiceAccount with the chart's RBAC, through the
+fault-injecting proxy; and helpers to wait for what it does."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kubeapi.fixtures import KubeAPI, wait_for
-from tests.kubeapi.server import KubeAPIServer
+from tests.realk8s.fixtures import RealKubeAPI, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT / "crds" / "inferencecapacities.capacity.inference.dev.yaml"
@@ -28,23 +28,33 @@ class Operator:
 
     def __init__(
         self,
-        api: KubeAPI,
+        api: RealKubeAPI,
         log_path: Path,
         refresh: float = 2.0,
         extra_env: dict[str, str] | None = None,
         run_args: tuple[str, ...] = ("--standalone",),
+        rbac_values: dict[str, Any] | None = None,
+        release: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.api = api
         self.log_path = log_path
         self.refresh = refresh
         self.extra_env = extra_env or {}
         self.run_args = run_args
+        self.rbac_values = rbac_values
+        self.base_env = env
+        self.release = release
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = _free_port()
         self.health_port = _free_port()
 
     def start(self) -> Operator:
-        env = dict(self.api.env)
+        env = (
+            dict(self.base_env)
+            if self.base_env is not None
+            else self.api.operator_env(self.rbac_values, self.release)
+        )
         env.update(
             {
                 "INFERENCE_CAPACITY_REFRESH_SECONDS": str(self.refresh),
@@ -121,15 +131,20 @@ def load_example(name: str, namespace: str) -> list[dict[str, Any]]:
 class Cluster:
     """One API server and one operator shared by a test module; each test uses a namespace."""
 
-    def __init__(self, api: KubeAPI, operator: Operator) -> None:
+    def __init__(self, api: RealKubeAPI, operator: Operator) -> None:
         self.api = api
         self.operator = operator
         self._n = 0
+        self.namespaces: list[str] = []
 
     def namespace(self, prefix: str = "t") -> str:
+        """A new namespace (deleted when the module ends), once its ``default`` ServiceAccount
+        exists: the ServiceAccount admission plugin refuses pods until then."""
         self._n += 1
         ns = f"{prefix}-{self._n}"
         self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        self.namespaces.append(ns)
+        self.api.cluster.wait_default_serviceaccount(ns)
         return ns
 
     def deployment(self, ns: str, name: str) -> dict[str, Any]:
@@ -175,8 +190,7 @@ class Cluster:
         except AssertionError:
             st = (self.icap(ns, name).get("status") or {}).get("conditions")
             raise AssertionError(
-                f"{type_}={status}/{reason} not reached; conditions: {st}\n"
-                f"operator log tail:\n{self.operator.log()[-2500:]}"
+                f"{type_}={status}/{reason} not reached; conditions: {st}\n{self.diagnostics()}"
             ) from None
         return out
 
@@ -194,9 +208,20 @@ class Cluster:
             )
         except AssertionError:
             raise AssertionError(
-                f"args not as expected: {self.container(ns, name)}\n{self.operator.log()[-2500:]}"
+                f"args not as expected: {self.container(ns, name)}\n{self.diagnostics()}"
             ) from None
         return out
+
+    def diagnostics(self) -> str:
+        """What a failing wait prints: requests the apiserver refused with 403 (RBAC), and the
+        operator's log tail."""
+        forbidden = [
+            f"  {r.method} {r.path} -> 403 ({r.verb} {r.group}/{r.resource})"
+            for r in self.api.requests.records()
+            if r.code == 403
+        ]
+        head = "operator requests forbidden by RBAC:\n" + "\n".join(forbidden[-10:]) + "\n"
+        return (head if forbidden else "") + f"operator log tail:\n{self.operator.log()[-2500:]}"
 
     def patch_container(self, ns: str, name: str, container: dict[str, Any]) -> None:
         """Strategic-merge ``container`` (it names the container) into a Deployment, as a
@@ -220,29 +245,45 @@ def flag_value(args: list[str], flag: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Module-wide: API server, CRDs applied with kubectl, operator running."""
-    work = tmp_path_factory.mktemp("cluster")
-    server = KubeAPIServer(bookmark_interval=30.0)
-    server.start()
-    api = KubeAPI(server, work)
+def apply_crd(api: RealKubeAPI) -> None:
+    """The CRD from ``crds/``, applied with kubectl and waited for until Established."""
     api.kubectl("apply", "-f", str(CRD))
-    wait_for(
-        lambda: api.kubectl("get", "icap", "-A", check=False).returncode == 0,
-        timeout=10,
-        message="CRD served",
+    api.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd/inferencecapacities.capacity.inference.dev",
+        "--timeout=60s",
     )
-    op = Operator(api, work / "operator.log").start()
+
+
+@pytest.fixture(scope="module")
+def cluster(real_kube: RealKubeAPI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Module-wide: the session's real control plane, the CRD applied with kubectl, an operator
+    running as the chart's ServiceAccount. The module's namespaces are deleted at its end."""
+    work = tmp_path_factory.mktemp("cluster")
+    apply_crd(real_kube)
+    real_kube.faults.clear()
+    op = Operator(real_kube, work / "operator.log").start()
+    c = Cluster(real_kube, op)
     try:
-        yield Cluster(api, op)
+        yield c
     finally:
+        real_kube.faults.clear()
+        real_kube.delete_namespaces(c.namespaces)
         op.stop()
-        server.stop()
 
 
 def poll(seconds: float) -> None:
     time.sleep(seconds)
 
 
-__all__ = ["Cluster", "Operator", "cluster", "flag_value", "load_example", "poll", "os"]
+__all__ = [
+    "Cluster",
+    "Operator",
+    "apply_crd",
+    "cluster",
+    "flag_value",
+    "load_example",
+    "poll",
+    "os",
+]

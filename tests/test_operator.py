@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kubeapi.fixtures import wait_for
 from tests.operator_harness import Cluster, cluster, flag_value, load_example, poll
+from tests.realk8s.fixtures import wait_for
 
 __all__ = ["cluster"]
 
@@ -282,6 +282,9 @@ def test_refuses_a_target_without_vllm(cluster: Cluster) -> None:
 def test_refuses_when_no_safe_rollout_exists(cluster: Cluster) -> None:
     def no_headroom(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["headroom"]["recoveryReplicas"] = 0
+        # no spare GPUs for its pods: the nodeSelector matches no Node of the cluster (the
+        # scheduler could not place a surge pod either)
+        dep["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "no-such-pool"}
 
     cond = _refusal(cluster, no_headroom, "NoSafeRollout")
     assert "deadlock or drop below peak" in cond["message"]
@@ -362,6 +365,9 @@ def test_example_manifests_apply_cleanly(cluster: Cluster) -> None:
         cluster.api.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs))
 
 
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
 def _node(name: str, gpus: int, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -377,11 +383,13 @@ def _node(name: str, gpus: int, product: str = "NVIDIA-H100-80GB-HBM3") -> dict[
 def test_max_surge_comes_from_spare_gpus_on_matching_nodes(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("surge")
-    # two H100 nodes with 8 GPUs, one busy pod using 5 of them; an A100 node does not count
+    # two A100 nodes with 8 GPUs, one busy pod using 5 of them; an H100 node does not count
+    # (nor do the session cluster's H100 kwok nodes). These nodes have no kubelet (nor kwok): their
+    # status is what the test writes, and with no "pods" allocatable nothing else lands on them.
     nodes = [
-        _node("gpu-a", 8),
-        _node("gpu-b", 8),
-        _node("gpu-c", 8, product="NVIDIA-A100-SXM4-80GB"),
+        _node("gpu-a", 8, product=A100),
+        _node("gpu-b", 8, product=A100),
+        _node("gpu-c", 8),
     ]
     c.api.apply(*nodes)
     for n in nodes:  # status is a subresource: the kubelet writes it, as here
@@ -425,11 +433,12 @@ def test_max_surge_comes_from_spare_gpus_on_matching_nodes(cluster: Cluster) -> 
 
     def zero_recovery(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["headroom"]["recoveryReplicas"] = 0
+        icap["spec"]["hardware"]["gpu"] = "A100-SXM-80GB"
 
     apply_example(c, ns, edit=zero_recovery)
     cond = c.wait_condition(ns, "llama-8b", "RolloutSafe", "True")
     rec = c.icap(ns, "llama-8b")["status"]["recommendation"]
-    # spare H100 GPUs: (8 - 5) + 8 = 11, one GPU per replica -> maxSurge = min(11, N)
+    # spare A100 GPUs: (8 - 5) + 8 = 11, one GPU per replica -> maxSurge = min(11, N)
     assert rec["maxUnavailable"] == 0
     assert rec["maxSurge"] == min(11, rec["replicas"])
     assert "11 spare nvidia.com/gpu" in cond["message"]

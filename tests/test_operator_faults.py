@@ -9,12 +9,23 @@ from typing import Any
 
 import pytest
 
-from tests.kubeapi.fixtures import wait_for
-from tests.operator_harness import Cluster, cluster, flag_value, load_example
+from tests.operator_harness import Cluster, cluster, flag_value
+from tests.operator_harness import load_example as _load_example
+from tests.realk8s.fixtures import wait_for
 
 __all__ = ["cluster"]
 
 SEQS = "--max-num-seqs"
+
+
+def load_example(name: str, ns: str) -> list[dict[str, Any]]:
+    """The example with its pods pinned to a node pool that does not exist: the result must not
+    depend on how many spare GPUs the shared cluster has left (its pods stay Pending)."""
+    docs = _load_example(name, ns)
+    for d in docs:
+        if d["kind"] == "Deployment":
+            d["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "faults-none"}
+    return docs
 
 
 def create(c: Cluster, icap: dict[str, Any] | None, dep: dict[str, Any] | None) -> None:

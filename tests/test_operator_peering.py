@@ -3,33 +3,22 @@ takes over when the leader dies (the chart runs replicas > 1 this way)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.kubeapi.fixtures import KubeAPI, wait_for
-from tests.kubeapi.server import KubeAPIServer
-from tests.operator_harness import CRD, ROOT, Cluster, Operator, load_example
+from tests.operator_harness import ROOT, Cluster, Operator, apply_crd, load_example
+from tests.realk8s.fixtures import RealKubeAPI, wait_for
 
 PEERING_CRDS = ROOT / "charts" / "inference-capacity" / "crds" / "kopf-peerings.kopf.dev.yaml"
+#: the chart with two replicas: Kopf peering on, so its ClusterRole grants clusterkopfpeerings
+HA = {"replicaCount": 2}
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[KubeAPI]:
-    server = KubeAPIServer(bookmark_interval=30.0)
-    server.start()
-    try:
-        yield KubeAPI(server, tmp_path)
-    finally:
-        server.stop()
-
-
-def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path) -> None:
-    api.kubectl("apply", "-f", str(CRD))
+def test_one_replica_works_and_a_standby_takes_over(real_kube: RealKubeAPI, tmp_path: Path) -> None:
+    api = real_kube
+    apply_crd(api)
     api.kubectl("apply", "-f", str(PEERING_CRDS))
-    wait_for(
-        lambda: api.kubectl("get", "clusterkopfpeerings", check=False).returncode == 0, timeout=10
+    api.kubectl(
+        "wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=60s"
     )
     api.apply(
         {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "icap-ha"}}
@@ -46,6 +35,8 @@ def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path
         tmp_path / "leader.log",
         extra_env=env,
         run_args=("--peering", "icap-ha", "--priority", "200"),
+        rbac_values=HA,
+        release="icap-ha",
     ).start()
     standby: Operator | None = None
     c = Cluster(api, leader)
@@ -56,6 +47,8 @@ def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path
             tmp_path / "standby.log",
             extra_env=env,
             run_args=("--peering", "icap-ha", "--priority", "100"),
+            rbac_values=HA,
+            release="icap-ha",
         ).start()
         wait_for(lambda: peers() >= 2, timeout=30, message="the standby registered")
         ns = c.namespace("ha")
@@ -78,6 +71,7 @@ def test_one_replica_works_and_a_standby_takes_over(api: KubeAPI, tmp_path: Path
         c.wait_args(ns2, "llama-8b", lambda a: "--max-num-seqs" in a, timeout=60)
         standby.assert_alive()
     finally:
+        api.delete_namespaces(c.namespaces)
         leader.stop()
         if standby is not None:
             standby.stop()

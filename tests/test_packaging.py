@@ -2,8 +2,9 @@
 
 This module holds the helpers the other ``test_packaging_*`` modules share (rendering the chart
 with the real Helm engine from ``helm-python-sdk``, rendering kustomize with the real
-``kubectl kustomize``, applying to the ``kubeapi`` emulator), plus the checks of the copied
-files (CRDs, dashboard, examples) and static checks of the Dockerfile (no engine builds it here).
+``kubectl kustomize``, applying to the real control plane of ``tests/realk8s``), plus the checks
+of the copied files (CRDs, dashboard, examples) and static checks of the Dockerfile (no engine
+builds it here).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kubeapi.fixtures import KubeAPI, kubectl_path
+from tests.realk8s.fixtures import RealKubeAPI as KubeAPI
+from tests.realk8s.fixtures import kubectl_path
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "inference-capacity"
@@ -138,7 +140,7 @@ def container(docs: Iterable[Doc]) -> Doc:
     return dict(containers[0])
 
 
-# --- applying to the emulator ---------------------------------------------------------------
+# --- applying to the real cluster --------------------------------------------------------------
 
 CLUSTER_SCOPED = {
     "Namespace",
@@ -152,7 +154,7 @@ CLUSTER_SCOPED = {
 def apply_crds_and_wait(api: KubeAPI, crds: Sequence[Doc]) -> None:
     api.apply(dump_all(crds))
     names = [f"crd/{c['metadata']['name']}" for c in crds]
-    api.kubectl("wait", "--for=condition=Established", *names, "--timeout=10s")
+    api.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
 
 
 def ensure_namespaces(api: KubeAPI, names: Iterable[str]) -> None:

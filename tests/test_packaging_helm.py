@@ -1,6 +1,6 @@
 """The Helm chart, rendered and linted by the real Helm engine (``helm-python-sdk``, Helm's Go
-library), validated by its ``values.schema.json``, and applied to the API server emulator with
-the real ``kubectl``."""
+library), validated by its ``values.schema.json``, and applied to the real kube-apiserver
+(``tests/realk8s``) with the real ``kubectl``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.kubeapi.fixtures import KubeAPI
+from tests.realk8s.fixtures import CleanKubeAPI as KubeAPI
 from tests.test_packaging import (
     CHART,
     ICAP_CRD,
@@ -428,15 +428,15 @@ def test_notes_describe_the_mode() -> None:
     ids=["defaults", "namespaced-peering", "cluster-ha-monitoring"],
 )
 def test_rendered_chart_applies_with_kubectl(
-    kubeapi: KubeAPI,
+    kube: KubeAPI,
     values: dict[str, Any] | None,
 ) -> None:
     docs = chart_docs(values)
-    output = install(kubeapi, docs, crds=chart_crd_docs())
-    assert_installed(kubeapi, docs, output)
+    output = install(kube, docs, crds=chart_crd_docs())
+    assert_installed(kube, docs, output)
     for crd in ("kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"):
-        kubeapi.kubectl("get", crd.split(".")[0], "-A")  # the peering CRDs are served too
-    deployment = kubeapi.get_json("deployment", FULLNAME, "-n", NAMESPACE)
+        kube.kubectl("get", crd.split(".")[0], "-A")  # the peering CRDs are served too
+    deployment = kube.get_json("deployment", FULLNAME, "-n", NAMESPACE)
     assert (
         deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"][
             "readOnlyRootFilesystem"
@@ -446,16 +446,16 @@ def test_rendered_chart_applies_with_kubectl(
     # Re-applying the same render changes nothing (GitOps drift check). Except a PDB: its
     # spec.selector has patchStrategy=replace, so kubectl always sends it and says "configured"
     # (a real API server answers the same).
-    again = kubeapi.apply(dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"]))
+    again = kube.apply(dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"]))
     lines = again.stdout.splitlines()
     assert all(
         line.endswith(" unchanged") for line in lines if not line.startswith("poddisruptionbudget.")
     ), again.stdout
 
 
-def test_examples_validate_against_the_installed_crd(kubeapi: KubeAPI) -> None:
-    install(kubeapi, chart_docs(), crds=chart_crd_docs())
-    result = kubeapi.kubectl("apply", "-k", str(CHART.parent.parent / "manifests" / "examples"))
+def test_examples_validate_against_the_installed_crd(kube: KubeAPI) -> None:
+    install(kube, chart_docs(), crds=chart_crd_docs())
+    result = kube.kubectl("apply", "-k", str(CHART.parent.parent / "manifests" / "examples"))
     assert result.stdout.count("inferencecapacity.capacity.inference.dev/") == 3, result.stdout
-    table = kubeapi.kubectl("get", "icap", "-n", "default").stdout
+    table = kube.kubectl("get", "icap", "-n", "default").stdout
     assert "llama-8b" in table

@@ -1,11 +1,11 @@
-"""The kustomize tree, rendered by the real ``kubectl kustomize`` and applied to the API server
-emulator with the real ``kubectl apply``."""
+"""The kustomize tree, rendered by the real ``kubectl kustomize`` and applied to the real
+kube-apiserver (``tests/realk8s``) with the real ``kubectl apply``."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.kubeapi.fixtures import KubeAPI
+from tests.realk8s.fixtures import CleanKubeAPI as KubeAPI
 from tests.test_packaging import (
     ICAP_CRD,
     MANIFESTS,
@@ -114,17 +114,17 @@ def test_ha_overlay_runs_two_peered_replicas() -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_overlay_applies_with_kubectl(kubeapi: KubeAPI, overlay: str) -> None:
+def test_overlay_applies_with_kubectl(kube: KubeAPI, overlay: str) -> None:
     docs = kustomize_docs(f"overlays/{overlay}")
-    output = install(kubeapi, docs)
-    assert_installed(kubeapi, docs, output)
+    output = install(kube, docs)
+    assert_installed(kube, docs, output)
     if overlay == "namespace-scoped":
-        role = kubeapi.get_json("role", "inference-capacity", "-n", "inference")
+        role = kube.get_json("role", "inference-capacity", "-n", "inference")
         assert role["rules"] == one(docs, "Role")["rules"]
     # The examples go in on top, validated by the served CRD's schema.
-    examples = kubeapi.kubectl("apply", "-k", str(MANIFESTS / "examples")).stdout
+    examples = kube.kubectl("apply", "-k", str(MANIFESTS / "examples")).stdout
     assert examples.count(" created") == 6, examples  # 3 InferenceCapacity + 3 Deployments
-    names = kubeapi.kubectl("get", "icap", "-n", "default", "-o", "name").stdout.split()
+    names = kube.kubectl("get", "icap", "-n", "default", "-o", "name").stdout.split()
     assert sorted(names) == sorted(
         f"inferencecapacity.capacity.inference.dev/{n}"
         for n in ("llama-8b", "llama-70b-fp8", "deepseek-v2-lite")

@@ -1,6 +1,7 @@
 """The RBAC rules cover exactly the API calls the operator makes.
 
-The test API server records every request. This module drives the operator (Kopf, as a
+The fault proxy in front of the real kube-apiserver records every request the operator makes, as
+the chart's ServiceAccount under the chart's RBAC. This module drives the operator (Kopf, as a
 subprocess) through every feature that touches the API — create, edit, drift, a refusal, spare
 GPUs from Nodes and Pods, an HPA, a model from a ConfigMap, a Prometheus bearer token from a
 Secret, deletion — then compares the recorded (group, resource, verb) triples with the
@@ -15,26 +16,31 @@ import base64
 import json
 from typing import Any
 
-from tests.kubeapi.control import RequestRecord
 from tests.operator_harness import Cluster, cluster, load_example
+from tests.realk8s.faults import RequestRecord
 from tests.test_packaging import chart_docs
 
 __all__ = ["cluster"]
 
 #: granted but not exercised by the scenario, each for a reason
 JUSTIFIED_UNUSED = {
-    ("capacity.inference.dev", "inferencecapacities/finalizers", "update"):
-        "admission (OwnerReferencesPermissionEnforcement) checks it for the PDB's "
-        "blockOwnerDeletion owner reference; it is never a request",
-    ("capacity.inference.dev", "inferencecapacities/status", "get"):
-        "read-your-status for kubectl-style tooling; the operator reads the main resource",
+    (
+        "capacity.inference.dev",
+        "inferencecapacities/finalizers",
+        "update",
+    ): "admission (OwnerReferencesPermissionEnforcement) checks it for the PDB's "
+    "blockOwnerDeletion owner reference; it is never a request",
+    (
+        "capacity.inference.dev",
+        "inferencecapacities/status",
+        "get",
+    ): "read-your-status for kubectl-style tooling; the operator reads the main resource",
     ("", "events", "patch"): "Kopf aggregates repeated events by patching their count",
 }
 
 
 def _operator_records(c: Cluster) -> list[RequestRecord]:
-    return [r for r in c.api.requests.resource_requests()
-            if not r.user_agent.startswith("kubectl")]
+    return [r for r in c.api.requests.resource_requests() if not r.user_agent.startswith("kubectl")]
 
 
 def _granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -48,52 +54,95 @@ def _granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def _node(name: str, gpus: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name,
-                         "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+    }
 
 
 def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: str) -> None:
     c = cluster
     api = c.api
     api.apply(_node("rbac-gpu", 8))
-    api.kubectl("patch", "node", "rbac-gpu", "--subresource=status", "--type=merge", "-p",
-                json.dumps({"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
+    api.kubectl(
+        "patch",
+        "node",
+        "rbac-gpu",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"allocatable": {"nvidia.com/gpu": "8"}}}),
+    )
     ns = c.namespace("rbac")
     # a model from a ConfigMap, a Prometheus token from a Secret, an HPA
-    cfg = (load_example("llama-3.1-8b-h100.yaml", ns)[0])
+    cfg = load_example("llama-3.1-8b-h100.yaml", ns)[0]
     from inference_capacity.model import load_config
 
     _, config_json = load_config("meta-llama/Llama-3.1-8B-Instruct")
-    api.apply({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": "llama-config", "namespace": ns},
-               "data": {"config.json": json.dumps(config_json)}},
-              {"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "prom-token", "namespace": ns},
-               "data": {"token": base64.b64encode(b"s3cret").decode()}},
-              {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-               "metadata": {"name": "other", "namespace": ns},
-               "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
-                                           "name": "other"},
-                        "minReplicas": 1, "maxReplicas": 2}})
+    api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "llama-config", "namespace": ns},
+            "data": {"config.json": json.dumps(config_json)},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "prom-token", "namespace": ns},
+            "data": {"token": base64.b64encode(b"s3cret").decode()},
+        },
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "other", "namespace": ns},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"},
+                "minReplicas": 1,
+                "maxReplicas": 2,
+            },
+        },
+    )
     icap, dep = load_example("llama-3.1-8b-h100.yaml", ns)
     icap["spec"]["model"] = {"configMapRef": {"name": "llama-config"}}
     icap["spec"]["workload"]["fromPrometheus"] = {
-        "url": closed_port_url, "bearerTokenSecretRef": {"name": "prom-token"}}
+        "url": closed_port_url,
+        "bearerTokenSecretRef": {"name": "prom-token"},
+    }
     assert cfg["metadata"]["name"] == icap["metadata"]["name"]
     api.apply(icap, dep)
     c.wait_args(ns, "llama-8b", lambda a: "--max-num-seqs" in a)
     # an edit, a refusal, drift put back, deletion
-    api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                json.dumps({"spec": {"workload": {"maxModelLen": 16384}}}))
+    api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"workload": {"maxModelLen": 16384}}}),
+    )
     c.wait_args(ns, "llama-8b", lambda a: "16384" in a)
     before = api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"]
-    api.kubectl("patch", "icap", "llama-8b", "-n", ns, "--type=merge", "-p",
-                json.dumps({"spec": {"workload": {"peakConcurrency": 500}}}))
-    from tests.kubeapi.fixtures import wait_for
+    api.kubectl(
+        "patch",
+        "icap",
+        "llama-8b",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"workload": {"peakConcurrency": 500}}}),
+    )
+    from tests.realk8s.fixtures import wait_for
 
-    wait_for(lambda: api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"]
-             != before, timeout=20, message="the PDB follows the peak")
+    wait_for(
+        lambda: api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"] != before,
+        timeout=20,
+        message="the PDB follows the peak",
+    )
     icap2, dep2 = load_example("llama-3.1-8b-h100.yaml", ns)
     icap2["metadata"]["name"] = dep2["metadata"]["name"] = "huge"
     icap2["spec"]["targetRef"]["name"] = "huge"
@@ -105,14 +154,22 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
 
     records = _operator_records(c)
     assert records, "no operator request recorded"
-    used = {(r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
-            for r in records}
-    role = next(d for d in chart_docs() if d["kind"] == "ClusterRole"
-                and "rules" in d and any("deployments" in r.get("resources", [])
-                                         for r in d["rules"]))
+    # the real apiserver enforced the chart's RBAC on every one of them
+    forbidden = sorted({f"{r.method} {r.path.split('?')[0]}" for r in records if r.code == 403})
+    assert not forbidden, f"the apiserver refused (403) the operator's: {forbidden}"
+    used = {
+        (r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
+        for r in records
+    }
+    role = next(
+        d
+        for d in chart_docs()
+        if d["kind"] == "ClusterRole"
+        and "rules" in d
+        and any("deployments" in r.get("resources", []) for r in d["rules"])
+    )
     rules = role["rules"]
-    missing = {p for p in used
-               if not any(_allows(rule, *p) for rule in rules)}
+    missing = {p for p in used if not any(_allows(rule, *p) for rule in rules)}
     assert not missing, f"used but not granted by the chart's ClusterRole: {sorted(missing)}"
     unused = {g for g in _granted(rules) if g not in used}
     unexplained = sorted(u for u in unused if u not in JUSTIFIED_UNUSED)
@@ -120,5 +177,8 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
 
 
 def _allows(rule: dict[str, Any], group: str, resource: str, verb: str) -> bool:
-    return (group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
-            and verb in rule.get("verbs", []))
+    return (
+        group in rule.get("apiGroups", [])
+        and resource in rule.get("resources", [])
+        and verb in rule.get("verbs", [])
+    )

@@ -1,9 +1,11 @@
 """The same scenario against a real cluster (kind/k3d in users' CI).
 
-Runs only when ``E2E_KUBECONFIG`` names a kubeconfig; otherwise every test here is skipped with
-that reason. The operator runs locally (``inference-capacity run -n NAMESPACE``) against the
-cluster, scoped to a fresh namespace that is deleted afterwards. No GPU is needed: the operator
-only edits the Deployment (its pods may stay Pending without GPUs).
+Runs against the cluster ``E2E_KUBECONFIG`` names; when it is not set, against the suite's own
+real control plane (``tests/realk8s``: kube-apiserver, etcd, controller-manager, scheduler, kwok),
+so CI runs it instead of skipping it. The operator runs locally
+(``inference-capacity run -n NAMESPACE``) against the cluster, scoped to a fresh namespace that is
+deleted afterwards. No GPU is needed: the operator only edits the Deployment (its pods may stay
+Pending without GPUs).
 """
 
 from __future__ import annotations
@@ -22,19 +24,26 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kubeapi.fixtures import kubectl_path
+from tests.realk8s.fixtures import kubectl_path
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBECONFIG = os.environ.get("E2E_KUBECONFIG")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not KUBECONFIG, reason="E2E_KUBECONFIG is not set: no real cluster"),
-]
+pytestmark = [pytest.mark.e2e]
+KUBECONFIG: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def e2e_kubeconfig(request: pytest.FixtureRequest) -> str:
+    """``E2E_KUBECONFIG``, or the admin kubeconfig of the suite's real control plane."""
+    path = os.environ.get("E2E_KUBECONFIG") or str(
+        request.getfixturevalue("real_cluster").admin_kubeconfig
+    )
+    KUBECONFIG["path"] = path
+    return path
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
     r = subprocess.run(
-        [kubectl_path(), "--kubeconfig", str(KUBECONFIG), *args],
+        [kubectl_path(), "--kubeconfig", KUBECONFIG["path"], *args],
         input=input,
         capture_output=True,
         text=True,
@@ -47,7 +56,7 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
 
 
 @pytest.fixture(scope="module")
-def namespace() -> Iterator[str]:
+def namespace(e2e_kubeconfig: str) -> Iterator[str]:
     ns = f"icap-e2e-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "-f", str(ROOT / "crds"))
     kubectl(
@@ -65,7 +74,11 @@ def namespace() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def operator(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     log = open(tmp_path_factory.mktemp("op") / "operator.log", "wb")  # noqa: SIM115
-    env = {**os.environ, "KUBECONFIG": str(KUBECONFIG), "INFERENCE_CAPACITY_REFRESH_SECONDS": "5"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": KUBECONFIG["path"],
+        "INFERENCE_CAPACITY_REFRESH_SECONDS": "5",
+    }
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -126,7 +139,7 @@ def test_schema_rejects_bad_spec_on_a_real_cluster(namespace: str) -> None:
     doc["metadata"]["name"] = "bad"
     doc["spec"]["hardware"]["tensorParallel"] = 0
     r = subprocess.run(
-        [kubectl_path(), "--kubeconfig", str(KUBECONFIG), "apply", "-f", "-"],
+        [kubectl_path(), "--kubeconfig", KUBECONFIG["path"], "apply", "-f", "-"],
         input=yaml.safe_dump(doc),
         capture_output=True,
         text=True,

@@ -17,7 +17,8 @@ Standalone: ``python -m tests.kubeapi --port 8080 --kubeconfig /tmp/kubeconfig -
 API is under ``/_kubeapi/`` (``faults``, ``requests``, ``drop-watches``, ``expire``).
 """
 
-from .control import FaultRule, Faults, RequestLog, RequestRecord
+from tests.realk8s.faults import FaultRule, Faults, RequestLog, RequestRecord
+
 from .errors import ApiError
 from .server import KubeAPIServer, write_kubeconfig
 

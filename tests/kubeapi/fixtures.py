@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .control import Faults, RequestLog
+from tests.realk8s.faults import Faults, RequestLog
+
 from .server import KubeAPIServer
 
 

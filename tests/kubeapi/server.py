@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
+from tests.realk8s.faults import FaultRule, Faults, RequestLog, RequestRecord
+
 from .cluster import CRD_KEY, NS_KEY, Cluster
-from .control import FaultRule, Faults, RequestLog, RequestRecord
 from .errors import (
     ApiError,
     bad_request,

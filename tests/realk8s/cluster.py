@@ -514,10 +514,29 @@ class RealCluster:
         )
 
     def log_tails(self, n: int = 2500) -> str:
+        """The end of every component's log, without the lines that repeat all the time."""
         parts = []
         for log in sorted(self.logs.glob("*.log")):
-            parts.append(f"----- {log.name} (last {n} bytes) -----\n{tail(log, n)}")
+            lines = [
+                line
+                for line in tail(log, 200_000).splitlines()
+                if not any(noise in line for noise in _LOG_NOISE)
+            ]
+            text = "\n".join(lines)[-n:]
+            parts.append(f"----- {log.name} (last {n} bytes, routine lines left out) -----\n{text}")
         return "\n".join(parts)
+
+
+#: routine lines of a healthy control plane: the requestheader CA bundle that KCM and the scheduler
+#: look for (no front proxy here), optimistic-concurrency retries, kwok's heartbeats
+_LOG_NOISE = (
+    "extension-apiserver-authentication",
+    "is not as new as written version",
+    "Syncing lease",
+    "the object has been modified",
+    "cacher (",
+    "quota admission added evaluator",
+)
 
 
 @contextlib.contextmanager

@@ -40,12 +40,23 @@ class Faults:
         self._actions[name] = action
 
     def fail(
-        self, status: int, method: str = "*", path: str = ".*", times: int | None = 1,
-        message: str | None = None, retry_after: int | None = None,
+        self,
+        status: int,
+        method: str = "*",
+        path: str = ".*",
+        times: int | None = 1,
+        message: str | None = None,
+        retry_after: int | None = None,
     ) -> FaultRule:
         """Answer the next ``times`` matching requests with an error ``Status`` of ``status``."""
-        rule = FaultRule(method=method.upper(), path=path, status=status, times=times,
-                         message=message, retry_after=retry_after)
+        rule = FaultRule(
+            method=method.upper(),
+            path=path,
+            status=status,
+            times=times,
+            message=message,
+            retry_after=retry_after,
+        )
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -141,8 +152,7 @@ class RequestLog:
         return [r for r in self.records() if r.resource]
 
     def filter(self, **criteria: Any) -> list[RequestRecord]:
-        return [r for r in self.records()
-                if all(getattr(r, k) == v for k, v in criteria.items())]
+        return [r for r in self.records() if all(getattr(r, k) == v for k, v in criteria.items())]
 
     def permissions(self) -> set[tuple[str, str, str]]:
         """(group, resource[/subresource], verb) of every resource request."""
@@ -168,8 +178,11 @@ def _rule_allows(rule: dict[str, Any], group: str, resource: str, verb: str) -> 
     if "*" not in groups and group not in groups:
         return False
     base = resource.split("/", 1)[0]
-    if "*" not in resources and resource not in resources and not (
-        "/" in resource and f"*/{resource.split('/', 1)[1]}" in resources
-    ) and not ("/" not in resource and base in resources):
+    if (
+        "*" not in resources
+        and resource not in resources
+        and not ("/" in resource and f"*/{resource.split('/', 1)[1]}" in resources)
+        and not ("/" not in resource and base in resources)
+    ):
         return False
     return "*" in verbs or verb in verbs

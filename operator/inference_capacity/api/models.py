@@ -722,8 +722,9 @@ class RolloutSpec(_Spec):
     spare_gpu_node_selector: dict[str, str] | None = Field(
         None,
         description=(
-            "Labels of the Nodes whose free GPUs may host surge pods during a rollout. null: no "
-            "spare GPUs are assumed (maxSurge 0)."
+            "Labels of the Nodes whose free GPUs may host surge pods during a rollout, on top of "
+            "the pod template's nodeSelector (which the scheduler enforces, so it always "
+            "applies). null: every Ready Node of the GPU product that matches the nodeSelector."
         ),
     )
 

@@ -197,11 +197,15 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
         if spec.rollout.manage_strategy:
+            # the scheduler places surge pods only on Nodes matching the pod template's
+            # nodeSelector, so only those Nodes' free GPUs count (and the spec's selector on top)
+            pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
+            selector = {
+                **(pod_spec.get("nodeSelector") or {}),
+                **(spec.rollout.spare_gpu_node_selector or {}),
+            }
             spare, spare_msg = _spare(
-                inp.gpu,
-                inp.tp * inp.pp,
-                spec.hardware.gpu_resource_name,
-                spec.rollout.spare_gpu_node_selector,
+                inp.gpu, inp.tp * inp.pp, spec.hardware.gpu_resource_name, selector
             )
         inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
         observed = observing.observe_and_merge(
@@ -210,6 +214,16 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         if observed is not None:
             inp = observed.plan_input
         plan = make_plan(inp)
+        # replicas the plan adds take free GPUs before any surge pod does: without this, the
+        # first plan counts GPUs its own new pods are about to fill, and the next reconcile
+        # (once the scheduler placed them) finds fewer spare GPUs and changes maxSurge again
+        adding = _replicas_to_add(dep, plan.recommendation.rollout.replicas, spec, hpa_min)
+        if spare is not None and adding:
+            taken = adding * inp.tp * inp.pp
+            spare = max(0, spare - taken)
+            spare_msg += f"; {taken} of them go to the {adding} replicas being added"
+            inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
+            plan = make_plan(inp)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
@@ -328,6 +342,19 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     _apply(ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want)
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
+
+
+def _replicas_to_add(
+    dep: Mapping[str, Any], planned: int, spec: Any, hpa_min: int | None
+) -> int:
+    """Pods the Deployment will create to reach the planned replicas (none when the operator
+    does not manage replicas). Counted from ``spec.replicas``: the Deployment's pods already
+    running hold their GPUs in the spare count."""
+    if not spec.rollout.manage_replicas or hpa_min is not None:
+        return 0
+    current = (dep.get("spec") or {}).get("replicas")
+    current = 1 if current is None else int(current)
+    return max(0, planned - current)
 
 
 def _container_gpus(dep: Mapping[str, Any], index: int, resource: str) -> int | None:
