@@ -493,3 +493,16 @@ def test_cli_errors_are_one_line(published: dict[str, Any], ref: str, text: str)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and text in r.stderr
     assert r.stderr.startswith("inference-capacity: error:")
+
+
+def test_cache_never_opens_a_gated_model_to_a_caller_without_access(
+    published: dict[str, Any],
+) -> None:
+    _, commit, _ = published["gated/llama-3.2-1b"]
+    assert resolve_model_ref("gated/llama-3.2-1b", token="hf_granted").revision == commit
+    for rev in (None, commit):
+        with pytest.raises(ModelSourceError) as err:
+            resolve_model_ref("gated/llama-3.2-1b", revision=rev, token=False)
+        assert err.value.reason == "Gated"
+    again = resolve_model_ref("gated/llama-3.2-1b", revision=commit, token="hf_granted")
+    assert again.cached

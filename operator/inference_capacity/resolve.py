@@ -57,7 +57,10 @@ def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
 
 
 def resolve_model_source(
-    spec: InferenceCapacitySpec, token: str | bool | None = None, timeout: float | None = None
+    spec: InferenceCapacitySpec,
+    token: str | bool | None = None,
+    timeout: float | None = None,
+    allow_local: bool = True,
 ) -> ResolvedModel | None:
     """spec.model.name (and revision) through the resolution order local → catalog → Hub;
     None when the spec gives a configMapRef or an inline config."""
@@ -65,7 +68,9 @@ def resolve_model_source(
     if m.name is None:
         return None
     try:
-        return resolve_model_ref(m.name, revision=m.revision, token=token, timeout=timeout)
+        return resolve_model_ref(
+            m.name, revision=m.revision, token=token, timeout=timeout, allow_local=allow_local
+        )
     except ModelSourceError as exc:
         raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
 

@@ -146,12 +146,14 @@ def resolve_model_ref(
     revision: str | None = None,
     token: str | bool | None = None,
     timeout: float | None = None,
+    allow_local: bool = True,
 ) -> ResolvedModel:
     """Resolve ``ref``: local path → catalog → Hub. ``token``: a Hub token, ``False`` for none
-    at all, ``None`` for huggingface_hub's own (``HF_TOKEN`` or the saved login)."""
+    at all, ``None`` for huggingface_hub's own (``HF_TOKEN`` or the saved login).
+    ``allow_local=False`` (the operator): a path is never read, only catalog keys and Hub ids."""
     started = time.monotonic()
     path = Path(ref).expanduser()
-    if path.exists():
+    if allow_local and path.exists():
         out = _resolve_local(path)
     elif resolve_catalog_key(ref) is not None and revision is None:
         name, cfg = load_config(ref)
@@ -241,6 +243,7 @@ CACHE_MAX = int(os.environ.get("INFERENCE_CAPACITY_MODEL_CACHE", "64"))
 REVISION_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_REVISION_TTL_SECONDS", "300"))
 _cache: OrderedDict[tuple[str, str], ResolvedModel] = OrderedDict()
 _revisions: dict[tuple[str, str | None, str], tuple[float, str]] = {}
+_access: dict[tuple[str, str], set[str]] = {}
 _cache_lock = threading.Lock()
 _inflight: dict[tuple[str, str | None], threading.Lock] = {}
 
@@ -249,6 +252,8 @@ def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
         _revisions.clear()
+        _access.clear()
+        _shapes.clear()
 
 
 def cache_info() -> dict[str, int]:
@@ -256,21 +261,30 @@ def cache_info() -> dict[str, int]:
         return {"entries": len(_cache), "max": CACHE_MAX}
 
 
-def _cache_get(repo_id: str, commit: str) -> ResolvedModel | None:
+def _cache_get(repo_id: str, commit: str, token_key: str) -> ResolvedModel | None:
+    """A cached resolution, only for a caller whose credentials were seen to have access (or
+    when the repository answered without any token): a cache must not open a gated model to
+    a resource without a token."""
     with _cache_lock:
+        allowed = _access.get((repo_id, commit), set())
+        if "none" not in allowed and token_key not in allowed:
+            return None
         hit = _cache.get((repo_id, commit))
         if hit is not None:
             _cache.move_to_end((repo_id, commit))
         return hit
 
 
-def _cache_put(value: ResolvedModel) -> None:
+def _cache_put(value: ResolvedModel, token_key: str) -> None:
     assert value.revision is not None
+    key = (value.id, value.revision)
     with _cache_lock:
-        _cache[(value.id, value.revision)] = value
-        _cache.move_to_end((value.id, value.revision))
+        _cache[key] = value
+        _cache.move_to_end(key)
+        _access.setdefault(key, set()).add(token_key)
         while len(_cache) > CACHE_MAX:
-            _cache.popitem(last=False)
+            old, _ = _cache.popitem(last=False)
+            _access.pop(old, None)
 
 
 def _token_key(token: str | bool | None) -> str:
@@ -296,25 +310,26 @@ def resolve_hub(
     callers wait for it and share its result."""
     started = time.monotonic()
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    rev_key = (repo_id, revision, _token_key(token))
+    tk = _token_key(token)
+    rev_key = (repo_id, revision, tk)
     with _cache_lock:
         seen = _revisions.get(rev_key)
         lock = _inflight.setdefault((repo_id, revision), threading.Lock())
     if revision is not None and COMMIT.match(revision):
         seen = (time.monotonic(), revision)
     if seen is not None and time.monotonic() - seen[0] < REVISION_TTL_SECONDS:
-        hit = _cache_get(repo_id, seen[1])
+        hit = _cache_get(repo_id, seen[1], tk)
         if hit is not None:
             return replace(hit, cached=True, seconds=time.monotonic() - started)
     with lock:
         with _cache_lock:
             seen = _revisions.get(rev_key)
         if seen is not None and time.monotonic() - seen[0] < REVISION_TTL_SECONDS:
-            hit = _cache_get(repo_id, seen[1])
+            hit = _cache_get(repo_id, seen[1], tk)
             if hit is not None:
                 return replace(hit, cached=True, seconds=time.monotonic() - started)
         out = _fetch_hub(repo_id, revision, token, timeout)
-        _cache_put(out)
+        _cache_put(out, tk)
         with _cache_lock:
             _revisions[rev_key] = (time.monotonic(), out.revision or "")
     return replace(out, seconds=time.monotonic() - started)
