@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,6 +64,7 @@ class HubServer:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.lock = threading.Lock()
         self.fail_with: int | None = None  # answer every request with this status
+        self.delays: dict[str, float] = {}  # repo id -> seconds before its model info answers
         handler = _make_handler(self)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
@@ -218,6 +220,9 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self._error(404, "", f"no route for {path}", head)
 
         def _model_info(self, repo_id: str, rev: str, head: bool) -> None:
+            delay = hub.delays.get(repo_id)
+            if delay:
+                time.sleep(delay)
             repo = self._repo(repo_id, head)
             if repo is None:
                 return

@@ -506,3 +506,111 @@ def test_cache_never_opens_a_gated_model_to_a_caller_without_access(
         assert err.value.reason == "Gated"
     again = resolve_model_ref("gated/llama-3.2-1b", revision=commit, token="hf_granted")
     assert again.cached
+
+
+def test_operator_mode_never_reads_a_path(tmp_path: Path) -> None:
+    ck.write_checkpoint(tmp_path / "m", ck.dense(LLAMA_1B), LLAMA_1B)
+    with pytest.raises(ModelSourceError, match="is a path") as err:
+        resolve_model_ref(str(tmp_path / "m"), allow_local=False)
+    assert err.value.reason == "UnknownModel"
+
+
+def test_cli_local_folder_and_manifest_with_a_hub_id(
+    published: dict[str, Any], tmp_path: Path
+) -> None:
+    spec = ck.gptq(GPTQ_CFG)
+    ck.write_checkpoint(tmp_path / "gptq", spec, GPTQ_CFG, max_shard_bytes=3 * 10**8)
+    r = _cli(
+        "plan", "--model", str(tmp_path / "gptq"), "--gpu", "L4", "-o", "json", env={**os.environ}
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["model"]["source"] == "local" and out["model"]["revision"] is None
+    assert out["model"]["checkpoint_bytes"] == ck.expected_bytes(spec)
+    # a manifest naming a Hub id at a tag
+    _, _, _ = published["acme/moving"]
+    manifest = (ROOT / "examples" / "llama-3.1-8b-h100.yaml").read_text()
+    manifest = manifest.replace(
+        "name: meta-llama/Llama-3.1-8B-Instruct", "name: acme/moving\n    revision: v1", 1
+    )
+    assert "revision: v1" in manifest
+    path = tmp_path / "icap.yaml"
+    path.write_text(manifest)
+    r = _cli("plan", str(path), "-o", "json", env={**os.environ})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    v1 = resolve_model_ref("acme/moving", revision="v1")
+    assert out["model"]["source"] == "hub" and out["model"]["revision"] == v1.revision
+    assert out["model"]["checkpoint_bytes"] == ck.expected_bytes(ck.dense(LLAMA_1B))
+
+
+# --------------------------------------------------------------------------------------------
+# the operator's side (in process): deadline, retry from the cache, the resource's own token
+
+
+def _spec(name: str, **model: Any) -> Any:
+    from inference_capacity.api.models import InferenceCapacitySpec
+
+    return InferenceCapacitySpec.model_validate(
+        {
+            "targetRef": {"name": "x"},
+            "model": {"name": name, **model},
+            "hardware": {"gpu": "H100-SXM-80GB"},
+        }
+    )
+
+
+def test_operator_waits_a_bounded_time_then_retries_from_the_cache(
+    published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inference_capacity.controller import models
+
+    spec, commit, _ = published["acme/llama-3.2-1b-gptq"]
+    monkeypatch.setattr(models, "MODEL_RESOLVE_DEADLINE_SECONDS", 0.3)
+    monkeypatch.setitem(hub.delays, "acme/llama-3.2-1b-gptq", 1.5)
+    t0 = time.monotonic()
+    first = models.resolve_spec_model("ns", _spec("acme/llama-3.2-1b-gptq"))
+    assert time.monotonic() - t0 < 1.2  # did not wait for the Hub
+    assert (first.ok, first.reason, first.retry) == (False, "Resolving", True)
+    time.sleep(2.0)  # the fetch finished in the background
+    n = len(hub.requests)
+    again = models.resolve_spec_model("ns", _spec("acme/llama-3.2-1b-gptq"))
+    assert again.ok and again.source is not None and again.source.revision == commit
+    assert again.source.checkpoint_bytes == ck.expected_bytes(spec)
+    assert len(hub.requests) == n  # a cache hit
+
+
+def test_operator_token_only_from_the_resources_secret(
+    published: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inference_capacity.controller import k8s, models
+
+    monkeypatch.setenv("HF_TOKEN", "hf_granted")  # the operator's own: never used
+    out = models.resolve_spec_model("team-a", _spec("gated/llama-3.2-1b"))
+    assert (out.ok, out.reason) == (False, "Gated")
+    asked: list[tuple[str, str, str]] = []
+
+    def secret(ns: str, name: str, key: str) -> str | None:
+        asked.append((ns, name, key))
+        return "hf_granted\n" if (ns, name, key) == ("team-a", "hf", "token") else None
+
+    monkeypatch.setattr(k8s, "read_secret_key", secret)
+    out = models.resolve_spec_model(
+        "team-a", _spec("gated/llama-3.2-1b", tokenSecretRef={"name": "hf"})
+    )
+    assert out.ok and asked == [("team-a", "hf", "token")]
+    out = models.resolve_spec_model(
+        "team-b", _spec("gated/llama-3.2-1b", tokenSecretRef={"name": "hf"})
+    )
+    assert (out.ok, out.reason) == (False, "TokenSecretNotFound")
+    st = models.model_status(
+        _spec("gated/llama-3.2-1b"), resolve_model_ref("gated/llama-3.2-1b", token="hf_granted")
+    )
+    assert set(st) == {
+        "source",
+        "id",
+        "revision",
+        "requestedRevision",
+        "checkpointBytes",
+        "diskBytes",
+    }

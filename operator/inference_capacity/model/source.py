@@ -161,11 +161,18 @@ def resolve_model_ref(
     elif HUB_ID.match(ref):
         return resolve_hub(ref, revision, token, timeout)
     else:
-        if (
+        looks_like_path = (
             ref.endswith(".json")
+            or ref.startswith((".", "~", "/"))
             or "/" in ref.rstrip("/").split("/", 1)[-1]
-            or ref.startswith((".", "~"))
-        ):
+        )
+        if looks_like_path and not allow_local:
+            raise ModelSourceError(
+                f"{ref!r} is a path; here a model is a catalog key or a Hub id (org/name): put "
+                "its config.json in a ConfigMap (spec.model.configMapRef) instead",
+                "UnknownModel",
+            )
+        if looks_like_path:
             raise ModelSourceError(f"model path {ref!r} does not exist", "ModelNotFound")
         raise ModelSourceError(_unknown_message(ref), "UnknownModel")
     if revision is not None and out.source != "hub":
