@@ -21,6 +21,7 @@ and a message that says what to do.
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
 import re
@@ -416,6 +417,12 @@ def _hub_error(exc: BaseException, repo_id: str, revision: str | None, token: An
         return ModelSourceError(f"{where}: the Hub answered {first}", "HubError")
     if isinstance(exc, hf_errors.SafetensorsParsingError | CheckpointError):
         return ModelSourceError(f"{where}: {exc}", "InvalidCheckpoint")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES):
+        return ModelSourceError(
+            f"{where}: cannot write the Hugging Face cache at {_hub_cache()} ({exc.strerror}); "
+            "give HF_HOME a writable volume with room for configs and headers",
+            "CacheError",
+        )
     if isinstance(exc, OSError | TimeoutError) or _is_transport_error(exc):
         return ModelSourceError(
             f"{where}: cannot reach the Hub ({type(exc).__name__}: {exc}); {OFFLINE_HINT}",
