@@ -11,8 +11,9 @@ Point ``HF_ENDPOINT`` at :attr:`HubServer.url`. It answers, as huggingface.co do
   URL on the same host with ``X-Linked-Etag``, ``X-Linked-Size`` and ``X-Repo-Commit``; the blob
   URL honours ``Range: bytes=a-b`` with 206 and ``Content-Range``;
 - errors with the ``X-Error-Code`` header ``hf_raise_for_status`` reads: an unknown repository
-  401 ``RepoNotFound`` (404 with a token), a gated one 401 ``GatedRepo`` without a token and 403
-  with a token that has no access, an unknown revision 404 ``RevisionNotFound``, an unknown file
+  401 ``RepoNotFound`` (404 with a token), a gated one's files 401 ``GatedRepo`` without a
+  token and 403 with a token that has no access (its model info is public, as on
+  huggingface.co), an unknown revision 404 ``RevisionNotFound``, an unknown file
   404 ``EntryNotFound``.
 
 Files are served from disk (``Path``) or memory (``bytes``), so a shard can be a sparse file:
@@ -156,7 +157,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization") or ""
             return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
 
-        def _repo(self, repo_id: str, head: bool) -> Repo | None:
+        def _repo(self, repo_id: str, head: bool, gate: bool = True) -> Repo | None:
             repo = hub.repos.get(repo_id)
             token = self._token()
             if repo is None:
@@ -165,7 +166,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._error(401, "RepoNotFound", "Invalid username or password.", head)
                 return None
-            if repo.gated and token not in repo.tokens:
+            if gate and repo.gated and token not in repo.tokens:
                 if token is None:
                     self._error(
                         401,
@@ -223,7 +224,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             delay = hub.delays.get(repo_id)
             if delay:
                 time.sleep(delay)
-            repo = self._repo(repo_id, head)
+            # as on huggingface.co, a gated repository's model info is public; its files are not
+            repo = self._repo(repo_id, head, gate=False)
             if repo is None:
                 return
             commit = self._commit(repo, rev, head)

@@ -614,3 +614,23 @@ def test_operator_token_only_from_the_resources_secret(
         "checkpointBytes",
         "diskBytes",
     }
+
+
+def test_tensors_vllm_skips_are_not_weights(tmp_path: Path) -> None:
+    """A tied model that also stores lm_head.weight, cached rotary frequencies and an extra
+    (multi-token-prediction) layer: the checkpoint counts them, the GPU weights do not."""
+    spec = ck.dense(LLAMA_1B)
+    h, v = LLAMA_1B["hidden_size"], LLAMA_1B["vocab_size"]
+    n = LLAMA_1B["num_hidden_layers"]
+    extra: ck.Spec = {
+        "lm_head.weight": ("BF16", (v, h)),
+        "model.layers.0.self_attn.rotary_emb.inv_freq": ("F32", (32,)),
+        f"model.layers.{n}.mlp.down_proj.weight": ("BF16", (h, 64)),
+    }
+    ck.write_checkpoint(tmp_path / "m", {**spec, **extra}, LLAMA_1B)
+    m = resolve_model_ref(str(tmp_path / "m"))
+    shape = m.shape()
+    assert shape.header is not None
+    assert m.checkpoint_bytes == ck.expected_bytes({**spec, **extra})
+    assert shape.header.skipped_bytes == ck.expected_bytes(extra)
+    assert shape.header.loaded_bytes == ck.expected_bytes(spec) == shape.header.config_bytes

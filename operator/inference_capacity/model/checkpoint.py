@@ -191,12 +191,13 @@ class Inventory:
             out[t.role] = out.get(t.role, 0) + t.nbytes
         return dict(sorted(out.items()))
 
-    def skipped(self, num_layers: int | None = None) -> tuple[TensorEntry, ...]:
-        """Tensors vLLM does not load: cached rotary frequencies, causal-mask buffers, and
-        layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer)."""
+    def skipped(self, num_layers: int | None = None, tied: bool = False) -> tuple[TensorEntry, ...]:
+        """Tensors vLLM does not load: cached rotary frequencies, causal-mask buffers, layers
+        past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer), and a stored
+        ``lm_head.weight`` when the embeddings are tied (vLLM shares the embedding matrix)."""
         out = []
         for t in self.tensors:
-            if any(p.search(t.name) for p in _SKIP):
+            if any(p.search(t.name) for p in _SKIP) or (tied and t.name == "lm_head.weight"):
                 out.append(t)
                 continue
             if num_layers is not None:
@@ -205,17 +206,17 @@ class Inventory:
                     out.append(t)
         return tuple(out)
 
-    def loaded_bytes(self, num_layers: int | None = None) -> int:
+    def loaded_bytes(self, num_layers: int | None = None, tied: bool = False) -> int:
         """The header bytes vLLM loads (the checkpoint less :meth:`skipped`)."""
-        return self.checkpoint_bytes - sum(t.nbytes for t in self.skipped(num_layers))
+        return self.checkpoint_bytes - sum(t.nbytes for t in self.skipped(num_layers, tied))
 
-    def summary(self, num_layers: int | None = None) -> dict[str, Any]:
-        skipped = self.skipped(num_layers)
+    def summary(self, num_layers: int | None = None, tied: bool = False) -> dict[str, Any]:
+        skipped = self.skipped(num_layers, tied)
         return {
             "files": len(self.files),
             "tensors": len(self.tensors),
             "checkpoint_bytes": self.checkpoint_bytes,
-            "loaded_bytes": self.loaded_bytes(num_layers),
+            "loaded_bytes": self.loaded_bytes(num_layers, tied),
             "by_dtype": self.by_dtype(),
             "by_role": self.by_role(),
             "skipped": [t.name for t in skipped[:20]],

@@ -159,6 +159,9 @@ def resolve_model_ref(
     elif resolve_catalog_key(ref) is not None and revision is None:
         name, cfg = load_config(ref)
         out = ResolvedModel("catalog", name, None, None, cfg)
+    elif resolve_catalog_key(ref) is not None:
+        # a catalog model at a given revision: the Hub repository of that name
+        return resolve_hub(str(resolve_catalog_key(ref)), revision, token, timeout)
     elif HUB_ID.match(ref):
         return resolve_hub(ref, revision, token, timeout)
     else:
@@ -354,7 +357,7 @@ def _hub_error(exc: BaseException, repo_id: str, revision: str | None, token: An
     where = f"{repo_id} at {_describe_revision(revision)} on {_endpoint()}"
     if isinstance(exc, hf_errors.GatedRepoError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
-        if token in (None, False) and status == 401 or status == 401:
+        if status == 401:
             return ModelSourceError(
                 f"{repo_id} is a gated model and the request had no (valid) token: accept its "
                 "license on the Hub, then give a token (HF_TOKEN, or spec.model.tokenSecretRef "
@@ -440,7 +443,7 @@ def _fetch_hub(
     repo_id: str, revision: str | None, token: str | bool | None, timeout: float
 ) -> ResolvedModel:
     try:
-        from huggingface_hub import HfApi, hf_hub_download
+        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
         from huggingface_hub.utils._validators import validate_repo_id
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise ModelSourceError(
@@ -473,6 +476,17 @@ def _fetch_hub(
             "transformers/vLLM? adapters need their base model)",
             "NoModelConfig",
         )
+    if info.gated or info.private:
+        # the Hub shows a gated repository's info to anyone; its files only to those granted
+        # access. Check this caller's access before anything cached (by another caller) is used
+        try:
+            get_hf_file_metadata(
+                hf_hub_url(repo_id, "config.json", revision=commit, endpoint=_endpoint()),
+                token=token,
+                timeout=timeout,
+            )
+        except Exception as exc:
+            raise _hub_error(exc, repo_id, revision, token) from None
     cached = _read_header_cache(repo_id, commit)
     try:
         # by the revision asked for, so the Hub cache records branch/tag -> commit (offline
@@ -697,7 +711,7 @@ def _shape_with_header(
     inv = model.inventory
     if inv is None:
         return shape
-    loaded = inv.loaded_bytes(shape.num_layers)
+    loaded = inv.loaded_bytes(shape.num_layers, shape.tie_word_embeddings)
     header = HeaderWeights(
         checkpoint_bytes=inv.checkpoint_bytes,
         loaded_bytes=loaded,
