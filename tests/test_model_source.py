@@ -634,3 +634,30 @@ def test_tensors_vllm_skips_are_not_weights(tmp_path: Path) -> None:
     assert m.checkpoint_bytes == ck.expected_bytes({**spec, **extra})
     assert shape.header.skipped_bytes == ck.expected_bytes(extra)
     assert shape.header.loaded_bytes == ck.expected_bytes(spec) == shape.header.config_bytes
+
+
+def test_fp8_checkpoint_whose_config_has_no_quantization(tmp_path: Path) -> None:
+    """nvidia/Llama-3.1-70B-Instruct-FP8: config.json has no quantization_config; the headers
+    give the FP8 bytes, and the output says why the two disagree."""
+    cfg = config("nvidia/Llama-3.1-70B-Instruct-FP8")
+    assert "quantization_config" not in cfg
+    spec = ck.fp8_tensor(cfg)
+    ck.write_checkpoint(tmp_path / "m", spec, cfg, max_shard_bytes=5 * 10**9)
+    r = _cli(
+        "plan",
+        "--model",
+        str(tmp_path / "m"),
+        "--gpu",
+        "H100-SXM-80GB",
+        "--tp",
+        "2",
+        "-o",
+        "json",
+        env={**os.environ},
+    )
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["checkpoint"]
+    assert c["loaded_bytes"] == ck.expected_bytes(spec)
+    assert c["config_derived_bytes"] == config_checkpoint_bytes(shape_from_config(cfg))
+    assert c["difference_bytes"] < -60 * 10**9
+    assert any("no quantization_config" in n for n in c["notes"])

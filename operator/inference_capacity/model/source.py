@@ -723,6 +723,36 @@ def _shape_with_header(
     return replace(shape, header=header)
 
 
+def checkpoint_notes(model: ResolvedModel, shape: ModelShape) -> list[str]:
+    """What the headers say that the config does not."""
+    inv = model.inventory
+    if inv is None:
+        return []
+    out = []
+    if shape.quantization is None:
+        quantized = sorted(
+            {
+                t.dtype
+                for t in inv.tensors
+                if t.dtype.startswith(("F8", "F4")) or t.name.endswith(("qweight", "weight_packed"))
+            }
+        )
+        if quantized:
+            out.append(
+                f"the headers hold quantized tensors ({', '.join(quantized)}) but config.json has "
+                "no quantization_config (ModelOpt keeps it in hf_quant_config.json): the weights "
+                "are the headers' bytes; give the quantization (--quantization / "
+                "spec.model.quantization) for its scales' layout"
+            )
+    skipped = inv.skipped(shape.num_layers, shape.tie_word_embeddings)
+    if skipped:
+        out.append(
+            f"{len(skipped)} tensor(s) in the checkpoint that vLLM does not load "
+            f"({sum(t.nbytes for t in skipped)} B), e.g. {skipped[0].name}"
+        )
+    return out
+
+
 def checkpoint_json(model: ResolvedModel, shape: ModelShape) -> dict[str, Any] | None:
     """The checkpoint's three sizes and the header-vs-config comparison (None without headers).
 
@@ -746,6 +776,7 @@ def checkpoint_json(model: ResolvedModel, shape: ModelShape) -> dict[str, Any] |
         "largest_file_bytes": max(inv.file_sizes.values(), default=0) or None,
         "by_dtype": inv.by_dtype(),
         "by_role": inv.by_role(),
+        "notes": checkpoint_notes(model, shape),
     }
 
 
@@ -769,6 +800,6 @@ def describe(model: ResolvedModel, shape: ModelShape) -> str:
             text += " (not applied: the runtime quantization differs from the checkpoint's)"
     if model.disk_bytes is not None:
         text += f"\n  on disk: {model.disk_bytes} B = {model.disk_bytes / 2**30:.4f} GiB"
-    for note in model.notes:
+    for note in [*model.notes, *checkpoint_notes(model, shape)]:
         text += f"\n  note: {note}"
     return text
