@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -303,9 +304,17 @@ def _token_key(token: str | bool | None) -> str:
         return "ambient"
     if token is False:
         return "none"
-    import hashlib
-
     return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def _prune_locked() -> None:
+    """Keep the per-revision bookkeeping bounded like the cache (caller holds _cache_lock)."""
+    bound = 4 * CACHE_MAX
+    while len(_revisions) > bound:
+        _revisions.pop(next(iter(_revisions)))
+    if len(_inflight) > bound:
+        for key in [k for k, lk in _inflight.items() if not lk.locked()][: len(_inflight) - bound]:
+            _inflight.pop(key, None)
 
 
 def resolve_hub(
@@ -343,6 +352,7 @@ def resolve_hub(
         _cache_put(out, tk)
         with _cache_lock:
             _revisions[rev_key] = (time.monotonic(), out.revision or "")
+            _prune_locked()
     return replace(out, seconds=time.monotonic() - started)
 
 
