@@ -661,3 +661,11 @@ def test_fp8_checkpoint_whose_config_has_no_quantization(tmp_path: Path) -> None
     assert c["config_derived_bytes"] == config_checkpoint_bytes(shape_from_config(cfg))
     assert c["difference_bytes"] < -60 * 10**9
     assert any("no quantization_config" in n for n in c["notes"])
+
+
+def test_cli_unreadable_or_truncated_shard_is_one_line(tmp_path: Path) -> None:
+    ck.write_checkpoint(tmp_path / "m", ck.dense(LLAMA_1B), LLAMA_1B)
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    r = _cli("plan", "--model", str(tmp_path / "m"), "--gpu", "L4", env={**os.environ})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "truncated header" in r.stderr

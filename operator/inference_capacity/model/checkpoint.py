@@ -239,9 +239,12 @@ def index_files(index: Mapping[str, Any], where: str) -> list[str]:
 
 
 def read_local_header(path: Path) -> list[TensorEntry]:
-    with path.open("rb") as fh:
-        n = header_length(fh.read(8), path.name)
-        raw = fh.read(n)
+    try:
+        with path.open("rb") as fh:
+            n = header_length(fh.read(8), path.name)
+            raw = fh.read(n)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
     if len(raw) != n:
         raise CheckpointError(f"{path.name}: truncated header ({len(raw)} of {n} bytes)")
     return parse_header(raw, path.name)
