@@ -210,20 +210,6 @@ class Inventory:
         """The header bytes vLLM loads (the checkpoint less :meth:`skipped`)."""
         return self.checkpoint_bytes - sum(t.nbytes for t in self.skipped(num_layers, tied))
 
-    def summary(self, num_layers: int | None = None, tied: bool = False) -> dict[str, Any]:
-        skipped = self.skipped(num_layers, tied)
-        return {
-            "files": len(self.files),
-            "tensors": len(self.tensors),
-            "checkpoint_bytes": self.checkpoint_bytes,
-            "loaded_bytes": self.loaded_bytes(num_layers, tied),
-            "by_dtype": self.by_dtype(),
-            "by_role": self.by_role(),
-            "skipped": [t.name for t in skipped[:20]],
-            "skipped_count": len(skipped),
-            "skipped_bytes": sum(t.nbytes for t in skipped),
-        }
-
 
 def index_files(index: Mapping[str, Any], where: str) -> list[str]:
     """Shard names listed by a ``model.safetensors.index.json``, in first-seen order."""
