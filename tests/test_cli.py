@@ -169,7 +169,7 @@ def test_stdin_manifest() -> None:
     "args,message",
     [
         (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H900"], "unknown GPU"),
-        (["plan", "--model", "nope/model", "--gpu", "L4"], "unknown model 'nope/model'"),
+        (["plan", "--model", "nope-model", "--gpu", "L4"], "unknown model 'nope-model'"),
         (
             ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4", "--tp", "3"],
             "does not divide",

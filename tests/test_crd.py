@@ -319,7 +319,8 @@ def test_schema_details() -> None:
 # The spec's field names are a contract with users' manifests: every one must be in the CRD.
 CONTRACT = """
 mode targetRef.kind targetRef.name targetRef.container
-model.name model.configMapRef.name model.configMapRef.key model.config model.dtype
+model.name model.revision model.tokenSecretRef.name model.tokenSecretRef.key
+model.configMapRef.name model.configMapRef.key model.config model.dtype
 model.quantization model.kvCacheDtype model.maxLoras model.maxLoraRank
 hardware.gpu hardware.gpuMemoryGiB hardware.tensorParallel hardware.pipelineParallel
 hardware.gpuResourceName
@@ -363,7 +364,8 @@ observed.promptTokens.p50 observed.promptTokens.p95 observed.promptTokens.p99
 observed.outputTokens.p50 observed.outputTokens.p95 observed.outputTokens.p99
 observed.peakConcurrency observed.preemptionsPerHour observed.prefixCacheHitRate
 observed.predictedNumGpuBlocks observed.predictionErrorPercent observed.samples observed.window
-observed.at
+observed.at model.source model.id model.revision model.requestedRevision
+model.checkpointBytes model.diskBytes
 """
 
 
@@ -374,6 +376,7 @@ def test_field_names_match_the_contract() -> None:
         "spec.targetRef",
         "spec.model",
         "spec.model.configMapRef",
+        "spec.model.tokenSecretRef",
         "spec.hardware",
         "spec.engine",
         "spec.workload",

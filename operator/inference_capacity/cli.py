@@ -21,6 +21,7 @@ from .engines.versions import NEWEST_SUPPORTED
 from .engines.vllm import EngineSettings
 from .hardware import custom_gpu, get_gpu, list_gpus
 from .model import catalog_names, load_model
+from .model.source import checkpoint_json, describe, resolve_model_ref
 from .planner import Headroom, PlanInput, make_plan
 from .report import chart, plan_json, table
 
@@ -81,7 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         "a what-if from flags (--model and --gpu/--gpu-memory-gib).",
     )
     plan.add_argument("file", nargs="?", help="InferenceCapacity manifest (YAML; - for stdin)")
-    plan.add_argument("--model", help="catalog name (see `models`) or a config.json path")
+    plan.add_argument(
+        "--model",
+        help="a config.json or model folder, a catalog name (see `models`), or a Hugging Face "
+        "Hub id (org/name; HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE apply)",
+    )
+    plan.add_argument(
+        "--revision", help="Hub revision of --model: a branch, tag or commit (default main)"
+    )
     plan.add_argument("--gpu", help="GPU catalog name (see `gpus`)")
     plan.add_argument("--gpu-memory-gib", type=_gib, help="device memory as CUDA reports it")
     plan.add_argument(
@@ -174,7 +182,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         raise CliError("plan: give FILE.yaml, or --model NAME_OR_CONFIG_JSON with --gpu")
     if not a.gpu and a.gpu_memory_gib is None:
         raise CliError("plan: --gpu NAME or --gpu-memory-gib X is required with --model")
-    shape = load_model(a.model, quantization=a.quantization)
+    source = resolve_model_ref(a.model, revision=a.revision)
+    shape = source.shape(a.quantization)
     if a.gpu_memory_gib is not None:
         gpu = custom_gpu(a.gpu_memory_gib, name=a.gpu or "custom")
         if a.gpu:
@@ -216,7 +225,10 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     # recommendation: the utilization the ledger recommends (or the one for --kv-cache-gib)
     kv_pool = int(a.kv_cache_gib * 2**30) if a.kv_cache_gib is not None else None
     rec = make_plan(replace(base, kv_pool_bytes=kv_pool, choose_max_num_seqs=False))
-    out = plan_json(whatif)
+    out = {"model": source.json(), **plan_json(whatif)}
+    ckpt = checkpoint_json(source, shape)
+    if ckpt is not None:
+        out["checkpoint"] = ckpt
     out["recommendation"] = plan_json(rec)["recommendation"]
     out["recommended_flags"] = rec.recommendation.flags()
     if kv_pool is not None:
@@ -229,7 +241,9 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             ),
         }
     text = (
-        table(whatif)
+        describe(source, shape)
+        + "\n\n"
+        + table(whatif)
         + "\n\nRecommended: "
         + " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
     )
@@ -331,7 +345,14 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
                 "target": f"deployment/{spec.target_ref.name}",
                 "note": f"not patched: {plan.reason}",
             }
-        out = plan_json(plan, extra)
+        src = resolved.model_source
+        if src is not None:
+            out = {"model": src.json(), **plan_json(plan, extra)}
+            ckpt = checkpoint_json(src, plan.input.model)
+            if ckpt is not None:
+                out["checkpoint"] = ckpt
+        else:
+            out = {"model": _config_model_json(spec), **plan_json(plan, extra)}
         text = table(
             plan,
             f"{icap.metadata.name}: {plan.input.model.name} on "
@@ -349,6 +370,18 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             text += "\nConflicts: " + "; ".join(resolved.conflicts)
         results.append((out, text, plan))
     return results
+
+
+def _config_model_json(spec: Any) -> dict[str, Any]:
+    """The ``model`` object for a config given in the manifest (a ConfigMap or inline)."""
+    ref = spec.model.config_map_ref
+    return {
+        "source": "local",
+        "id": f"configmap/{ref.name}/{ref.key}" if ref is not None else "inline config",
+        "revision": None,
+        "checkpoint_bytes": None,
+        "disk_bytes": None,
+    }
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

@@ -79,11 +79,12 @@ def recommendation_json(plan: Plan) -> dict[str, Any]:
 
 
 def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything ``plan -o json`` prints. ``vllm_startup`` keys are a contract."""
+    """Everything ``plan -o json`` prints. ``vllm_startup`` keys are a contract; the top-level
+    ``model`` object (where the model came from) is added by the caller, which knows."""
     m = plan.input.model
     pred = plan.prediction
     out: dict[str, Any] = {
-        "model": {
+        "architecture": {
             "name": m.name,
             "model_type": m.model_type,
             "architecture": m.architecture,

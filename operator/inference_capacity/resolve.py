@@ -19,7 +19,8 @@ from .engines.versions import NEWEST_SUPPORTED
 from .engines.vllm import EngineSettings
 from .engines.vllm_args import find_vllm_container, parse_image_version, read_flags
 from .hardware import Gpu, custom_gpu, get_gpu
-from .model import ModelShape, load_model, model_from_dict
+from .model import ModelShape, model_from_dict
+from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
 from .sizing.workload import Cohort, Quantiles, Workload
 
@@ -41,6 +42,8 @@ class Resolved:
     running_flags: dict[str, str] = field(default_factory=dict)
     conflicts: tuple[str, ...] = ()
     container_index: int | None = None
+    #: where spec.model.name resolved to (catalog, Hub, local); None for configMapRef / config
+    model_source: ResolvedModel | None = None
 
 
 def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
@@ -53,12 +56,35 @@ def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
         return None
 
 
+def resolve_model_source(
+    spec: InferenceCapacitySpec,
+    token: str | bool | None = None,
+    timeout: float | None = None,
+    allow_local: bool = True,
+) -> ResolvedModel | None:
+    """spec.model.name (and revision) through the resolution order local → catalog → Hub;
+    None when the spec gives a configMapRef or an inline config."""
+    m = spec.model
+    if m.name is None:
+        return None
+    try:
+        return resolve_model_ref(
+            m.name, revision=m.revision, token=token, timeout=timeout, allow_local=allow_local
+        )
+    except ModelSourceError as exc:
+        raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
+
+
 def resolve_model(
-    spec: InferenceCapacitySpec, config_maps: Mapping[str, Mapping[str, str]] | None = None
+    spec: InferenceCapacitySpec,
+    config_maps: Mapping[str, Mapping[str, str]] | None = None,
+    source: ResolvedModel | None = None,
 ) -> ModelShape:
     m = spec.model
     quant = m.quantization
     try:
+        if source is not None:
+            return source.shape(quant)
         if m.config is not None:
             return model_from_dict(m.config, name="inline config", quantization=quant)
         if m.config_map_ref is not None:
@@ -85,8 +111,9 @@ def resolve_model(
                     "InvalidModelConfig",
                 ) from exc
             return model_from_dict(cfg, name=f"configmap/{ref.name}", quantization=quant)
-        assert m.name is not None
-        return load_model(m.name, quantization=quant)
+        src = resolve_model_source(spec)
+        assert src is not None
+        return src.shape(quant)
     except ResolveError:
         raise
     except ValueError as exc:
@@ -114,7 +141,10 @@ def resolve(
     config_maps: Mapping[str, Mapping[str, str]] | None = None,
     spare_gpus: int | None = None,
     hpa_min_replicas: int | None = None,
+    model_source: ResolvedModel | None = None,
 ) -> Resolved:
+    """``model_source``: spec.model.name already resolved (the operator does it with the
+    resource's token and a deadline); otherwise it is resolved here."""
     running: dict[str, str] = {}
     conflicts: list[str] = []
     image_version = None
@@ -126,7 +156,9 @@ def resolve(
         index = find_vllm_container(containers, spec.target_ref.container)
         running = read_flags(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
-    shape = resolve_model(spec, config_maps)
+    if model_source is None and spec.model.name is not None:
+        model_source = resolve_model_source(spec)
+    shape = resolve_model(spec, config_maps, model_source)
     gpu = resolve_gpu(spec)
 
     def pick(name: str, spec_value: Any, flag: str, cast: type = int) -> Any:
@@ -211,7 +243,7 @@ def resolve(
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
     )
-    return Resolved(inp, version, source, running, tuple(conflicts), index)
+    return Resolved(inp, version, source, running, tuple(conflicts), index, model_source)
 
 
 def _castable(value: str, cast: type) -> bool:

@@ -73,7 +73,9 @@ __all__ = [
     "ManifestSet",
     "Mode",
     "ModelConfigMapRef",
+    "ModelSourceKind",
     "ModelSpec",
+    "ModelStatus",
     "ObjectMeta",
     "Observed",
     "ObservedQuantiles",
@@ -127,7 +129,10 @@ EngineName = Literal["vllm"]
 BlockSize = Literal[8, 16, 32, 64, 128]
 Quantile = Literal["p50", "p95", "p99"]
 PrometheusMode = Literal["replace", "max", "spec-only"]
-ConditionType = Literal["Ready", "Fits", "RolloutSafe", "Applied", "Observed", "Calibrated"]
+ConditionType = Literal[
+    "Ready", "Fits", "RolloutSafe", "Applied", "Observed", "Calibrated", "ModelResolved"
+]
+ModelSourceKind = Literal["local", "catalog", "hub", "configMap", "inline"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 Lifetime = Literal["worker", "request", "iteration", "startup"]
 Provenance = Literal["exact", "calibrated", "assumed"]
@@ -297,7 +302,15 @@ class ModelSpec(_Spec):
                 " + (has(self.config) ? 1 : 0) == 1",
                 "exactly one of spec.model.name, spec.model.configMapRef and spec.model.config"
                 " must be set",
-            )
+            ),
+            _cel(
+                "!has(self.revision) || has(self.name)",
+                "spec.model.revision applies only to spec.model.name (a Hugging Face Hub id)",
+            ),
+            _cel(
+                "!has(self.tokenSecretRef) || has(self.name)",
+                "spec.model.tokenSecretRef applies only to spec.model.name (a Hugging Face Hub id)",
+            ),
         )
     )
 
@@ -306,8 +319,28 @@ class ModelSpec(_Spec):
         min_length=1,
         max_length=256,
         description=(
-            "Model catalog key, the Hugging Face repository id "
-            "(e.g. meta-llama/Llama-3.1-8B-Instruct)."
+            "Model catalog key or Hugging Face Hub repository id (e.g. "
+            "meta-llama/Llama-3.1-8B-Instruct). A name outside the built-in catalog is resolved "
+            "on the Hub (HF_ENDPOINT of the operator, a mirror when air-gapped): its config.json "
+            "and the safetensors headers of its weights, never the weights themselves."
+        ),
+    )
+    revision: SStr | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[-._/a-zA-Z0-9]+$",
+        description=(
+            "Hub revision of spec.model.name: a branch, tag or commit. null: main. The commit "
+            "it resolves to is in status.model.revision; pin a commit for an immutable ledger."
+        ),
+    )
+    token_secret_ref: TokenSecretRef | None = Field(
+        None,
+        description=(
+            "A Secret in this InferenceCapacity's namespace holding a Hugging Face token, for "
+            "gated or private models on the Hub. null: no token (the operator's own "
+            "credentials are never used for a resource)."
         ),
     )
     config_map_ref: ModelConfigMapRef | None = Field(
@@ -828,7 +861,7 @@ class Condition(_Status):
     """An observation of one aspect of the resource, per Kubernetes API conventions."""
 
     type: ConditionType = Field(
-        description="Ready, Fits, RolloutSafe, Applied, Observed or Calibrated."
+        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated or ModelResolved."
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(
@@ -851,6 +884,31 @@ class Summary(_Status):
     gpu: str = Field(description="GPU name (catalog name, or the memory size given).")
     tensor_parallel: int = Field(ge=1, description="Tensor-parallel size in effect.")
     pipeline_parallel: int = Field(ge=1, description="Pipeline-parallel size in effect.")
+
+
+class ModelStatus(_Status):
+    """Where the model's architecture and weights were read from."""
+
+    source: ModelSourceKind = Field(
+        description="catalog (built in), hub (Hugging Face Hub), configMap or inline."
+    )
+    id: str = Field(description="Catalog key or Hub repository id.")
+    revision: str | None = Field(
+        None, description="The Hub commit the model resolved to. null: not from the Hub."
+    )
+    requested_revision: str | None = Field(
+        None, description="spec.model.revision as given (a branch, tag or commit)."
+    )
+    checkpoint_bytes: Int64 | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Sum of the tensors' bytes in the checkpoint's safetensors headers. null: no headers."
+        ),
+    )
+    disk_bytes: Int64 | None = Field(
+        None, ge=0, description="Sum of the repository's file sizes. null: not known."
+    )
 
 
 class LedgerItem(_Status):
@@ -1004,7 +1062,7 @@ class InferenceCapacityStatus(_Status):
     )
     conditions: tuple[Condition, ...] = Field(
         (),
-        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated.",
+        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated, ModelResolved.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
@@ -1016,6 +1074,12 @@ class InferenceCapacityStatus(_Status):
     )
     summary: Summary | None = Field(
         None, description="What was sized: model, GPU and parallelism, resolved."
+    )
+    model: ModelStatus | None = Field(
+        None,
+        description=(
+            "Where the model came from: catalog or Hub id, the Hub commit, checkpoint bytes."
+        ),
     )
     ledger: Ledger | None = Field(
         None, description="Per-rank GPU memory ledger and the KV-cache capacity it leaves."

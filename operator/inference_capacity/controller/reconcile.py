@@ -25,7 +25,7 @@ from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
 from ..sizing.gpus import container_gpu_request, spare_gpus
-from . import k8s, metrics, observing
+from . import k8s, metrics, models, observing
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -191,9 +191,16 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     cms = {}
     if spec.model.config_map_ref is not None:
         cms = k8s.get_config_maps(ctx.ns, [spec.model.config_map_ref.name])
+    model = models.resolve_spec_model(ctx.ns, spec)
+    if not model.ok:
+        ctx.cond("ModelResolved", "False", model.reason, model.message)
+        ctx.outcome.requeue = model.retry
+        return _refuse(ctx, model.reason, model.message)
+    ctx.cond("ModelResolved", "True", model.reason, model.message)
+    ctx.status["model"] = models.model_status(spec, model.source)
     hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
     try:
-        resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min)
+        resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min, model_source=model.source)
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
         if spec.rollout.manage_strategy:
@@ -227,6 +234,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
+        if exc.field.startswith("spec.model"):
+            ctx.cond("ModelResolved", "False", exc.reason, str(exc))
         return _refuse(ctx, exc.reason, str(exc))
     except ValueError as exc:
         return _refuse(ctx, "InvalidInput", str(exc))

@@ -163,6 +163,18 @@ def rank_ledger(
                 "rotary cos/sin cache",
             )
         )
+    if r.weights.header_correction:
+        items.append(
+            LedgerItem(
+                "weights.header_correction",
+                r.weights.header_correction,
+                "worker",
+                "checkpoint",
+                "exact",
+                True,
+                r.weights.header_note,
+            )
+        )
     if r.weights.lora:
         items.append(
             LedgerItem(

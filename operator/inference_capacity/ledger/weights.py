@@ -58,10 +58,30 @@ class WeightBreakdown:
     lora: int
     quantized_params: int
     unquantized_params: int
+    #: safetensors headers − config-derived tensors, this rank's share (0 without headers)
+    header_correction: int = 0
+    header_note: str = ""
 
     @property
     def total(self) -> int:
-        return sum(self.by_group.values()) + self.rope_cache + self.lora
+        return sum(self.by_group.values()) + self.rope_cache + self.lora + self.header_correction
+
+
+def config_checkpoint_bytes(shape: ModelShape) -> int:
+    """What the config-derived tensors say the checkpoint stores: every published tensor,
+    unsharded and unpadded, in the checkpoint's dtype or quantized format (payload, scales,
+    zero points, index tensors). Compared with the safetensors headers' sum."""
+    dtype_bytes = DTYPE_BYTES.get(shape.dtype, 2)
+    quant = shape.quantization
+    total = 0
+    for t in shape.tensors:
+        if not t.checkpoint:
+            continue
+        if quant is not None and applies_to(quant, t):
+            total += quantized_bytes(quant, t.rows, t.cols, t.experts)
+        else:
+            total += t.numel * (4 if t.fp32 else dtype_bytes)
+    return total
 
 
 def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
@@ -207,4 +227,41 @@ def _weight_breakdown(
         for rc in shape.rope_caches:
             rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
     lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes)
-    return WeightBreakdown(by_group, rope, lora, qparams, uparams)
+    correction = _header_correction(shape, tp, pp, stage, dtype_bytes, quant, ep, by_group)
+    note = ""
+    if correction and shape.header is not None:
+        h = shape.header
+        note = (
+            f"safetensors headers: {h.loaded_bytes} B loaded vs {h.config_bytes} B "
+            f"config-derived ({h.delta:+d} B; this rank's share)"
+        )
+    return WeightBreakdown(by_group, rope, lora, qparams, uparams, correction, note)
+
+
+def _header_correction(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stage: int,
+    dtype_bytes: int,
+    quant: Quantization | None,
+    ep: int,
+    by_group: dict[str, int],
+) -> int:
+    """The header wins: the rank's share of (header bytes − config-derived bytes).
+
+    At TP = PP = 1 the share is the whole difference, so the rank's tensor bytes are exactly the
+    headers' loaded bytes. Sharded, the difference is spread in proportion to the rank's tensor
+    bytes (rounded up). Only while the checkpoint is loaded as stored: a different runtime dtype
+    or an online quantization changes every byte and the config-derived figure stands."""
+    h = shape.header
+    if h is None or h.delta == 0 or dtype_bytes != h.dtype_bytes or quant != h.quantization:
+        return 0
+    rank = sum(by_group.values())
+    if tp == 1 and pp == 1 and ep == 1:
+        return h.delta
+    full = sum(weight_breakdown(shape, 1, 1, 0, dtype_bytes, quant).by_group.values())
+    if full <= 0:
+        return 0
+    share = h.delta * rank
+    return -((-share) // full)  # ceil

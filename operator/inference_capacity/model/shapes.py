@@ -214,6 +214,29 @@ class Quantization:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderWeights:
+    """The checkpoint's bytes from its safetensors headers, next to the config-derived figure.
+
+    ``loaded_bytes`` is what vLLM loads (the headers' tensors less ``skipped_bytes``: cached
+    rotary frequencies, multi-token-prediction layers); ``config_bytes`` what the config-derived
+    tensors say the checkpoint holds. Where they differ the header wins: the ledger adds the
+    difference (``delta``) to the rank's weights while the runtime dtype and quantization are
+    the checkpoint's own (``dtype_bytes``, ``quantization``).
+    """
+
+    checkpoint_bytes: int
+    loaded_bytes: int
+    config_bytes: int
+    dtype_bytes: int
+    quantization: Quantization | None
+    skipped_bytes: int = 0
+
+    @property
+    def delta(self) -> int:
+        return self.loaded_bytes - self.config_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ModelShape:
     """Everything about a model's architecture that its memory depends on."""
 
@@ -242,6 +265,8 @@ class ModelShape:
     quantization: Quantization | None = None
     is_multimodal: bool = False
     notes: tuple[str, ...] = field(default=())
+    #: the checkpoint's safetensors headers, where they were read (they win over the config)
+    header: HeaderWeights | None = None
 
     @property
     def num_parameters(self) -> int:

@@ -1,0 +1,115 @@
+"""Header-derived vs config-derived checkpoint bytes, and how long a Hub resolution takes.
+
+Runs the test Hub (tests/hubserver.py) on localhost with sparse safetensors checkpoints whose
+headers have the real tensor names, dtypes and shapes of catalog models in their published
+formats (tests/checkpoints.py), so it needs no network. Prints two tables:
+
+1. per model: bytes from the safetensors headers (what vLLM loads), bytes the config-derived
+   tensors give, and the difference the ledger now applies (the header wins);
+2. per model: resolution time cold (empty caches: model info, config.json, one or two range
+   requests per shard), with the on-disk header cache only (a restarted process), and from the
+   in-memory cache by (id, commit).
+
+    python benchmarks/model_resolution.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests import checkpoints as ck  # noqa: E402
+from tests.hubserver import HubServer  # noqa: E402
+
+CONFIGS = ROOT / "operator" / "inference_capacity" / "catalog" / "models"
+
+FORMATS: list[tuple[str, Callable[[dict[str, Any]], ck.Spec]]] = [
+    ("meta-llama/Llama-3.2-1B", ck.dense),
+    ("meta-llama/Llama-3.1-8B-Instruct", ck.dense),
+    ("meta-llama/Llama-3.1-70B-Instruct", ck.dense),
+    ("meta-llama/Meta-Llama-3.1-405B", ck.dense),
+    ("mistralai/Mistral-7B-Instruct-v0.3", ck.dense),
+    ("Qwen/Qwen2.5-7B-Instruct", ck.dense),
+    ("Qwen/Qwen2.5-72B", ck.dense),
+    ("Qwen/Qwen3-8B", ck.dense),
+    ("Qwen/Qwen3-32B", ck.dense),
+    ("LDCC/Qwen2.5-72B-Instruct-ko-AWQ", ck.awq),
+    ("asif00/bangla-llama-4bit", ck.bnb_nf4),
+    ("Qwen/Qwen3-32B-FP8", ck.fp8_block),
+    ("nvidia/Llama-3.1-70B-Instruct-FP8", ck.fp8_tensor),
+]
+
+
+def config(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CONFIGS / f"{name.replace('/', '__')}.json").read_text())
+    return data
+
+
+def main() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="model-resolution-"))
+    hub = HubServer().start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    os.environ["HF_HOME"] = str(tmp / "hf")
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    from inference_capacity.model.source import clear_cache, resolve_model_ref
+
+    try:
+        repos = []
+        for name, fmt in FORMATS:
+            repo = f"bench/{name.split('/')[1]}"
+            files = ck.write_checkpoint(
+                tmp / repo.replace("/", "__"), fmt(config(name)), config(name), 5 * 10**9
+            )
+            hub.add(repo, dict(files))
+            repos.append((name, fmt.__name__, repo))
+        print("| model | checkpoint format | header bytes (loaded) | config-derived | difference |")
+        print("|---|---|---:|---:|---:|")
+        timings = []
+        for name, fmt, repo in repos:
+            clear_cache()
+            shutil.rmtree(tmp / "hf", ignore_errors=True)
+            t = time.perf_counter()
+            m = resolve_model_ref(repo)
+            cold = time.perf_counter() - t
+            h = m.shape().header
+            assert h is not None and m.inventory is not None
+            print(f"| {name} | {fmt} | {h.loaded_bytes:,} | {h.config_bytes:,} | {h.delta:+,} |")
+            clear_cache()
+            t = time.perf_counter()
+            resolve_model_ref(repo)
+            disk = time.perf_counter() - t
+            hits = []
+            for _ in range(100):
+                t = time.perf_counter()
+                resolve_model_ref(repo)
+                hits.append(time.perf_counter() - t)
+            timings.append(
+                (name, len(m.inventory.files), len(m.inventory.tensors), cold, disk, hits)
+            )
+        print()
+        print("| model | shards | tensors | cold ms | header cache on disk ms | in memory µs |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, shards, tensors, cold, disk, hits in timings:
+            print(
+                f"| {name} | {shards} | {tensors} | {cold * 1e3:.0f} | {disk * 1e3:.0f} | "
+                f"{statistics.median(hits) * 1e6:.0f} |"
+            )
+    finally:
+        hub.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

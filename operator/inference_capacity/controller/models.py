@@ -1,0 +1,113 @@
+"""spec.model in the cluster: resolve a Hub id with the resource's own token, under a deadline.
+
+Kopf runs the handlers in worker threads, so a Hub request never blocks the event loop; it must
+not hold a worker for long either. Resolutions run in a small pool of their own and a reconcile
+waits at most ``MODEL_RESOLVE_DEADLINE_SECONDS`` for one: past it, the reconcile reports
+``ModelResolved=False`` (reason ``Resolving``) and is retried, while the fetch finishes in the
+background and fills the cache (:mod:`inference_capacity.model.source`: in memory by
+(id, commit), bounded), so the retry is a cache hit. Concurrent reconciles of one model share one
+fetch.
+
+The token comes only from ``spec.model.tokenSecretRef``, a Secret in the resource's own
+namespace; without one the request carries no token at all (the operator's own environment
+never lends its credentials to a resource).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from ..api.models import InferenceCapacitySpec
+from ..model.source import ResolvedModel
+from ..resolve import ResolveError, resolve_model_source
+from . import k8s
+
+MODEL_RESOLVE_DEADLINE_SECONDS = float(
+    os.environ.get("INFERENCE_CAPACITY_MODEL_RESOLVE_DEADLINE_SECONDS", "20")
+)
+#: per Hub request (connect / read)
+HUB_TIMEOUT_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_HUB_TIMEOUT", "10"))
+_pool = ThreadPoolExecutor(
+    max_workers=int(os.environ.get("INFERENCE_CAPACITY_MODEL_WORKERS", "4")),
+    thread_name_prefix="model-resolve",
+)
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    source: ResolvedModel | None  # None: configMapRef / inline config (resolved later)
+    ok: bool
+    reason: str
+    message: str
+    retry: bool = False
+
+
+def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutcome:
+    m = spec.model
+    if m.name is None:
+        kind = "configMap" if m.config_map_ref is not None else "inline config"
+        return ModelOutcome(None, True, "Resolved", f"model config from the {kind}")
+    token: str | bool = False
+    if m.token_secret_ref is not None:
+        ref = m.token_secret_ref
+        value = k8s.read_secret_key(namespace, ref.name, ref.key)
+        if not value:
+            return ModelOutcome(
+                None,
+                False,
+                "TokenSecretNotFound",
+                f"spec.model.tokenSecretRef: Secret {namespace}/{ref.name} with key "
+                f"{ref.key!r} not found (or not readable by the operator)",
+            )
+        token = value.strip()
+    future: Future[ResolvedModel | None] = _pool.submit(
+        resolve_model_source, spec, token, HUB_TIMEOUT_SECONDS, False
+    )
+    try:
+        source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
+    except FutureTimeout:
+        return ModelOutcome(
+            None,
+            False,
+            "Resolving",
+            f"spec.model.name: {m.name} is still being resolved on the Hub after "
+            f"{MODEL_RESOLVE_DEADLINE_SECONDS:g} s; retrying",
+            retry=True,
+        )
+    except ResolveError as exc:
+        return ModelOutcome(None, False, exc.reason, str(exc))
+    assert source is not None
+    return ModelOutcome(source, True, "Resolved", describe_source(source))
+
+
+def describe_source(src: ResolvedModel) -> str:
+    where = {"hub": "the Hugging Face Hub", "catalog": "the built-in catalog", "local": "a path"}
+    text = f"{src.id} from {where.get(src.source, src.source)}"
+    if src.revision:
+        text += f" at commit {src.revision}"
+        if src.requested_revision and src.requested_revision != src.revision:
+            text += f" ({src.requested_revision})"
+    if src.checkpoint_bytes is not None:
+        text += f"; checkpoint {src.checkpoint_bytes} B from its safetensors headers"
+    return text
+
+
+def model_status(spec: InferenceCapacitySpec, src: ResolvedModel | None) -> dict[str, Any]:
+    """status.model."""
+    if src is not None:
+        return {
+            "source": src.source,
+            "id": src.id,
+            "revision": src.revision,
+            "requestedRevision": src.requested_revision,
+            "checkpointBytes": src.checkpoint_bytes,
+            "diskBytes": src.disk_bytes,
+        }
+    ref = spec.model.config_map_ref
+    if ref is not None:
+        return {"source": "configMap", "id": f"{ref.name}/{ref.key}"}
+    return {"source": "inline", "id": "inline config"}
