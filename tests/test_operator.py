@@ -316,6 +316,13 @@ def test_crd_schema_rejects_bad_specs_naming_the_field(cluster: Cluster) -> None
     assert r.returncode != 0 and "spec.workload.cohorts[0].promptTokens" in r.stderr
 
 
+def test_kubectl_explain_reads_the_served_schema(cluster: Cluster) -> None:
+    """The real apiserver publishes the CRD's OpenAPI schema; kubectl explain reads it."""
+    out = cluster.api.kubectl("explain", "inferencecapacity.spec.hardware.tensorParallel").stdout
+    assert "FIELD: tensorParallel <integer>" in out
+    assert "capacity.inference.dev" in out
+
+
 def test_deleting_leaves_the_deployment_and_removes_the_pdb(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("del")

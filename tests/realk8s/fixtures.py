@@ -181,17 +181,20 @@ class RealKubeAPI(KubectlMixin):
         )
         return env
 
-    def delete_namespaces(self, names: list[str], timeout: float = 90) -> None:
-        """Delete namespaces and wait until they are gone (the namespace controller and GC run)."""
+    def delete_namespaces(self, names: list[str], wait: bool = False, timeout: float = 90) -> None:
+        """Delete namespaces (the namespace controller and the garbage collector empty them).
+        Not waited for by default: finalizing a namespace takes the controller tens of seconds
+        on 2 busy cores, and nothing after depends on it being gone."""
         if not names:
             return
         self.kubectl(
             "delete", "namespace", *names, "--wait=false", "--ignore-not-found", check=False
         )
-        self.kubectl(
-            "wait", "--for=delete", *(f"namespace/{n}" for n in names), f"--timeout={timeout:.0f}s",
-            check=False, timeout=timeout + 10,
-        )  # fmt: skip
+        if wait:
+            self.kubectl(
+                "wait", "--for=delete", *(f"namespace/{n}" for n in names),
+                f"--timeout={timeout:.0f}s", check=False, timeout=timeout + 10,
+            )  # fmt: skip
 
 
 _RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
