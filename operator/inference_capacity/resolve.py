@@ -17,7 +17,22 @@ from typing import Any
 from .api.models import InferenceCapacitySpec
 from .engines.versions import NEWEST_SUPPORTED
 from .engines.vllm import EngineSettings
-from .engines.vllm_args import find_vllm_container, parse_image_version, read_flags
+from .engines.vllm_args import (
+    find_vllm_container,
+    parse_image_version,
+    read_env,
+    read_flags,
+    unresolved_flags,
+)
+from .engines.vllm_flags import (
+    DRAFT_MODEL_METHODS,
+    MODELLED_FLAGS,
+    Unsupported,
+    classify,
+    human_readable_int,
+    parse_json_flag,
+    parse_speculative_config,
+)
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelShape, load_model, model_from_dict
 from .planner import Headroom, PlanInput, RolloutInput
@@ -41,16 +56,37 @@ class Resolved:
     running_flags: dict[str, str] = field(default_factory=dict)
     conflicts: tuple[str, ...] = ()
     container_index: int | None = None
+    #: flags / VLLM_* variables of the container the plan cannot honour: Supported=False
+    unsupported: tuple[Unsupported, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return not self.unsupported
+
+    def unsupported_message(self) -> str:
+        return "; ".join(str(u) for u in self.unsupported)
 
 
-def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
+def _int_flag(flags: Mapping[str, str], key: str, bad: list[Unsupported]) -> int | None:
+    """An integer flag in vLLM's number forms (``32k``); a value that is not one is refused."""
     value = flags.get(key)
     if value is None:
         return None
     try:
-        return int(value)
+        return human_readable_int(value)
     except ValueError:
+        bad.append(Unsupported(f"--{key}", f"value {value!r} is not an integer"))
         return None
+
+
+def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
+    """A BooleanOptionalAction flag: ``--key`` True, ``--no-key`` False, absent None."""
+    if key in flags:
+        return flags[key].lower() != "false"
+    if f"no-{key}" in flags:
+        return False
+    return None
 
 
 def resolve_model(
@@ -116,7 +152,10 @@ def resolve(
     hpa_min_replicas: int | None = None,
 ) -> Resolved:
     running: dict[str, str] = {}
+    env: dict[str, str | None] = {}
     conflicts: list[str] = []
+    bad: list[Unsupported] = []
+    notes: list[str] = []
     image_version = None
     index = None
     if deployment is not None:
@@ -125,12 +164,25 @@ def resolve(
         )
         index = find_vllm_container(containers, spec.target_ref.container)
         running = read_flags(containers[index])
+        env = read_env(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
+        bad += classify(running, env)
+        # a modelled flag whose value Kubernetes or the shell fills in at run time
+        bad += [
+            Unsupported(f"--{f}", "its value is set at run time; the operator cannot read it")
+            for f in sorted(unresolved_flags(containers[index]))
+            if f in MODELLED_FLAGS and f != "model"
+        ]
+        if containers[index].get("envFrom"):
+            notes.append("the vLLM container has envFrom: VLLM_* variables from it cannot be read")
     shape = resolve_model(spec, config_maps)
     gpu = resolve_gpu(spec)
 
     def pick(name: str, spec_value: Any, flag: str, cast: type = int) -> Any:
         run = running.get(flag)
+        if cast is int and run is not None:
+            parsed = _int_flag(running, flag, bad)
+            run = str(parsed) if parsed is not None else run
         if spec_value is not None:
             run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
             if run is not None and run_norm != str(spec_value):
@@ -154,31 +206,133 @@ def resolve(
         )
         or 1
     )
-    max_len = pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+    auto_len = running.get("max-model-len") == "-1" and spec.workload.max_model_len is None
+    max_len = (
+        None
+        if auto_len
+        else pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+    )
     kv_dtype = (
         pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str) or "auto"
     )
-    batched = spec.engine.max_num_batched_tokens or _int_flag(running, "max-num-batched-tokens")
-    block = spec.engine.block_size or _int_flag(running, "block-size")
+    batched = spec.engine.max_num_batched_tokens or _int_flag(
+        running, "max-num-batched-tokens", bad
+    )
+    block = spec.engine.block_size or _int_flag(running, "block-size", bad)
     if spec.engine.version:
         version, source = spec.engine.version, "spec"
     elif image_version:
         version, source = image_version, "image"
     else:
         version, source = NEWEST_SUPPORTED, "default"
-    dp = _int_flag(running, "data-parallel-size") or 1
+    dp = _int_flag(running, "data-parallel-size", bad) or 1
+    dtype: str = spec.model.dtype
+    run_dtype = running.get("dtype")
+    if run_dtype is not None and run_dtype != "auto":
+        if dtype == "auto":
+            dtype = run_dtype if run_dtype in ("bfloat16", "float16", "float32") else dtype
+            if run_dtype == "half":
+                dtype = "float16"
+            elif run_dtype not in ("bfloat16", "float16", "float32"):
+                bad.append(Unsupported("--dtype", f"dtype {run_dtype!r} is not modelled"))
+        elif run_dtype != dtype:
+            conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
+    run_quant = running.get("quantization")
+    if run_quant is not None:
+        have = shape.quantization.method if shape.quantization is not None else None
+        if spec.model.quantization is not None and run_quant != spec.model.quantization:
+            conflicts.append(
+                f"spec.model.quantization is {spec.model.quantization} in the spec but "
+                f"--quantization {run_quant} on the Deployment"
+            )
+        elif spec.model.quantization is None and run_quant != have:
+            bad.append(
+                Unsupported(
+                    "--quantization",
+                    f"{run_quant!r} differs from the checkpoint's ({have or 'none'}); set "
+                    "spec.model.quantization so the ledger sizes those weights",
+                )
+            )
+    # LoRA: vLLM's LoRAConfig defaults max_loras 1, max_lora_rank 16; slots only with --enable-lora
+    max_loras, max_rank = spec.model.max_loras, spec.model.max_lora_rank
+    if _bool_flag(running, "enable-lora"):
+        run_loras = _int_flag(running, "max-loras", bad) or 1
+        run_rank = _int_flag(running, "max-lora-rank", bad) or 16
+        if max_loras and (max_loras, max_rank) != (run_loras, run_rank):
+            conflicts.append(
+                f"spec.model.maxLoras/maxLoraRank are {max_loras}/{max_rank} in the spec but "
+                f"--max-loras {run_loras} --max-lora-rank {run_rank} on the Deployment"
+            )
+        max_loras, max_rank = run_loras, run_rank
+        cpu_loras = _int_flag(running, "max-cpu-loras", bad)
+        if cpu_loras:
+            notes.append(
+                f"--max-cpu-loras {cpu_loras}: LoRA adapters cached in host memory, not on the GPU"
+            )
+    elif deployment is not None and max_loras:
+        conflicts.append(
+            f"spec.model.maxLoras is {max_loras} but the Deployment does not pass --enable-lora"
+        )
+    speculative = draft = None
+    if "speculative-config" in running and not any(u.name == "--speculative-config" for u in bad):
+        speculative = parse_speculative_config(running["speculative-config"])
+        if speculative.method in DRAFT_MODEL_METHODS:
+            try:
+                draft = load_model(speculative.model or "")
+            except ValueError:
+                bad.append(
+                    Unsupported(
+                        "--speculative-config",
+                        f"draft model {speculative.model!r} is not in the catalog; its "
+                        "weights and KV cache cannot be sized",
+                    )
+                )
+    captures: tuple[int, ...] | None = None
+    top_capture: int | None = None
+    eager = spec.engine.enforce_eager or _bool_flag(running, "enforce-eager") is True
+    comp = running.get("compilation-config")
+    if comp is not None and not any(u.name == "--compilation-config" for u in bad):
+        if comp.strip().startswith("{"):
+            cfg = parse_json_flag("compilation-config", comp)
+            sizes = cfg.get("cudagraph_capture_sizes")
+            if isinstance(sizes, list):
+                captures = tuple(int(x) for x in sizes)
+            if isinstance(cfg.get("max_cudagraph_capture_size"), int):
+                top_capture = int(cfg["max_cudagraph_capture_size"])
+            if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
+                eager = True
+    est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
+    use_v1 = env.get("VLLM_USE_V1")
+    kv_bytes = _int_flag(running, "kv-cache-memory-bytes", bad)
+    if "limit-mm-per-prompt" in running and shape.is_multimodal:
+        notes.append(
+            "--limit-mm-per-prompt: the multimodal encoder profile is not modelled; the "
+            "activation peak may be under-predicted"
+        )
     settings = EngineSettings(
         version=version,
+        engine="v0" if use_v1 == "0" else None,
         max_model_len=max_len,
         max_num_batched_tokens=batched,
         block_size=block,
         kv_cache_dtype=kv_dtype,
-        dtype=spec.model.dtype,
-        enforce_eager=spec.engine.enforce_eager or running.get("enforce-eager") == "true",
-        max_loras=spec.model.max_loras,
-        max_lora_rank=spec.model.max_lora_rank,
+        dtype=dtype,
+        enforce_eager=eager,
+        enable_chunked_prefill=_bool_flag(running, "enable-chunked-prefill"),
+        max_loras=max_loras,
+        max_lora_rank=max_rank,
         data_parallel=dp,
         expert_parallel=running.get("enable-expert-parallel") == "true",
+        estimate_cuda_graphs=None if est_cg is None else est_cg not in ("0", "false", "False"),
+        speculative=speculative,
+        draft_model=draft,
+        enable_prefix_caching=_bool_flag(running, "enable-prefix-caching"),
+        kv_transfer="kv-transfer-config" in running,
+        performance_mode=running.get("performance-mode", "balanced"),
+        cudagraph_capture_sizes=captures,
+        max_cudagraph_capture_size=top_capture,
+        auto_max_model_len=auto_len,
+        allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true"),
     )
     workload = None
     w = spec.workload
@@ -210,8 +364,18 @@ def resolve(
         headroom=Headroom(hr.operational_fraction, hr.kv_safety_fraction, hr.recovery_replicas),
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
+        kv_pool_bytes=kv_bytes,
     )
-    return Resolved(inp, version, source, running, tuple(conflicts), index)
+    return Resolved(
+        inp,
+        version,
+        source,
+        running,
+        tuple(conflicts),
+        index,
+        tuple(dict.fromkeys(bad)),
+        tuple(notes),
+    )
 
 
 def _castable(value: str, cast: type) -> bool:

@@ -127,7 +127,9 @@ EngineName = Literal["vllm"]
 BlockSize = Literal[8, 16, 32, 64, 128]
 Quantile = Literal["p50", "p95", "p99"]
 PrometheusMode = Literal["replace", "max", "spec-only"]
-ConditionType = Literal["Ready", "Fits", "RolloutSafe", "Applied", "Observed", "Calibrated"]
+ConditionType = Literal[
+    "Ready", "Fits", "RolloutSafe", "Applied", "Observed", "Calibrated", "Supported"
+]
 ConditionStatus = Literal["True", "False", "Unknown"]
 Lifetime = Literal["worker", "request", "iteration", "startup"]
 Provenance = Literal["exact", "calibrated", "assumed"]
@@ -827,7 +829,7 @@ class Condition(_Status):
     """An observation of one aspect of the resource, per Kubernetes API conventions."""
 
     type: ConditionType = Field(
-        description="Ready, Fits, RolloutSafe, Applied, Observed or Calibrated."
+        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated or Supported."
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(
@@ -1003,7 +1005,7 @@ class InferenceCapacityStatus(_Status):
     )
     conditions: tuple[Condition, ...] = Field(
         (),
-        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated.",
+        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated, Supported.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],

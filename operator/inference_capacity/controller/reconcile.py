@@ -20,7 +20,7 @@ from typing import Any
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
 from ..decide import material_changes, rollout_in_progress, set_condition
 from ..engines.vllm_args import VllmArgsError
-from ..patching import build_change
+from ..patching import REMOVED, build_change
 from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
@@ -194,12 +194,28 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
     try:
         resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min)
+        if not resolved.supported:
+            # fail closed: a flag or VLLM_* variable that may move memory and that the ledger
+            # does not model would make every number of the plan wrong; the Deployment is left
+            # as it is
+            msg = (
+                "the vLLM container sets what the ledger does not model, so no plan is made "
+                "and nothing is patched: " + resolved.unsupported_message()
+            )
+            ctx.cond("Supported", "False", "UnsupportedFlag", msg)
+            return _refuse(ctx, "UnsupportedFlag", msg)
+        ctx.cond(
+            "Supported",
+            "True",
+            "Supported",
+            "every vLLM flag and VLLM_* variable is modelled or known neutral",
+        )
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
         if spec.rollout.manage_strategy:
             spare, spare_msg = _spare(
                 inp.gpu,
-                inp.tp * inp.pp,
+                inp.tp * inp.pp * max(1, inp.engine.data_parallel),
                 spec.hardware.gpu_resource_name,
                 spec.rollout.spare_gpu_node_selector,
             )
@@ -239,6 +255,7 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         kv_cache_dtype=spec.policy.set_kv_cache_dtype,
         kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
     )
+    remove = rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
     running = resolved.running_flags
     # TP/PP given in the spec and absent from the command line: the operator sets them too,
     # when the container has the GPUs for them (it never changes resources itself)
@@ -249,15 +266,18 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         if spec_value is not None and flag not in running and value > 1:
             flags[flag] = str(value)
     gpus = _container_gpus(dep, resolved.container_index or 0, spec.hardware.gpu_resource_name)
-    if gpus is not None and gpus < inp.tp * inp.pp:
+    dp = max(1, inp.engine.data_parallel)
+    if gpus is not None and gpus < inp.tp * inp.pp * dp:
         return _refuse(
             ctx,
             "InsufficientGpusPerPod",
-            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp} needs "
-            f"{inp.tp * inp.pp} {spec.hardware.gpu_resource_name} per pod; the "
+            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
+            + (f" × DP {dp}" if dp > 1 else "")
+            + f" needs {inp.tp * inp.pp * dp} {spec.hardware.gpu_resource_name} per pod; the "
             f"container asks for {gpus}",
         )
     changes = material_changes(running, flags, spec.policy.hysteresis_percent)
+    changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
     strategy = (
         {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
@@ -325,7 +345,9 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.cond("Ready", "False", "RolloutInProgress", busy)
         ctx.outcome.requeue = True
         return ctx.finish()
-    _apply(ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want)
+    _apply(
+        ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want, remove
+    )
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
 
@@ -357,6 +379,7 @@ def _apply(
     replicas: int | None,
     strategy: Mapping[str, Any] | None,
     want: str,
+    remove: tuple[str, ...] = (),
 ) -> None:
     """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
     it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
@@ -364,7 +387,14 @@ def _apply(
     target = dep["metadata"]["name"]
     for attempt in range(4):
         change = build_change(
-            dep, index, flags, running, replicas, strategy, owner=f"{ctx.ns}/{ctx.name}"
+            dep,
+            index,
+            flags,
+            running,
+            replicas,
+            strategy,
+            owner=f"{ctx.ns}/{ctx.name}",
+            remove=remove,
         )
         if change.empty:
             ctx.cond("Applied", "True", "UpToDate", "nothing to change")

@@ -11,13 +11,14 @@ constant says where it comes from. ``benchmarks/accuracy.py`` measures the resul
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, layers_on_rank
 from ..ledger.weights import DTYPE_BYTES, WeightBreakdown, pp_layer_ranges, weight_breakdown
 from ..model.config import resolve_dtype
-from ..model.shapes import AttnKind, ModelShape
+from ..model.shapes import AttnKind, LayerAttention, ModelShape
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
+from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 
 GiB = 2**30
 MiB = 2**20
@@ -65,8 +66,17 @@ CG_MLA_EXTRA_GIB = 0.5
 #: CUDA context and driver reservation before vLLM's init snapshot: 79.19 − 78.68 = 0.51 GiB on
 #: an H100 (0.19.0 DEBUG log). Never in the budget.
 CUDA_CONTEXT_GIB = 0.51
-#: Custom all-reduce / symmetric-memory buffers created before the snapshot at TP ≥ 2 (8–64 MiB).
-CUSTOM_ALLREDUCE_GIB = 0.0625
+#: Memory used before the init snapshot by distributed init at TP ≥ 2 (NCCL communicators, custom
+#: all-reduce and symmetric-memory buffers): ``v1/worker/gpu_worker.py::Worker.init_device``
+#: snapshots after ``init_worker_distributed_environment`` (0.11–0.33). Fitted on the 0.19.0 H100
+#: DEBUG "init memory snapshot" lines (cuda_memory): TP1 0.51, TP2 1.53, TP4 2.07 GiB, so the TP
+#: part is 1.02 at TP2 and 1.56 at TP4 = ``TP_INIT_BASE + TP_INIT_PER_DOUBLING × log2(tp)``
+#: (exact at 2 and 4; TP8 = 2.10 is an extrapolation).
+TP_INIT_BASE_GIB = 0.48
+TP_INIT_PER_DOUBLING_GIB = 0.54
+#: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
+#: are assumed additive (no log has both).
+PP_INIT_GIB = 0.92
 #: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
 #: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
 PERSISTENT_MISC_GIB = 0.02
@@ -93,7 +103,17 @@ class EngineSettings:
     data_parallel: int = 1
     expert_parallel: bool = False
     kv_cache_memory_bytes: int | None = None
+    draft_model: ModelShape | None = None  # the --speculative-config model's shape
     estimate_cuda_graphs: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    max_cpu_loras: int | None = None  # host memory only
+    speculative: SpeculativeConfig | None = None
+    enable_prefix_caching: bool | None = None
+    kv_transfer: bool = False  # --kv-transfer-config: hybrid KV manager off
+    performance_mode: str = "balanced"
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+    auto_max_model_len: bool = False  # --max-model-len -1
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,34 +218,72 @@ def _gib(x: float) -> int:
     return int(round(x * GiB))
 
 
+#: Architectures the V2 model runner takes by default besides dense models, from 0.25
+#: (config/vllm.py::_is_default_v2_model_runner_model in the 0.25.0 wheel).
+V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
+    {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
+)
+#: 0.22–0.24: Llama, Mistral and Qwen3 dense, unquantized only (same function, 0.23.0 wheel).
+V2_RUNNER_DEFAULTS_0_22 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+
+
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
+    """vLLM's default model runner (``config/vllm.py::_is_default_v2_model_runner_model``)."""
     if v.key >= (0, 29, 0):
         return True
+    hybrid = any(layer.kind is AttnKind.MAMBA for layer in shape.layers)
+    if v.key >= (0, 25, 0):
+        dense = not shape.is_moe and not hybrid
+        return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
     if v.key >= (0, 22, 0):
-        return (
-            shape.architecture in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
-            and shape.quantization is None
-        )
+        return shape.architecture in V2_RUNNER_DEFAULTS_0_22 and shape.quantization is None
     return False
 
 
+def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool:
+    """Whether vLLM's profiler can subtract a CUDA-graph estimate at all on this version:
+    the V2 runner's ``profile_cudagraph_memory()`` returns 0 in 0.21–0.28
+    (``v1/worker/gpu/model_runner.py``; implemented by 0.30, PR #49233); ROCm is left out through
+    0.25 (``is_cuda()``) and included from 0.26 (``is_cuda_alike()``) in
+    ``v1/worker/gpu_worker.py::Worker.determine_available_memory``."""
+    if v.key < (0, 18, 0):
+        return False
+    if v2_runner and (0, 21, 0) <= v.key < (0, 29, 0):
+        return False
+    return not (rocm and v.key < (0, 26, 0))
+
+
+#: The ≥ 160 GiB batch tier (T = 16384, R = 1024 for the API server): first in 0.28
+#: (engine/arg_utils.py::EngineArgs.get_batch_defaults; absent in the 0.27.1 wheel).
+BIG_GPU_TIER_VERSION = (0, 28, 0)
+BIG_GPU_TIER_GIB = 160
+
+
 def batch_defaults(
-    v: Version, era: Era, total_bytes: int, gpu_name: str, usage_context: str
+    v: Version,
+    era: Era,
+    total_bytes: int,
+    gpu_name: str,
+    usage_context: str,
+    performance_mode: str = "balanced",
 ) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) defaults: EngineArgs.get_batch_defaults."""
+    """(max_num_batched_tokens, max_num_seqs) defaults: ``EngineArgs.get_batch_defaults``.
+    ``--performance-mode throughput`` doubles both (same function, where the flag exists)."""
     gib = total_bytes / GiB
     a100 = "a100" in gpu_name.lower()
     if era is Era.V0:
         return 0, 256  # tokens resolved with max_model_len below
-    if v.key >= (0, 29, 0) and gib >= 160:
-        return 16384, 1024
-    if v.key < (0, 9, 0):
-        big = gib >= 70
+    if v.key >= BIG_GPU_TIER_VERSION and gib >= BIG_GPU_TIER_GIB:
+        T, R = 16384, 1024
     else:
-        big = gib >= 70 and not a100
-    if big:
-        return (8192 if usage_context == "api" else 16384), 1024
-    return (2048 if usage_context == "api" else 8192), 256
+        big = gib >= 70 if v.key < (0, 9, 0) else gib >= 70 and not a100
+        if big:
+            T, R = (8192 if usage_context == "api" else 16384), 1024
+        else:
+            T, R = (2048 if usage_context == "api" else 8192), 256
+    if performance_mode == "throughput":
+        T, R = 2 * T, 2 * R
+    return T, R
 
 
 def resolve_settings(
@@ -248,13 +306,15 @@ def resolve_settings(
         raise SettingsError(f"max_model_len must be a positive number of tokens, got {L}")
     if L > 100_000_000:
         raise SettingsError(f"max_model_len {L:,} is absurd (more than 100M tokens)")
-    if L > shape.derived_max_model_len:
+    if L > shape.derived_max_model_len and not s.allow_long_max_model_len:
         raise SettingsError(
             f"max_model_len {L:,} is larger than the model's maximum "
             f"{shape.derived_max_model_len:,} (from its config); vLLM refuses this without "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
-    T_def, R_def = batch_defaults(v, era, total_bytes, gpu_name, s.usage_context)
+    T_def, R_def = batch_defaults(
+        v, era, total_bytes, gpu_name, s.usage_context, s.performance_mode
+    )
     R = s.max_num_seqs
     if R is None:
         R = R_def
@@ -301,7 +361,9 @@ def resolve_settings(
     est = s.estimate_cuda_graphs
     if est is None:
         est = v.key >= (0, 20, 0)
-    cg_in_budget = bool(est) and cudagraphs and v.key >= (0, 18, 0)
+    v2 = _uses_v2_runner(v, shape)
+    rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
+    cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
     return ResolvedSettings(
         v,
         era,
@@ -316,7 +378,7 @@ def resolve_settings(
         kvb,
         cudagraphs,
         cg_in_budget,
-        _uses_v2_runner(v, shape),
+        v2,
         tuple(used),
     )
 
@@ -365,6 +427,88 @@ def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: boo
     return _gib(gib)
 
 
+#: vLLM's default capture list for R ≥ 256 and T ≥ 512: [1, 2, 4] + 8..248 step 8 + 256..512
+#: step 16 = 51 sizes (config/compilation.py, 0.12–0.33); the CG constants above were fitted on it.
+DEFAULT_CAPTURE_SIZES = 51
+
+
+def capture_count(settings: EngineSettings) -> int:
+    """Graphs per mode for ``--compilation-config`` capture sizes (default 51)."""
+    sizes = settings.cudagraph_capture_sizes
+    top = settings.max_cudagraph_capture_size
+    if sizes is None:
+        if top is None:
+            return DEFAULT_CAPTURE_SIZES
+        default = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+        return len([x for x in default if x <= top])
+    return len({x for x in sizes if top is None or x <= top})
+
+
+def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
+    """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
+    (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
+    snapshot and is measured instead (non-torch)."""
+    gib = 0.0
+    if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
+        if tp >= 2:
+            gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+        if pp >= 2:
+            gib += PP_INIT_GIB
+    return _gib(gib)
+
+
+def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
+    """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
+    plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
+    return _gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
+
+
+def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
+    """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
+    n = shape.num_layers
+    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)
+    skip = ("embedding", "lm_head")
+    return sum(b for g, b in w.by_group.items() if g not in skip)
+
+
+def _draft(
+    shape: ModelShape, settings: EngineSettings, tp: int, dtype_bytes: int, ep: int
+) -> tuple[int, list[LayerAttention]]:
+    """Drafter weights and its KV layers on the last PP stage (config/speculative.py).
+
+    MTP (``DeepSeekMTP`` and kin, model_executor/models/*_mtp.py): ``mtp_layers`` decoder layers
+    of the target plus ``eh_proj`` (2H → H) and two norms each, sharing the embedding and head;
+    each is one more attention layer in the KV cache. A draft model (EAGLE, draft_model): its
+    own weights at the target's TP and its own layers in the KV cache. N-gram look-up: none.
+    """
+    spec = settings.speculative
+    if spec is None or spec.method not in MTP_METHODS | DRAFT_MODEL_METHODS:
+        return 0, []
+    if spec.method in MTP_METHODS:
+        if shape.mtp_layers <= 0:
+            raise SettingsError(
+                f"--speculative-config: method {spec.method!r} needs MTP layers, and the "
+                "model config has none (num_nextn_predict_layers / mtp_num_hidden_layers)"
+            )
+        h = shape.hidden_size
+        extra = (2 * h * h + 2 * h) * dtype_bytes
+        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
+        return shape.mtp_layers * per, [shape.layers[-1]] * shape.mtp_layers
+    d = settings.draft_model
+    if d is None:
+        raise SettingsError(
+            f"--speculative-config: the draft model {spec.model!r} has no known config "
+            "(add it to the catalog or give its config)"
+        )
+    w = weight_breakdown(d, tp, 1, 0, dtype_bytes, d.quantization)
+    return w.total, list(d.layers)
+
+
+#: Rejection sampler (v1/sample/rejection_sampler.py, profiled by
+#: GPUModelRunner._dummy_sampler_run with speculative decoding): ``(k + R) × V`` fp32 logits.
+SPEC_LOGIT_BYTES = 4
+
+
 # --- the prediction --------------------------------------------------------------------------
 
 
@@ -392,7 +536,12 @@ def predict_startup(
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
-    hybrid = era not in (Era.V0, Era.V1_EARLY)
+    # config/vllm.py (0.20): --kv-transfer-config turns the hybrid KV-cache manager off
+    hybrid = era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer
+    spec = settings.speculative
+    k_spec = spec.num_speculative_tokens if spec is not None else 0
+    draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
+    graphs = capture_count(settings)
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
     requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
@@ -418,9 +567,15 @@ def predict_startup(
         samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
         if era is Era.V0 and last:
             samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
+        if last and k_spec:
+            samp += (k_spec + R) * shape.vocab_size * SPEC_LOGIT_BYTES
+        if last and draft_weights:
+            w = replace(w, by_group={**w.by_group, "drafter": draft_weights})
         act = max(fwd, samp) + moe
         nt = non_torch(era, tp, pp)
+        # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
         cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
+        cg = cg * graphs // DEFAULT_CAPTURE_SIZES
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
             avail = requested - (w.total + act) - (nt + _gib(CUDA_CONTEXT_GIB))
@@ -429,10 +584,15 @@ def predict_startup(
             avail = requested - consumed - act - (cg if rs.cg_in_budget else 0)
         else:
             avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)
+        rank_requested = requested
         if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
+            # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
+            # kv_cache_memory_bytes as is and skips the measurement; the utilization only
+            # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
+            rank_requested = requested - avail + settings.kv_cache_memory_bytes
             avail = settings.kv_cache_memory_bytes
         layout = kv_layout(
-            layers_on_rank(shape, pp, stage),
+            layers_on_rank(shape, pp, stage) + (draft_layers if last else []),
             tp,
             rs.kv_bytes,
             rs.dtype_bytes,
@@ -452,7 +612,7 @@ def predict_startup(
                     moe,
                     nt,
                     cg,
-                    requested,
+                    rank_requested,
                     avail,
                     layout,
                     blocks,
@@ -503,14 +663,22 @@ def predict_startup(
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
             )
     notes: list[str] = []
+    if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
+        # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
+        est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
+        if est_len > 0:
+            fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
+            p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
+            return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
     free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
-    if free_check and requested > total_bytes - _gib(CUDA_CONTEXT_GIB) - (
-        _gib(CUSTOM_ALLREDUCE_GIB) if tp > 1 else 0
-    ):
+    free = total_bytes - pre_snapshot_bytes(era, tp, pp)
+    if free_check and requested > free:
+        # v1/worker/utils.py::request_memory (0.11–0.33); GiB printed as round(x, 2)
         msg = (
-            f"Free memory on device ({_fmt_gib(total_bytes - _gib(CUDA_CONTEXT_GIB))}/"
-            f"{_fmt_gib(total_bytes)} GiB) on startup is less than desired GPU memory "
-            f"utilization ({rs.gpu_memory_utilization}, {_fmt_gib(requested)} GiB)."
+            f"Free memory on device cuda:0 ({round(free / GiB, 2)}/"
+            f"{round(total_bytes / GiB, 2)} GiB) on startup is less than desired GPU memory "
+            f"utilization ({rs.gpu_memory_utilization}, {round(requested / GiB, 2)} GiB). "
+            "Decrease GPU memory utilization or reduce GPU memory used by other processes."
         )
         if error is None:
             error = msg

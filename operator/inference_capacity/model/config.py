@@ -145,6 +145,7 @@ class _Decoder:
     router_scale: bool = False  # Gemma 4: router input scale (hidden) + per-expert scale
     layer_scalar: bool = False  # Gemma 4: one learned scalar per layer
     notes: list[str] = field(default_factory=list)
+    mtp_layers: int = 0  # num_nextn_predict_layers / mtp_num_hidden_layers (speculative only)
 
 
 def _rope_factor_len(cfg: _Cfg, model_type: str) -> int:
@@ -548,6 +549,7 @@ def _build(
         quantization=quant,
         is_multimodal=multimodal,
         notes=tuple(d.notes),
+        mtp_layers=d.mtp_layers,
     )
 
 
@@ -661,6 +663,7 @@ def _deepseek(c: _Cfg) -> _Decoder:
         )
         d.rope_fp32 = True
     if c.integer("num_nextn_predict_layers", 0):
+        d.mtp_layers = c.integer("num_nextn_predict_layers", 0)
         d.notes.append("MTP (next-n) layers are only loaded with speculative decoding; not counted")
     return d
 
@@ -881,6 +884,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
         partial = rope.get("partial_rotary_factor")
     d.rotary_dim = int(d.head_dim * float(partial if partial is not None else 1.0))
     if c.integer("mtp_num_hidden_layers", 0):
+        d.mtp_layers = c.integer("mtp_num_hidden_layers", 0)
         d.notes.append(
             "MTP layers (mtp_num_hidden_layers) are only loaded with speculative decoding; "
             "not counted"

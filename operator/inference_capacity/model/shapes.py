@@ -242,6 +242,7 @@ class ModelShape:
     quantization: Quantization | None = None
     is_multimodal: bool = False
     notes: tuple[str, ...] = field(default=())
+    mtp_layers: int = 0  # MTP (next-n) layers in the checkpoint, loaded only for speculation
 
     @property
     def num_parameters(self) -> int:
