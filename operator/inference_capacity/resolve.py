@@ -373,7 +373,7 @@ def resolve(
         running,
         tuple(conflicts),
         index,
-        tuple(dict.fromkeys(bad)),
+        tuple({u.name: u for u in reversed(bad)}.values())[::-1],
         tuple(notes),
     )
 
