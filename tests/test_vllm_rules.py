@@ -1,0 +1,216 @@
+"""vLLM's rules by version (research/vllm-fidelity-review.md): each test pins a number derived
+from the vLLM file/function cited next to the rule in engines/vllm.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from inference_capacity.engines.versions import Era, parse_version
+from inference_capacity.engines.vllm import (
+    EngineSettings,
+    GiB,
+    batch_defaults,
+    capture_count,
+    cuda_graph_estimate_applied,
+    distributed_init_bytes,
+    pre_snapshot_bytes,
+    predict_startup,
+)
+from inference_capacity.engines.vllm_flags import parse_speculative_config
+from inference_capacity.hardware import get_gpu
+from inference_capacity.ledger.ledger import max_utilization
+from inference_capacity.ledger.weights import lora_bytes
+from inference_capacity.model import load_model
+
+H100 = get_gpu("H100-SXM-80GB")
+H200 = get_gpu("H200-SXM-141GB")
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
+QWEN30B = load_model("Qwen/Qwen3-30B-A3B")
+
+
+def predict(shape=LLAMA8B, gpu=H100, tp=1, pp=1, **kw):  # type: ignore[no-untyped-def]
+    s = EngineSettings(**{"version": "0.19.0", "max_model_len": 16384, **kw})
+    return predict_startup(shape, gpu.total_bytes, gpu.name, tp, pp, s)
+
+
+# --- memory before the init snapshot (Worker.init_device, 0.11+) ----------------------------
+
+
+@pytest.mark.parametrize(
+    # 0.19.0 H100 DEBUG "init memory snapshot": cuda_memory at TP1, TP2, TP4, PP2
+    ("tp", "pp", "used_gib"),
+    [(1, 1, 0.51), (2, 1, 1.53), (4, 1, 2.07), (1, 2, 1.43)],
+)
+def test_pre_snapshot_memory_matches_the_019_logs(tp: int, pp: int, used_gib: float) -> None:
+    assert pre_snapshot_bytes(Era.V1_NO_CG, tp, pp) == pytest.approx(used_gib * GiB, abs=2)
+
+
+def test_pre_snapshot_before_011_is_the_context_only() -> None:
+    assert distributed_init_bytes(Era.V1_PRE_NCCL, 4, 1) == 0
+
+
+def test_tp4_at_098_does_not_start_with_vllms_error() -> None:
+    # free 79.19 − 2.07 = 77.12 GiB < ceil(0.98 × 79.19 GiB) = 77.61 GiB
+    # (v1/worker/utils.py::request_memory)
+    p = predict(tp=4, gpu_memory_utilization=0.98)
+    assert not p.starts
+    assert p.error == (
+        "Free memory on device cuda:0 (77.12/79.19 GiB) on startup is less than desired GPU "
+        "memory utilization (0.98, 77.61 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes."
+    )
+    # the largest utilization vLLM accepts at TP4: 77.12 / 79.19 = 0.9738
+    free = H100.total_bytes - pre_snapshot_bytes(Era.V1_NO_CG, 4, 1)
+    u_max = math.floor(free / H100.total_bytes * 10_000) / 10_000
+    assert u_max == 0.9738
+    assert predict(tp=4, gpu_memory_utilization=u_max).starts
+    assert not predict(tp=4, gpu_memory_utilization=u_max + 0.0002).starts
+
+
+def test_the_safe_utilization_leaves_the_pre_snapshot_memory() -> None:
+    p = predict(tp=4, gpu_memory_utilization=0.9)
+    u = max_utilization(p, 0.0)
+    assert u * H100.total_bytes <= H100.total_bytes - pre_snapshot_bytes(Era.V1_NO_CG, 4, 1)
+
+
+# --- kv-cache-memory-bytes (gpu_worker.py::determine_available_memory, 0.11+) ---------------
+
+
+def test_kv_cache_memory_bytes_replaces_the_budget() -> None:
+    p = predict(kv_cache_memory_bytes=20_000_000_000, gpu_memory_utilization=0.5)
+    r = p.ranks[0]
+    assert r.available_kv == 20_000_000_000
+    assert p.num_gpu_blocks == 20_000_000_000 // (2 * 2**20) == 9536
+    # vLLM holds the non-KV terms plus N, whatever the utilization
+    q = predict(gpu_memory_utilization=0.5)
+    assert r.requested == q.ranks[0].requested - q.ranks[0].available_kv + 20_000_000_000
+
+
+# --- LoRA on fused MoE (lora/layers/fused_moe.py::FusedMoEWithLoRA) -------------------------
+
+
+def test_moe_lora_slot() -> None:
+    # Qwen3-30B-A3B: 48 MoE layers × 128 experts × rank 16 × (3 × 2048 + 3 × 768) × 2 B per slot
+    moe = 48 * 128 * 16 * (3 * 2048 + 3 * 768) * 2
+    assert moe / GiB == pytest.approx(1.547, abs=0.001)  # the review's ≈1.55 GiB per slot
+    dense = sum(
+        16 * sum(t.shape_per_rank(1)) * 2
+        for t in QWEN30B.tensors
+        if t.quantizable and t.experts == 1
+    )
+    assert lora_bytes(QWEN30B, 1, range(48), 1, 16, 2) == moe + dense
+    # expert parallel over 2 ranks: 64 experts each, whole (not TP-split)
+    moe_ep = 48 * 64 * 16 * (3 * 2048 + 3 * 768) * 2
+    assert lora_bytes(QWEN30B, 2, range(48), 1, 16, 2, ep=2) - moe_ep == sum(
+        16 * sum(t.shape_per_rank(2)) * 2
+        for t in QWEN30B.tensors
+        if t.quantizable and t.experts == 1
+    )
+
+
+# --- speculative decoding ----------------------------------------------------------------------
+
+
+def test_rejection_sampler_logits() -> None:
+    spec = parse_speculative_config('{"method": "ngram", "num_speculative_tokens": 4}')
+    a = predict(max_num_seqs=1024)
+    b = predict(max_num_seqs=1024, speculative=spec)
+    # (k + R) × V fp32 logits on the last rank (v1/sample/rejection_sampler.py)
+    assert b.ranks[0].sampler_peak - a.ranks[0].sampler_peak == (4 + 1024) * 128256 * 4
+
+
+def test_mtp_layers_add_weights_and_kv() -> None:
+    v3 = load_model("deepseek-ai/DeepSeek-V3")
+    assert v3.mtp_layers == 1
+    spec = parse_speculative_config('{"method": "deepseek_mtp", "num_speculative_tokens": 1}')
+    a = predict(v3, H200, tp=8, max_model_len=8192)
+    b = predict(v3, H200, tp=8, max_model_len=8192, speculative=spec)
+    # one more MLA layer in every block: 61 → 62 layers of (512 + 64) × 2 B × 16 tokens
+    assert a.ranks[0].layout.bytes_per_block == 61 * 576 * 2 * 16
+    assert b.ranks[0].layout.bytes_per_block == 62 * 576 * 2 * 16
+    assert b.ranks[-1].weights.by_group["drafter"] > 0
+
+
+# --- versions: V2 runner, CUDA-graph estimate, batch defaults ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "v2", "rocm", "applied"),
+    [
+        ("0.19.0", False, False, True),
+        ("0.17.1", False, False, False),  # before profile_cudagraph_memory (0.18)
+        ("0.23.0", True, False, False),  # V2 runner returns 0 in 0.21–0.28
+        ("0.28.0", True, False, False),
+        ("0.30.0", True, False, True),  # implemented by 0.30 (PR #49233)
+        ("0.23.0", False, False, True),
+        ("0.25.0", False, True, False),  # ROCm: is_cuda() through 0.25
+        ("0.26.0", False, True, True),  # is_cuda_alike() from 0.26
+    ],
+)
+def test_cuda_graph_estimate_exceptions(version: str, v2: bool, rocm: bool, applied: bool) -> None:
+    assert cuda_graph_estimate_applied(parse_version(version), v2, rocm) is applied
+
+
+def test_v2_runner_defaults_by_version() -> None:
+    qwen25 = load_model("Qwen/Qwen2.5-7B-Instruct")
+    v2lite = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    # 0.23: Llama/Mistral/Qwen3 dense only
+    assert predict(version="0.23.0").settings.v2_runner
+    assert not predict(qwen25, version="0.23.0").settings.v2_runner
+    # 0.25: every dense non-hybrid model, and DeepseekV2 (config/vllm.py, 0.25.0)
+    assert predict(qwen25, version="0.25.0").settings.v2_runner
+    assert predict(v2lite, version="0.25.0").settings.v2_runner
+    assert not predict(QWEN30B, version="0.25.0").settings.v2_runner
+
+
+def test_big_gpu_batch_tier_from_028() -> None:
+    # EngineArgs.get_batch_defaults: the ≥ 160 GiB tier first appears in 0.28
+    b200 = get_gpu("B200-180GB")
+    v = parse_version
+    assert batch_defaults(v("0.27.1"), Era.V1_CONSUMED, b200.total_bytes, b200.name, "api") == (
+        8192,
+        1024,
+    )
+    assert batch_defaults(v("0.28.0"), Era.V1_CONSUMED, b200.total_bytes, b200.name, "api") == (
+        16384,
+        1024,
+    )
+
+
+def test_performance_mode_throughput_doubles_the_batch() -> None:
+    v = parse_version("0.33.0")
+    t, r = batch_defaults(v, Era.V1_CONSUMED, H100.total_bytes, H100.name, "api")
+    assert batch_defaults(v, Era.V1_CONSUMED, H100.total_bytes, H100.name, "api", "throughput") == (
+        2 * t,
+        2 * r,
+    )
+
+
+def test_capture_sizes() -> None:
+    base = EngineSettings()
+    assert capture_count(base) == 51
+    assert capture_count(replace(base, cudagraph_capture_sizes=(1, 2, 4, 8))) == 4
+    # [1, 2, 4] + 8..248 step 8 (31) + 256 = 35 sizes up to 256
+    assert capture_count(replace(base, max_cudagraph_capture_size=256)) == 35
+    a = predict(version="0.20.0")
+    b = predict(version="0.20.0", cudagraph_capture_sizes=(1, 2, 4, 8))
+    assert b.ranks[0].cuda_graph == a.ranks[0].cuda_graph * 4 // 51
+
+
+def test_estimate_env_var_off() -> None:
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 on 0.20: graphs back in the margin
+    a = predict(version="0.20.0")
+    b = predict(version="0.20.0", estimate_cuda_graphs=False)
+    assert a.settings.cg_in_budget and not b.settings.cg_in_budget
+    assert b.ranks[0].available_kv - a.ranks[0].available_kv == a.ranks[0].cuda_graph
+
+
+def test_kv_transfer_turns_the_hybrid_manager_off() -> None:
+    gemma = load_model("google/gemma-2-9b-it")
+    a = predict(gemma, max_model_len=8192)
+    b = predict(gemma, max_model_len=8192, kv_transfer=True)
+    assert a.ranks[0].layout.num_groups == 2
+    assert b.ranks[0].layout.num_groups == 1  # every layer as full attention
