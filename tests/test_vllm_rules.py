@@ -214,3 +214,108 @@ def test_kv_transfer_turns_the_hybrid_manager_off() -> None:
     b = predict(gemma, max_model_len=8192, kv_transfer=True)
     assert a.ranks[0].layout.num_groups == 2
     assert b.ranks[0].layout.num_groups == 1  # every layer as full attention
+
+
+# --- hybrid Mamba cache modes (models/config.py::MambaModelConfig) ---------------------------
+
+NANO = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+#: Nemotron-3-Nano per layer: attention 2 KV heads × 128 × 2 (K, V) × 2 B = 1024 B per token;
+#: Mamba2 state: conv (64·64 + 2·8·128) × 3 × 2 B + SSM 64 × 64 × 128 × 4 B (fp32 cache dtype)
+NANO_ATTN_TOKEN = 2 * 128 * 2 * 2
+NANO_MAMBA = (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4
+
+
+def test_nemotron_nano_all_mode_at_020() -> None:
+    p = predict(NANO, version="0.20.0", gpu_memory_utilization=0.85, max_model_len=262144)
+    layout = p.ranks[0].layout
+    # "all" mode: B a multiple of lcm(chunk_size 128, 16) with B × 1024 ≥ the Mamba page
+    block = 128 * math.ceil(NANO_MAMBA / (128 * NANO_ATTN_TOKEN))
+    assert block == layout.block_size == 2176
+    # 23 Mamba + 6 attention layers: group size 6, 4 Mamba groups + 1 attention group, each
+    # holding cdiv(262144, 2176) = 121 blocks per request
+    assert layout.num_groups == 5
+    per_request = 6 * block * NANO_ATTN_TOKEN * 5 * math.ceil(262144 / block)
+    assert round(per_request / GiB, 2) == 7.53  # the review's "needs 7.53 GiB"
+    assert not p.starts and "(7.53 GiB KV cache is needed" in (p.error or "")
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / (5 * 121))
+
+
+def test_nemotron_nano_align_mode_from_030_and_none_without_prefix_caching() -> None:
+    # "align" (0.30+): B a multiple of 16 only, 2 state blocks per request per Mamba group
+    p = predict(NANO, version="0.30.0", max_model_len=262144)
+    block = 16 * math.ceil(NANO_MAMBA / (16 * NANO_ATTN_TOKEN))
+    assert p.ranks[0].layout.block_size == block == 2096
+    need = math.ceil(262144 / block) + 4 * 2
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / need)
+    # 0.33: a prefill checkpoint block more
+    q = predict(NANO, version="0.33.0", max_model_len=262144)
+    assert q.max_concurrency == pytest.approx(q.num_gpu_blocks / (need + 4))
+    # --no-enable-prefix-caching: "none", one block
+    r = predict(NANO, version="0.20.0", max_model_len=262144, enable_prefix_caching=False)
+    assert r.ranks[0].layout.block_size == 2096
+    assert r.max_concurrency == pytest.approx(r.num_gpu_blocks / (math.ceil(262144 / 2096) + 4))
+
+
+# --- unequal page sizes (kv_cache_utils.py::unify_kv_cache_spec_page_size) -------------------
+
+
+def test_gemma4_full_layers_hold_more_tokens_per_block() -> None:
+    g4 = load_model("google/gemma-4-26B-A4B")
+    p = predict(g4, version="0.33.0", max_model_len=262144)
+    layout = p.ranks[0].layout
+    # sliding: 8 KV heads × 256 × 2 × 2 B = 8192 B per token; full: 2 × 512 × 2 × 2 B = 4096 B,
+    # so a full-layer block holds 16 × 8192 / 4096 = 32 tokens in the same 128 KiB page
+    blocks = {g.kind.value: g.block_size for g in layout.groups}
+    assert blocks == {"sliding": 16, "full": 32}
+    assert {g.page_bytes for g in layout.groups} == {16 * 8192}
+    sliding_groups = sum(1 for g in layout.groups if g.kind.value == "sliding")
+    T = p.settings.max_num_batched_tokens
+    sliding = math.ceil(min(1024 - 1 + 2 * T, 262144) / 16) + 1
+    need = sliding_groups * sliding + math.ceil(262144 / 32)
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / need)
+
+
+# --- block size chosen by the attention backend (MLA) ----------------------------------------
+
+V2LITE = load_model("deepseek-ai/DeepSeek-V2-Lite")
+
+
+@pytest.mark.parametrize(
+    ("version", "gpu", "kv", "block"),
+    [
+        ("0.13.0", "H100-SXM-80GB", "auto", 64),  # FlashMLA on Hopper (cuda.py, ≤ 0.17)
+        ("0.13.0", "B200-180GB", "auto", 128),  # CUTLASS MLA on Blackwell
+        ("0.19.0", "H100-SXM-80GB", "auto", 16),  # FlashAttention-MLA keeps 16 (0.19 log)
+        ("0.19.0", "H100-SXM-80GB", "fp8", 64),  # fp8 KV → FlashMLA
+        ("0.19.0", "B200-180GB", "auto", 32),  # FlashInfer-MLA
+        ("0.19.0", "MI300X", "auto", 64),  # ROCm AITER MLA
+        ("0.19.0", "A100-SXM-80GB", "auto", 16),
+    ],
+)
+def test_mla_block_size(version: str, gpu: str, kv: str, block: int) -> None:
+    g = get_gpu(gpu)
+    p = predict(V2LITE, g, version=version, kv_cache_dtype=kv, max_model_len=8192)
+    assert p.settings.block_size == block
+    # the pool does not change, the block count does: (512 + 64) × kv bytes × 27 layers × B
+    kvb = 1 if kv == "fp8" else 2
+    assert p.ranks[0].layout.bytes_per_block == 27 * 576 * kvb * block
+
+
+def test_dense_models_keep_16() -> None:
+    assert predict(version="0.13.0").settings.block_size == 16
+
+
+# --- KV dtype resolution (utils/torch_utils.py::get_kv_cache_quant_algo_string) ---------------
+
+
+def test_auto_kv_dtype_resolution() -> None:
+    from inference_capacity.engines.vllm import resolve_kv_cache_dtype
+    from inference_capacity.model.shapes import Quantization
+
+    ct = replace(LLAMA8B, quantization=Quantization("compressed-tensors", 8, kv_cache_fp8=True))
+    mo = replace(LLAMA8B, quantization=Quantization("fp8", 8, kv_cache_fp8=True))
+    v = parse_version
+    assert resolve_kv_cache_dtype(v("0.33.0"), ct, "auto") == "auto"  # not resolved
+    assert resolve_kv_cache_dtype(v("0.15.1"), mo, "auto") == "fp8"  # ModelOpt from 0.15
+    assert resolve_kv_cache_dtype(v("0.13.0"), mo, "auto") == "auto"  # not at all before
+    assert resolve_kv_cache_dtype(v("0.13.0"), ct, "fp8") == "fp8"

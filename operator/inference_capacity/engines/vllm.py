@@ -11,6 +11,7 @@ constant says where it comes from. ``benchmarks/accuracy.py`` measures the resul
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, layers_on_rank
@@ -286,6 +287,55 @@ def batch_defaults(
     return T, R
 
 
+def _gpu_family(gpu_name: str) -> str:
+    n = gpu_name.upper()
+    if n.startswith(("H100", "H200", "H20", "H800", "GH200")):
+        return "hopper"
+    if n.startswith(("B200", "B100", "GB200", "B300", "GB300")):
+        return "blackwell"
+    if n.startswith("MI") or "AMD" in n:
+        return "rocm"
+    return "other"
+
+
+def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str) -> int:
+    """The KV block size vLLM picks without ``--block-size``: 16, except where the attention
+    backend for MLA wants another.
+
+    * 0.11–0.17 (``platforms/cuda.py::CudaPlatform.check_and_update_config``): FlashMLA on
+      Hopper 64, CUTLASS MLA on Blackwell 128;
+    * 0.18+ (``update_block_size_for_backend``): FlashAttention-MLA on Hopper keeps 16 (the
+      0.19.0 DeepSeek-V2-Lite H100 log shows 16), MLA with an fp8 KV cache takes FlashMLA: 64;
+      FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
+    """
+    if not any(layer.kind is AttnKind.MLA for layer in shape.layers):
+        return 16
+    family = _gpu_family(gpu_name)
+    if (0, 11, 0) <= v.key < (0, 18, 0):
+        return {"hopper": 64, "blackwell": 128}.get(family, 16)
+    if v.key >= (0, 18, 0):
+        if family == "rocm":
+            return 64
+        if family == "blackwell":
+            return 32
+        if family == "hopper" and kv_cache_dtype.startswith("fp8"):
+            return 64
+    return 16
+
+
+def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
+    """``--kv-cache-dtype auto`` (utils/torch_utils.py::get_kv_cache_quant_algo_string): the
+    checkpoint's KV quantization is taken only for ModelOpt checkpoints (``kv_cache_quant_algo``)
+    from 0.15; a compressed-tensors ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``, and
+    0.11–0.13 resolve nothing (the model dtype)."""
+    q = shape.quantization
+    if requested != "auto" or q is None or not q.kv_cache_fp8:
+        return requested
+    if q.method == "compressed-tensors" or v.key < (0, 15, 0):
+        return "auto"
+    return "fp8"
+
+
 def resolve_settings(
     shape: ModelShape, total_bytes: int, gpu_name: str, s: EngineSettings
 ) -> ResolvedSettings:
@@ -343,15 +393,13 @@ def resolve_settings(
         )
     B = s.block_size
     if B is None:
-        B = 16
+        B = default_block_size(v, shape, gpu_name, s.kv_cache_dtype)
         used.append("block_size")
     if B <= 0 or B & (B - 1):
         raise SettingsError(f"block_size must be a power of two, got {B}")
     dtype = resolve_dtype(shape.dtype, s.dtype)
     dtype_bytes = DTYPE_BYTES[dtype]
-    kv_dt = s.kv_cache_dtype
-    if kv_dt == "auto" and shape.quantization is not None and shape.quantization.kv_cache_fp8:
-        kv_dt = "fp8"
+    kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
     cudagraphs = (
         not s.enforce_eager
@@ -509,6 +557,70 @@ def _draft(
 SPEC_LOGIT_BYTES = 4
 
 
+#: Models implementing ``SupportsMambaPrefixCaching`` (vLLM models/*.py, 0.15–0.29): with
+#: prefix caching on they cache Mamba state in "all" mode.
+MAMBA_ALL_MODE_ARCHS = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "Mamba2ForCausalLM",
+        "BambaForCausalLM",
+        "JambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "FalconH1ForCausalLM",
+    }
+)
+#: Hopper + FlashInfer GDN prefill aligns GDN hybrids' block size to 64 tokens (0.33:
+#: platforms/interface.py::_align_hybrid_block_size; block 1088 instead of 1056).
+GDN_HOPPER_ALIGN = 64
+
+
+def mamba_cache_mode(v: Version, shape: ModelShape, prefix_caching: bool | None) -> str:
+    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig):
+
+    * "none": one state block per request (+ speculative) — prefix caching off, or before 0.15
+      (prefix caching was disabled for hybrid models);
+    * "all": 0.15–0.29 for ``SupportsMambaPrefixCaching`` models with prefix caching on
+      (the default): a state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group, B a
+      multiple of ``lcm(chunk_size, 16)``; the 0.28–0.29 wheels were not read (the review
+      brackets the switch to "align" by 0.30);
+    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) from 0.15, and every hybrid from 0.30:
+      2 blocks (+ speculative), 3 from 0.33 (a prefill checkpoint block).
+    """
+    if not any(layer.kind is AttnKind.MAMBA for layer in shape.layers):
+        return "none"
+    if prefix_caching is False or v.key < (0, 15, 0):
+        return "none"
+    if v.key < (0, 30, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+        return "all"
+    return "align"
+
+
+def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name: str) -> int:
+    """The unit the hybrid block size is raised in (kv_layout ``align``)."""
+    if mode == "all":
+        chunk = max(
+            (layer.mamba.chunk_size for layer in shape.layers if layer.mamba is not None),
+            default=0,
+        )
+        return math.lcm(chunk, block) if chunk else block
+    gdn = shape.model_type.startswith(("qwen3_5", "qwen3_next"))
+    hopper = gpu_name.upper().startswith(("H100", "H200", "H20", "H800", "GH200"))
+    if gdn and hopper and v.key >= (0, 33, 0):
+        return math.lcm(GDN_HOPPER_ALIGN, block)
+    return block
+
+
+def mamba_blocks_per_request(mode: str, v: Version, L: int, block: int, k_spec: int) -> int:
+    """State blocks one request holds per Mamba group (kv_cache_interface.py::
+    MambaSpec.max_memory_usage_bytes by mode)."""
+    if mode == "all":
+        return math.ceil(L / block)
+    if mode == "align":
+        return 2 + k_spec + (1 if v.key >= (0, 33, 0) else 0)
+    return 1 + k_spec
+
+
 # --- the prediction --------------------------------------------------------------------------
 
 
@@ -542,6 +654,8 @@ def predict_startup(
     k_spec = spec.num_speculative_tokens if spec is not None else 0
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     graphs = capture_count(settings)
+    mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)
+    align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
     requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
@@ -598,6 +712,7 @@ def predict_startup(
             rs.dtype_bytes,
             rs.block_size,
             hybrid_manager=hybrid,
+            align=align,
         )
         blocks = layout.num_blocks(avail)
         for t in range(tp):
@@ -624,7 +739,12 @@ def predict_startup(
     layout = br.layout
     L = rs.max_model_len
     in_flight = T * (2 if rs.version.key >= (0, 26, 0) else 1)
-    need = layout.blocks_per_request(L, in_flight, 2 if rs.version.key >= (0, 27, 0) else 1)
+    B = layout.block_size
+
+    def mamba_blocks(length: int) -> int:
+        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec)
+
+    need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
     if layout.bytes_per_block == 0:
         conc, tokens = 0.0, 0
     elif era is Era.V0:
@@ -648,13 +768,13 @@ def predict_startup(
             + " GiB). Try increasing gpu_memory_utilization."
         )
     else:
-        needed = layout.bytes_for_request(L, in_flight)
+        needed = layout.bytes_for_request(L, in_flight, mamba_blocks(L))
         if era is Era.V0:
             fits = num_blocks * layout.block_size >= L
         else:
             fits = needed <= br.available_kv
         if not fits:
-            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
+            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
             error = (
                 f"To serve at least one request with the model's max seq len ({L}), "
                 f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
@@ -665,7 +785,7 @@ def predict_startup(
     notes: list[str] = []
     if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
         # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
-        est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
+        est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
         if est_len > 0:
             fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
@@ -704,11 +824,17 @@ def v_supports_kv_bytes(v: Version) -> bool:
     return v.key >= (0, 11, 0)
 
 
-def _max_len_that_fits(layout: KvLayout, available: int, L: int, in_flight: int) -> int:
+def _max_len_that_fits(
+    layout: KvLayout,
+    available: int,
+    L: int,
+    in_flight: int,
+    mamba_blocks: Callable[[int], int] = lambda _: 1,
+) -> int:
     lo, hi = 0, L
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if layout.bytes_for_request(mid, in_flight) <= available:
+        if layout.bytes_for_request(mid, in_flight, mamba_blocks(mid)) <= available:
             lo = mid
         else:
             hi = mid - 1

@@ -112,8 +112,12 @@ def kv_layout(
     model_dtype_bytes: int,
     block_size: int,
     hybrid_manager: bool = True,
+    align: int | None = None,
 ) -> KvLayout:
     """Group this rank's layers as vLLM does and size one block.
+
+    ``align``: the unit a hybrid model's block size is raised in (default ``block_size``);
+    Mamba "all" prefix-caching mode needs multiples of ``lcm(chunk_size, block_size)``.
 
     ``hybrid_manager`` False (V0, or vLLM before the hybrid allocator): every attention layer is
     treated as full attention with one shared block table.
@@ -153,7 +157,8 @@ def kv_layout(
     if mamba_page and attn_1tok:
         # platforms/interface.py::_align_hybrid_block_size: raise the attention block size until
         # an attention page is at least a Mamba page; pad the Mamba page to it
-        needed = block_size * cdiv(mamba_page, block_size * attn_1tok)
+        unit = align or block_size
+        needed = unit * cdiv(mamba_page, unit * attn_1tok)
         block = max(block, needed)
     if len(by_kind) == 1:
         (kind, window), members = next(iter(by_kind.items()))
@@ -171,10 +176,17 @@ def kv_layout(
     group_size = hi if hi < 1.5 * lo else lo  # kv_cache_utils: the 1.5 rule (0.21+)
     groups: list[KvGroup] = []
     for (kind, window), members in by_kind.items():
+        # kv_cache_utils.py::unify_kv_cache_spec_page_size: a layer with a smaller page holds
+        # proportionally more tokens per block (Gemma-4: full layers 2 × 512 vs sliding
+        # 8 × 256 heads, so full blocks hold 32 tokens where sliding ones hold 16)
+        tok = max(layer.token_bytes(tp, kv_bytes) for layer in members)
+        g_block = block
+        if kind is not AttnKind.MAMBA and tok and attn_1tok % tok == 0:
+            g_block = block * (attn_1tok // tok)
         for start in range(0, len(members), group_size):
             n = min(group_size, len(members) - start)
             groups.append(
-                KvGroup(kind, n, page, block, window, mamba_page if kind is AttnKind.MAMBA else 0)
+                KvGroup(kind, n, page, g_block, window, mamba_page if kind is AttnKind.MAMBA else 0)
             )
     return KvLayout(tuple(groups), group_size, page * group_size, block, token_bytes, state)
 

@@ -789,6 +789,7 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         ssm_state=state,
         ssm_dtype_bytes=4 if ssm_dtype == "float32" else None,
         groups=ngroups,
+        chunk_size=c.integer("chunk_size", 0) or c.integer("mamba_chunk_size", 0),
     )
     kinds: list[AttnKind] = []
     for i, ch in enumerate(pattern):
