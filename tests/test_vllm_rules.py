@@ -319,3 +319,37 @@ def test_auto_kv_dtype_resolution() -> None:
     assert resolve_kv_cache_dtype(v("0.15.1"), mo, "auto") == "fp8"  # ModelOpt from 0.15
     assert resolve_kv_cache_dtype(v("0.13.0"), mo, "auto") == "auto"  # not at all before
     assert resolve_kv_cache_dtype(v("0.13.0"), ct, "fp8") == "fp8"
+
+
+# --- in-flight tokens, chunked-local layers, batch validation --------------------------------
+
+
+def test_in_flight_tokens() -> None:
+    from inference_capacity.engines.vllm import in_flight_tokens
+
+    v = parse_version
+    T = 8192
+    assert in_flight_tokens(v("0.25.0"), T, 1, False, None) == T
+    assert in_flight_tokens(v("0.26.0"), T, 1, False, None) == 2 * T  # V1 async, PP 1
+    assert in_flight_tokens(v("0.26.0"), T, 4, False, None) == 4 * T  # V1 async, PP 4: pp
+    assert in_flight_tokens(v("0.33.0"), T, 2, True, None) == 3 * T  # V2 async: pp + 1
+    assert in_flight_tokens(v("0.33.0"), T, 2, True, False) == 2 * T  # no async: pp
+
+
+def test_llama4_chunked_layers_as_full_on_011_to_013() -> None:
+    scout = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    old = predict(scout, H200, tp=4, version="0.13.0", max_model_len=131072)
+    new = predict(scout, H200, tp=4, version="0.14.0", max_model_len=131072)
+    assert {g.kind.value for g in old.ranks[0].layout.groups} == {"full"}
+    assert "chunked" in {g.kind.value for g in new.ranks[0].layout.groups}
+    opt_in = predict(
+        scout, H200, tp=4, version="0.13.0", max_model_len=131072, chunked_local_hybrid=True
+    )
+    assert "chunked" in {g.kind.value for g in opt_in.ranks[0].layout.groups}
+
+
+def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
+    from inference_capacity.engines.vllm import SettingsError
+
+    with pytest.raises(SettingsError, match=r"max_num_batched_tokens \(256\) must be greater"):
+        predict(max_num_batched_tokens=256, max_num_seqs=512)

@@ -332,6 +332,9 @@ def resolve(
         cudagraph_capture_sizes=captures,
         max_cudagraph_capture_size=top_capture,
         auto_max_model_len=auto_len,
+        async_scheduling=_bool_flag(running, "async-scheduling"),
+        chunked_local_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
+        in ("1", "true"),
         allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true"),
     )
     workload = None

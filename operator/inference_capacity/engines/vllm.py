@@ -114,6 +114,8 @@ class EngineSettings:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
     auto_max_model_len: bool = False  # --max-model-len -1
+    async_scheduling: bool | None = None  # None: vLLM's default (on from 0.26)
+    chunked_local_hybrid: bool | None = None  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN
 
 
@@ -386,6 +388,11 @@ def resolve_settings(
         T = min(T, R * L)
     if T <= 0:
         raise SettingsError(f"max_num_batched_tokens must be >= 1, got {T}")
+    if s.max_num_seqs is not None and s.max_num_batched_tokens is not None and T < R:
+        # config/scheduler.py::SchedulerConfig verification (0.11–0.33)
+        raise SettingsError(
+            f"max_num_batched_tokens ({T}) must be greater than or equal to max_num_seqs ({R})."
+        )
     if era is not Era.V0 and s.enable_chunked_prefill is False and T < L:
         raise SettingsError(
             f"max_num_batched_tokens ({T}) is smaller than max_model_len ({L}) with chunked "
@@ -621,6 +628,40 @@ def mamba_blocks_per_request(mode: str, v: Version, L: int, block: int, k_spec: 
     return 1 + k_spec
 
 
+def in_flight_tokens(
+    v: Version, T: int, pp: int, v2_runner: bool, async_scheduling: bool | None
+) -> int:
+    """Tokens a sliding/chunked layer must hold beyond its window: from 0.26
+    ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T``, with pp + 1 batches for
+    the V2 runner with async scheduling, 2 for the V1 runner with async scheduling at PP 1, and
+    pp otherwise (async scheduling is on by default from 0.26); before 0.26, T."""
+    if v.key < (0, 26, 0):
+        return T
+    on = True if async_scheduling is None else async_scheduling
+    if on:
+        batches = pp + 1 if v2_runner else (2 if pp == 1 else pp)
+    else:
+        batches = pp
+    return batches * T
+
+
+def _cached_layers(
+    shape: ModelShape, pp: int, stage: int, v: Version, settings: EngineSettings
+) -> list[LayerAttention]:
+    """The stage's layers as vLLM caches them. 0.11–0.13: chunked-local layers (Llama 4) are
+    cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
+    (vllm/envs.py default "0" in those versions)."""
+    layers = layers_on_rank(shape, pp, stage)
+    if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
+        layers = [
+            replace(layer, kind=AttnKind.FULL, window=0)
+            if layer.kind is AttnKind.CHUNKED
+            else layer
+            for layer in layers
+        ]
+    return layers
+
+
 # --- the prediction --------------------------------------------------------------------------
 
 
@@ -648,9 +689,14 @@ def predict_startup(
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
-    # config/vllm.py (0.20): --kv-transfer-config turns the hybrid KV-cache manager off
-    hybrid = era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer
     spec = settings.speculative
+    chunked = any(layer.kind is AttnKind.CHUNKED for layer in shape.layers)
+    eagle = spec is not None and spec.method in ("eagle", "eagle3")
+    # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
+    # the hybrid KV-cache manager off
+    hybrid = (
+        era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer and not (chunked and eagle)
+    )
     k_spec = spec.num_speculative_tokens if spec is not None else 0
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     graphs = capture_count(settings)
@@ -706,7 +752,7 @@ def predict_startup(
             rank_requested = requested - avail + settings.kv_cache_memory_bytes
             avail = settings.kv_cache_memory_bytes
         layout = kv_layout(
-            layers_on_rank(shape, pp, stage) + (draft_layers if last else []),
+            _cached_layers(shape, pp, stage, rs.version, settings) + (draft_layers if last else []),
             tp,
             rs.kv_bytes,
             rs.dtype_bytes,
@@ -738,7 +784,7 @@ def predict_startup(
     num_blocks = br.num_blocks
     layout = br.layout
     L = rs.max_model_len
-    in_flight = T * (2 if rs.version.key >= (0, 26, 0) else 1)
+    in_flight = in_flight_tokens(rs.version, T, pp, rs.v2_runner, settings.async_scheduling)
     B = layout.block_size
 
     def mamba_blocks(length: int) -> int:

@@ -83,6 +83,7 @@ MODELLED_FLAGS: Final = frozenset(
         "enable-chunked-prefill",
         "no-enable-chunked-prefill",
         "async-scheduling",
+        "no-async-scheduling",
         "load-format",
         "lora-dtype",
     }
@@ -246,7 +247,6 @@ REFUSED_FLAGS: Final[Mapping[str, str]] = {
     "convert": "converts the model to a pooling model (not modelled)",
     "model-impl": "the Transformers backend has other memory (not modelled)",
     "gpu-memory-utilization-override": "not a vLLM flag the ledger knows",
-    "no-async-scheduling": "synchronous scheduling changes in-flight tokens (not modelled)",
     "ubatch-size": "micro-batching (not modelled)",
     "disable-custom-all-reduce": "changes the memory taken before vLLM's snapshot (not modelled)",
 }
@@ -307,6 +307,7 @@ MODELLED_ENV: Final = frozenset(
         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
         "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         "VLLM_USE_V1",
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
     }
 )
 #: ``VLLM_*`` variables known not to move memory (vllm/envs.py, 0.11–0.33).
