@@ -23,7 +23,8 @@ from inference_capacity.engines.vllm_flags import parse_speculative_config
 from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.ledger import max_utilization
 from inference_capacity.ledger.weights import lora_bytes
-from inference_capacity.model import load_model
+from inference_capacity.model import catalog_names, load_model
+from inference_capacity.planner import PlanInput, make_plan
 
 H100 = get_gpu("H100-SXM-80GB")
 H200 = get_gpu("H200-SXM-141GB")
@@ -353,3 +354,20 @@ def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
 
     with pytest.raises(SettingsError, match=r"max_num_batched_tokens \(256\) must be greater"):
         predict(max_num_batched_tokens=256, max_num_seqs=512)
+
+
+# --- every architecture of the catalog (shared/data/model-configs) plans ---------------------
+
+
+@pytest.mark.parametrize("name", catalog_names())
+def test_every_catalog_architecture_plans(name: str) -> None:
+    m = load_model(name)
+    tp = 1
+    while True:  # the smallest power-of-two TP at which vLLM starts, up to 8
+        s = EngineSettings(max_model_len=min(8192, m.derived_max_model_len))
+        p = make_plan(PlanInput(model=m, gpu=H200, tp=tp, engine=s))
+        if p.prediction.starts or tp == 8:
+            break
+        tp *= 2
+    assert p.prediction.starts, p.prediction.error
+    assert all(rl.total == H200.total_bytes for rl in p.ledger)
