@@ -371,3 +371,27 @@ def test_every_catalog_architecture_plans(name: str) -> None:
         tp *= 2
     assert p.prediction.starts, p.prediction.error
     assert all(rl.total == H200.total_bytes for rl in p.ledger)
+
+
+# --- KV page layouts with scales (v1/kv_cache_interface.py, 0.33) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("kv", "per_layer_token"),
+    [
+        ("fp8", 8 * 256),  # 8 KV heads × (128 + 128) × 1 B
+        ("fp8_per_token_head", 8 * 256 + 2 * 8 * 4),  # + one fp32 scale per head for K and V
+        ("int8_per_token_head", 8 * 256 + 2 * 8 * 4),
+        ("nvfp4", 8 * 256 // 2 + 8 * 256 // 16),  # 4-bit values + an fp8 scale per 16
+    ],
+)
+def test_kv_formats_dense(kv: str, per_layer_token: int) -> None:
+    p = predict(version="0.33.0", kv_cache_dtype=kv)
+    assert p.ranks[0].layout.bytes_per_block == 32 * per_layer_token * 16
+
+
+def test_fp8_ds_mla() -> None:
+    p = predict(V2LITE, version="0.33.0", kv_cache_dtype="fp8_ds_mla", max_model_len=8192)
+    # 656 B per token and layer; an fp8 MLA cache takes FlashMLA's 64-token blocks on Hopper
+    assert p.settings.block_size == 64
+    assert p.ranks[0].layout.bytes_per_block == 27 * 656 * 64

@@ -24,7 +24,7 @@ from .engines.vllm import (
     predict_startup,
 )
 from .hardware import Gpu
-from .ledger.kv import kv_bytes_per_token
+from .ledger.kv import kv_bytes_per_token, kv_token_format
 from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
 from .sizing.rollout import RolloutPlan, plan_rollout
@@ -320,6 +320,7 @@ def make_plan(inp: PlanInput) -> Plan:
             + (f" ({seqs.message})" if seqs is not None else "")
         )
     kvb = rs.kv_bytes
+    kv_format = kv_token_format(rs.kv_cache_dtype)
     return Plan(
         input=inp,
         prediction=pred,
@@ -329,7 +330,12 @@ def make_plan(inp: PlanInput) -> Plan:
         fits=fits,
         reason=reason,
         message=message,
-        kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp, stage=r.stage),
-        kv_bytes_per_token_model=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp) * inp.tp,
+        kv_bytes_per_token_rank=kv_bytes_per_token(
+            inp.model, inp.tp, kvb, inp.pp, stage=r.stage, kv_format=kv_format
+        ),
+        kv_bytes_per_token_model=kv_bytes_per_token(
+            inp.model, inp.tp, kvb, inp.pp, kv_format=kv_format
+        )
+        * inp.tp,
         notes=inp.model.notes + tuple(notes) + pred.notes,
     )

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, layers_on_rank
+from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.weights import DTYPE_BYTES, WeightBreakdown, pp_layer_ranges, weight_breakdown
 from ..model.config import resolve_dtype
 from ..model.shapes import AttnKind, LayerAttention, ModelShape
@@ -759,6 +759,7 @@ def predict_startup(
             rs.block_size,
             hybrid_manager=hybrid,
             align=align,
+            kv_format=kv_token_format(rs.kv_cache_dtype),
         )
         blocks = layout.num_blocks(avail)
         for t in range(tp):

@@ -295,10 +295,21 @@ _KV_CONNECTORS: Final = frozenset(
     {"NixlConnector", "LMCacheConnectorV1", "OffloadingConnector", "SharedStorageConnector"}
 )
 
-#: ``--kv-cache-dtype`` values the ledger sizes (cache/config.py CacheDType): 1 or 2 bytes per
-#: element and no scale rows.
+#: ``--kv-cache-dtype`` values the ledger sizes (cache/config.py CacheDType; page layouts in
+#: ledger/kv.py KV_FORMATS).
 _MODELLED_KV_DTYPES: Final = frozenset(
-    {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
+    {
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_per_token_head",
+        "int8_per_token_head",
+        "fp8_ds_mla",
+        "nvfp4",
+    }
 )
 
 #: ``VLLM_*`` variables read into the plan.
@@ -459,10 +470,7 @@ def _value_problem(name: str, value: str) -> str | None:
                 return f"limit for {modality!r} must be a count"
         return None
     if name == "kv-cache-dtype" and value not in _MODELLED_KV_DTYPES:
-        return (
-            f"KV dtype {value!r} is not modelled (per-token-head scales, fp8_ds_mla and nvfp4 "
-            "pages differ; int8 is not a vLLM KV dtype)"
-        )
+        return f"KV dtype {value!r} is not one the ledger sizes (int8 is not a vLLM KV dtype)"
     if name == "performance-mode" and value not in ("balanced", "throughput", "interactivity"):
         return f"performance mode {value!r} is not one vLLM defines"
     return None
