@@ -334,3 +334,18 @@ def test_cli_refuses_an_unknown_flag(tmp_path: Path) -> None:
     assert "strategicMergePatch" not in out["patch"]
     r = run("plan", str(f))
     assert r.returncode == 0 and "Supported=False" in r.stdout
+
+
+def test_spec_and_container_engine_settings_disagree() -> None:
+    icap, dep = example(["--max-num-batched-tokens", "4096", "--block-size", "32"])
+    icap["spec"]["engine"]["maxNumBatchedTokens"] = 8192
+    icap["spec"]["engine"]["blockSize"] = 16
+    icap["spec"]["engine"]["enforceEager"] = True
+    conflicts = resolved(icap, dep).conflicts
+    assert any(c.startswith("spec.engine.maxNumBatchedTokens") for c in conflicts)
+    assert any(c.startswith("spec.engine.blockSize") for c in conflicts)
+    assert any(c.startswith("spec.engine.enforceEager") for c in conflicts)
+    # the same values in both: no conflict
+    icap, dep = example(["--max-num-batched-tokens", "8k"])
+    icap["spec"]["engine"]["maxNumBatchedTokens"] = 8000
+    assert resolved(icap, dep).conflicts == ()

@@ -215,10 +215,12 @@ def resolve(
     kv_dtype = (
         pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str) or "auto"
     )
-    batched = spec.engine.max_num_batched_tokens or _int_flag(
-        running, "max-num-batched-tokens", bad
+    batched = pick(
+        "spec.engine.maxNumBatchedTokens",
+        spec.engine.max_num_batched_tokens,
+        "max-num-batched-tokens",
     )
-    block = spec.engine.block_size or _int_flag(running, "block-size", bad)
+    block = pick("spec.engine.blockSize", spec.engine.block_size, "block-size")
     if spec.engine.version:
         version, source = spec.engine.version, "spec"
     elif image_version:
@@ -289,7 +291,12 @@ def resolve(
                 )
     captures: tuple[int, ...] | None = None
     top_capture: int | None = None
-    eager = spec.engine.enforce_eager or _bool_flag(running, "enforce-eager") is True
+    run_eager = _bool_flag(running, "enforce-eager") is True
+    if deployment is not None and spec.engine.enforce_eager and not run_eager:
+        conflicts.append(
+            "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
+        )
+    eager = spec.engine.enforce_eager or run_eager
     comp = running.get("compilation-config")
     if comp is not None and not any(u.name == "--compilation-config" for u in bad):
         if comp.strip().startswith("{"):

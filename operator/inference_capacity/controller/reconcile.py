@@ -294,6 +294,10 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         or not (
             (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
             or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype)
+            or (
+                c.startswith("spec.engine.maxNumBatchedTokens")
+                and spec.policy.set_max_num_batched_tokens
+            )
         )
     ]
     if blocking:
