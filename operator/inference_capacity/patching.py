@@ -98,6 +98,7 @@ def build_change(
             ANNOTATION_APPLIED: json.dumps(
                 {
                     "flags": dict(sorted(flags.items())),
+                    **({"removed": sorted(dropped)} if dropped else {}),
                     "replicas": replicas,
                     "strategy": dict(strategy) if strategy else None,
                     "hash": h,
