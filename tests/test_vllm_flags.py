@@ -349,3 +349,13 @@ def test_spec_and_container_engine_settings_disagree() -> None:
     icap, dep = example(["--max-num-batched-tokens", "8k"])
     icap["spec"]["engine"]["maxNumBatchedTokens"] = 8000
     assert resolved(icap, dep).conflicts == ()
+
+
+def test_flags_hidden_in_a_shell_expansion_are_refused() -> None:
+    icap, dep = example([])
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["command"] = ["sh", "-c", "vllm serve meta-llama/Llama-3.1-8B-Instruct $EXTRA_ARGS"]
+    del c["args"]
+    r = resolved(icap, dep)
+    assert [u.name for u in r.unsupported] == ["(command line)"]
+    assert "$EXTRA_ARGS" in r.unsupported[0].why

@@ -19,6 +19,7 @@ from .engines.versions import NEWEST_SUPPORTED
 from .engines.vllm import EngineSettings
 from .engines.vllm_args import (
     find_vllm_container,
+    hidden_flags,
     parse_image_version,
     read_env,
     read_flags,
@@ -167,6 +168,10 @@ def resolve(
         env = read_env(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
         bad += classify(running, env)
+        bad += [
+            Unsupported("(command line)", f"flags the operator cannot read may be set: {why}")
+            for why in hidden_flags(containers[index])
+        ]
         # a modelled flag whose value Kubernetes or the shell fills in at run time
         bad += [
             Unsupported(f"--{f}", "its value is set at run time; the operator cannot read it")

@@ -53,6 +53,7 @@ __all__ = [
     "VllmArgsError",
     "find_conflicts",
     "find_vllm_container",
+    "hidden_flags",
     "normalise_flag",
     "parse_image_version",
     "read_env",
@@ -1036,6 +1037,13 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str]:
     Best effort: hazards that make a rewrite unsafe do not stop a read.
     """
     return {o.name: o.text for o in _parse(container).occurrences}
+
+
+def hidden_flags(container: Mapping[str, Any]) -> list[str]:
+    """Why flags may hide in the command line where :func:`read_flags` cannot see them (a shell
+    expansion or unresolved reference after the entry point, a command substitution): empty
+    when every flag vLLM will parse was read."""
+    return [str(h) for h in _parse(container).hazards]
 
 
 def unresolved_flags(container: Mapping[str, Any]) -> set[str]:
