@@ -194,6 +194,12 @@ NEUTRAL_FLAGS: Final = frozenset(
         "allowed-local-media-path",
         "allowed-media-domains",
         "interleave-mm-strings",
+        # V0-era switches without a memory effect (0.6–0.10)
+        "use-v2-block-manager",
+        "disable-async-output-proc",
+        "engine-use-ray",
+        "worker-use-ray",
+        "disable-mm-preprocessor-cache",
         # observability
         "otlp-traces-endpoint",
         "collect-detailed-traces",
@@ -231,6 +237,7 @@ REFUSED_FLAGS: Final[Mapping[str, str]] = {
     "worker-extension-cls": "a custom worker extension (memory profile unknown)",
     "scheduler-cls": "a custom scheduler (capacity unknown)",
     "fully-sharded-loras": "sharded LoRA slots (not modelled)",
+    "enable-lora-bias": "LoRA bias slots (not modelled)",
     "max-lora-extra-vocab-size": "extra LoRA vocabulary rows (not modelled)",
     "long-lora-scaling-factors": "long-context LoRA (not modelled)",
     "skip-mm-profiling": "skips the encoder profile (not modelled)",
