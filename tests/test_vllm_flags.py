@@ -366,3 +366,14 @@ def test_every_boolean_flag_the_parser_knows_is_classified() -> None:
 
     known = MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS)
     assert sorted(f for f in _BOOLEAN_FLAGS if f not in known) == []
+
+
+def test_lora_defaults_and_cpu_cache_as_host_memory() -> None:
+    # --enable-lora alone: LoRAConfig defaults max_loras 1, max_lora_rank 16
+    r = resolved(*example(["--enable-lora", "--max-cpu-loras", "8"]))
+    assert (r.plan_input.engine.max_loras, r.plan_input.engine.max_lora_rank) == (1, 16)
+    plan = make_plan(r.plan_input)
+    assert any("--max-cpu-loras 8" in n and "host memory" in n for n in plan.notes)
+    h, kv, inter = 4096, 1024, 14336
+    per_layer = (h + h) + 2 * (h + kv) + (h + h) + 2 * (h + inter) + (inter + h)
+    assert plan.prediction.ranks[0].weights.lora == 16 * 32 * per_layer * 2

@@ -60,6 +60,7 @@ class PlanInput:
     kv_pool_bytes: int | None = None  # a KV pool asked for explicitly (per rank)
     choose_utilization: bool = True  # False: keep engine.gpu_memory_utilization (what-if)
     choose_max_num_seqs: bool = True  # False: keep engine.max_num_seqs (what-if)
+    notes: tuple[str, ...] = ()  # from reading the Deployment (resolve.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,5 +338,5 @@ def make_plan(inp: PlanInput) -> Plan:
             inp.model, inp.tp, kvb, inp.pp, kv_format=kv_format
         )
         * inp.tp,
-        notes=inp.model.notes + tuple(notes) + pred.notes,
+        notes=inp.model.notes + inp.notes + tuple(notes) + pred.notes,
     )

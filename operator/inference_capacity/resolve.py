@@ -380,6 +380,7 @@ def resolve(
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
         kv_pool_bytes=kv_bytes,
+        notes=tuple(notes),
     )
     return Resolved(
         inp,
