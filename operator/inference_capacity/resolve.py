@@ -211,7 +211,10 @@ def resolve(
         )
         or 1
     )
-    auto_len = running.get("max-model-len") == "-1" and spec.workload.max_model_len is None
+    # --max-model-len -1 (or "auto", human_readable_int_or_auto in 0.3x): fit to the KV memory
+    auto_len = (
+        running.get("max-model-len") in ("-1", "auto") and spec.workload.max_model_len is None
+    )
     max_len = (
         None
         if auto_len
@@ -316,10 +319,17 @@ def resolve(
     est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     use_v1 = env.get("VLLM_USE_V1")
     kv_bytes = _int_flag(running, "kv-cache-memory-bytes", bad)
-    if "limit-mm-per-prompt" in running and shape.is_multimodal:
+    text_only = False
+    if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
+        limits = parse_json_flag("limit-mm-per-prompt", running["limit-mm-per-prompt"])
+        # every modality at 0: vLLM profiles no encoder (GPUModelRunner.profile_run skips
+        # the multimodal dummy batch), so the text-only profile the ledger models is exact
+        text_only = all(v == 0 for v in limits.values())
+    if shape.is_multimodal and not text_only:
         notes.append(
-            "--limit-mm-per-prompt: the multimodal encoder profile is not modelled; the "
-            "activation peak may be under-predicted"
+            "the multimodal encoder profile (GPUModelRunner.profile_run) is not modelled: the "
+            "activation peak may be under-predicted; --limit-mm-per-prompt with every modality "
+            "at 0 makes the profile text-only"
         )
     settings = EngineSettings(
         version=version,
