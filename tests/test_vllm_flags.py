@@ -388,3 +388,14 @@ def test_multimodal_profile_note_unless_text_only() -> None:
     icap["spec"]["model"]["name"] = "Qwen/Qwen2.5-VL-7B-Instruct"
     r = resolved(icap, dep)
     assert r.supported and not any("multimodal encoder profile" in n for n in r.notes)
+
+
+def test_no_prefix_caching_drops_the_shared_prefix_credit() -> None:
+    with_cache = make_plan(resolved(*example([])).plan_input)
+    without = make_plan(resolved(*example(["--no-enable-prefix-caching"])).plan_input)
+    assert with_cache.seqs is not None and without.seqs is not None
+    # the example's chat cohort shares a 500-token prefix; without prefix caching every
+    # sequence holds its own copy, so fewer sequences fit
+    assert "shared-prefix" in with_cache.seqs.message
+    assert "shared-prefix" not in without.seqs.message
+    assert without.seqs.max_num_seqs < with_cache.seqs.max_num_seqs
