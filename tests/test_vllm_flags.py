@@ -399,3 +399,26 @@ def test_no_prefix_caching_drops_the_shared_prefix_credit() -> None:
     assert "shared-prefix" in with_cache.seqs.message
     assert "shared-prefix" not in without.seqs.message
     assert without.seqs.max_num_seqs < with_cache.seqs.max_num_seqs
+
+
+def test_spec_engine_pool_dp_and_prefix_caching() -> None:
+    icap, dep = example([])
+    icap["spec"]["engine"]["kvCacheMemoryBytes"] = POOL
+    r = resolved(icap, dep)
+    assert r.plan_input.kv_pool_bytes == POOL and r.conflicts == ()
+    icap, dep = example(["--kv-cache-memory-bytes", "1000"])
+    icap["spec"]["engine"]["kvCacheMemoryBytes"] = POOL
+    r = resolved(icap, dep)
+    assert r.plan_input.kv_pool_bytes == POOL
+    assert any(c.startswith("spec.engine.kvCacheMemoryBytes") for c in r.conflicts)
+    icap, dep = example([])
+    icap["spec"]["engine"]["dataParallel"] = 2
+    assert any(c.startswith("spec.engine.dataParallel") for c in resolved(icap, dep).conflicts)
+    icap, dep = example([])
+    icap["spec"]["engine"]["enablePrefixCaching"] = False
+    r = resolved(icap, dep)
+    assert any(c.startswith("spec.engine.enablePrefixCaching") for c in r.conflicts)
+    assert r.plan_input.engine.enable_prefix_caching is False
+    icap, dep = example(["--no-enable-prefix-caching"])
+    icap["spec"]["engine"]["enablePrefixCaching"] = False
+    assert resolved(icap, dep).conflicts == ()

@@ -235,7 +235,12 @@ def resolve(
         version, source = image_version, "image"
     else:
         version, source = NEWEST_SUPPORTED, "default"
-    dp = _int_flag(running, "data-parallel-size", bad) or 1
+    dp = pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
+    if deployment is not None and dp > 1 and "data-parallel-size" not in running:
+        conflicts.append(
+            f"spec.engine.dataParallel is {dp} but the Deployment does not pass "
+            "--data-parallel-size (the operator does not set it)"
+        )
     dtype: str = spec.model.dtype
     run_dtype = running.get("dtype")
     if run_dtype is not None and run_dtype != "auto":
@@ -318,7 +323,21 @@ def resolve(
                 eager = True
     est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     use_v1 = env.get("VLLM_USE_V1")
-    kv_bytes = _int_flag(running, "kv-cache-memory-bytes", bad)
+    kv_bytes = pick(
+        "spec.engine.kvCacheMemoryBytes",
+        spec.engine.kv_cache_memory_bytes,
+        "kv-cache-memory-bytes",
+    )
+    prefix = _bool_flag(running, "enable-prefix-caching")
+    if spec.engine.enable_prefix_caching is not None and deployment is not None:
+        # vLLM V1 caches prefixes unless told not to
+        if spec.engine.enable_prefix_caching != (True if prefix is None else prefix):
+            conflicts.append(
+                f"spec.engine.enablePrefixCaching is "
+                f"{str(spec.engine.enable_prefix_caching).lower()} but the Deployment runs "
+                + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
+            )
+        prefix = spec.engine.enable_prefix_caching
     text_only = False
     if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
         limits = parse_json_flag("limit-mm-per-prompt", running["limit-mm-per-prompt"])
@@ -348,7 +367,7 @@ def resolve(
         estimate_cuda_graphs=None if est_cg is None else est_cg not in ("0", "false", "False"),
         speculative=speculative,
         draft_model=draft,
-        enable_prefix_caching=_bool_flag(running, "enable-prefix-caching"),
+        enable_prefix_caching=prefix,
         kv_transfer="kv-transfer-config" in running,
         performance_mode=running.get("performance-mode", "balanced"),
         cudagraph_capture_sizes=captures,

@@ -298,6 +298,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
                 c.startswith("spec.engine.maxNumBatchedTokens")
                 and spec.policy.set_max_num_batched_tokens
             )
+            # the operator always writes the pool flags: the spec's pool replaces the running one
+            or c.startswith("spec.engine.kvCacheMemoryBytes")
         )
     ]
     if blocking:
