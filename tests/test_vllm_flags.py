@@ -422,3 +422,9 @@ def test_spec_engine_pool_dp_and_prefix_caching() -> None:
     icap, dep = example(["--no-enable-prefix-caching"])
     icap["spec"]["engine"]["enablePrefixCaching"] = False
     assert resolved(icap, dep).conflicts == ()
+
+
+def test_quantization_kernel_variant_of_the_checkpoint_is_modelled() -> None:
+    icap, dep = example(["--quantization", "awq_marlin"])
+    icap["spec"]["model"]["name"] = "LDCC/Qwen2.5-72B-Instruct-ko-AWQ"
+    assert resolved(icap, dep).unsupported == ()

@@ -36,6 +36,7 @@ from .engines.vllm_flags import (
 )
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelShape, load_model, model_from_dict
+from .model.quant import ALIASES as QUANT_ALIASES
 from .planner import Headroom, PlanInput, RolloutInput
 from .sizing.workload import Cohort, Quantiles, Workload
 
@@ -254,6 +255,8 @@ def resolve(
             conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
     run_quant = running.get("quantization")
     if run_quant is not None:
+        # a kernel variant of the same format (awq_marlin for awq) stores the same weights
+        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         have = shape.quantization.method if shape.quantization is not None else None
         if spec.model.quantization is not None and run_quant != spec.model.quantization:
             conflicts.append(
