@@ -395,3 +395,15 @@ def test_fp8_ds_mla() -> None:
     # 656 B per token and layer; an fp8 MLA cache takes FlashMLA's 64-token blocks on Hopper
     assert p.settings.block_size == 64
     assert p.ranks[0].layout.bytes_per_block == 27 * 656 * 64
+
+
+def test_mtp_default_speculative_tokens() -> None:
+    # config/speculative.py: MTP without num_speculative_tokens takes the model's n_predict
+    v3 = load_model("deepseek-ai/DeepSeek-V3")
+    spec = parse_speculative_config('{"method": "deepseek_mtp"}')
+    assert spec.num_speculative_tokens is None
+    a = predict(v3, H200, tp=8, max_model_len=8192, max_num_seqs=256)
+    b = predict(v3, H200, tp=8, max_model_len=8192, max_num_seqs=256, speculative=spec)
+    assert b.ranks[-1].sampler_peak - a.ranks[-1].sampler_peak == (
+        (v3.mtp_layers + 256) * v3.vocab_size * 4
+    )

@@ -697,7 +697,9 @@ def predict_startup(
     hybrid = (
         era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer and not (chunked and eagle)
     )
-    k_spec = spec.num_speculative_tokens if spec is not None else 0
+    k_spec = 0
+    if spec is not None:
+        k_spec = spec.num_speculative_tokens or shape.mtp_layers
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     graphs = capture_count(settings)
     mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)

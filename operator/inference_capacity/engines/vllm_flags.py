@@ -406,7 +406,7 @@ class SpeculativeConfig:
     """What ``--speculative-config`` asks for (config/speculative.py::SpeculativeConfig)."""
 
     method: str
-    num_speculative_tokens: int
+    num_speculative_tokens: int | None  # None: MTP's default, the model's MTP layer count
     model: str | None = None
 
 
@@ -420,6 +420,9 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     if method is None:
         method = "ngram" if model in ("[ngram]", "ngram") else "draft_model"
     k = cfg.get("num_speculative_tokens")
+    if k is None and method in MTP_METHODS:
+        # config/speculative.py: MTP defaults num_speculative_tokens to the model's n_predict
+        return SpeculativeConfig(str(method), None, None)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError("--speculative-config: num_speculative_tokens must be an integer >= 1")
     if method in NGRAM_METHODS:
