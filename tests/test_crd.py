@@ -325,7 +325,7 @@ model.quantization model.kvCacheDtype model.maxLoras model.maxLoraRank
 hardware.gpu hardware.gpuMemoryGiB hardware.tensorParallel hardware.pipelineParallel
 hardware.gpuResourceName
 engine.name engine.version engine.blockSize engine.maxNumBatchedTokens engine.maxNumSeqsCap
-engine.enforceEager
+engine.enforceEager engine.kvCacheMemoryBytes engine.dataParallel engine.enablePrefixCaching
 workload.maxModelLen workload.cohorts[].name workload.cohorts[].weight
 workload.cohorts[].promptTokens.p50 workload.cohorts[].promptTokens.p95
 workload.cohorts[].promptTokens.p99 workload.cohorts[].outputTokens.p50
@@ -824,5 +824,6 @@ def test_crd_reference_doc_is_generated_from_the_schema() -> None:
     doc = Path(__file__).resolve().parent.parent / "docs" / "crd-reference.md"
     assert doc.read_text() == render(), (
         "docs/crd-reference.md is stale: python -m inference_capacity.api.reference "
-        "> docs/crd-reference.md")
+        "> docs/crd-reference.md"
+    )
     assert "`spec.hardware.tensorParallel`" in doc.read_text()

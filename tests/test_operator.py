@@ -249,6 +249,40 @@ def test_refuses_max_model_len_larger_than_kv(cluster: Cluster) -> None:
     assert "max seq len (131072)" in cond["message"]
 
 
+def test_refuses_a_flag_the_ledger_does_not_model(cluster: Cluster) -> None:
+    def made_up(icap: dict[str, Any], dep: dict[str, Any]) -> None:
+        dep["spec"]["template"]["spec"]["containers"][0]["args"] += [
+            "--hypothetical-cache-size",
+            "5",
+        ]
+
+    cond = _refusal(cluster, made_up, "UnsupportedFlag")
+    assert "--hypothetical-cache-size" in cond["message"]
+    ns = f"refuse-{cluster._n}"
+    supported = cluster.condition(ns, "llama-8b", "Supported")
+    assert supported is not None and supported["status"] == "False"
+    assert "--hypothetical-cache-size" in supported["message"]
+
+
+def test_kv_cache_memory_bytes_is_replaced_not_kept_beside(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("kvbytes")
+
+    def kv_bytes(icap: dict[str, Any], dep: dict[str, Any]) -> None:
+        icap["spec"]["rollout"]["maxReplicas"] = 20  # the smaller pool needs more replicas
+        dep["spec"]["template"]["spec"]["containers"][0]["args"] += [
+            "--kv-cache-memory-bytes",
+            "20000000000",
+        ]
+
+    apply_example(c, ns, edit=kv_bytes)
+    args = c.wait_args(ns, "llama-8b", lambda a: GMU in a)
+    assert "--kv-cache-memory-bytes" not in args
+    st = c.icap(ns, "llama-8b")["status"]
+    # the pool the Deployment asked for (20e9 B = 9,536 blocks of 2 MiB) is what was planned
+    assert st["vllmStartup"]["numGpuBlocks"] == 20_000_000_000 // (2 * 2**20)
+
+
 def test_refuses_an_unknown_model(cluster: Cluster) -> None:
     def unknown(icap: dict[str, Any], dep: dict[str, Any]) -> None:
         icap["spec"]["model"]["name"] = "not-a-model"

@@ -278,7 +278,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         for d in others
         if d.get("kind") == "ConfigMap"
     }
-    results = []
+    results: list[tuple[dict[str, Any], str, Any]] = []
     for doc in docs.capacities:
         icap = InferenceCapacity.from_manifest(doc, ignore_status=True)
         spec = icap.spec
@@ -292,6 +292,9 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             None,
         )
         resolved = resolve(spec, dep, config_maps)
+        if not resolved.supported:
+            results.append(_unsupported_result(icap, resolved))
+            continue
         plan = make_plan(resolved.plan_input)
         rec = plan.recommendation
         flags = rec.flags(
@@ -300,6 +303,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             kv_cache_dtype=spec.policy.set_kv_cache_dtype,
             kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
         )
+        remove = rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
         extra: dict[str, Any] = {
             "name": icap.metadata.name,
             "namespace": icap.metadata.namespace,
@@ -307,7 +311,9 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             "engine_version": resolved.engine_version,
             "engine_version_source": resolved.engine_version_source,
             "flags": flags,
+            "removed_flags": list(remove),
             "conflicts": list(resolved.conflicts),
+            "supported": True,
         }
         patch: dict[str, Any] | None = None
         if dep is not None and resolved.container_index is not None and plan.fits:
@@ -321,6 +327,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
                 {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
                 if spec.rollout.manage_strategy and ro.safe
                 else None,
+                remove=remove,
             )
             patch = change.patch
             extra["patch"] = {
@@ -384,6 +391,29 @@ def _config_model_json(spec: Any) -> dict[str, Any]:
     }
 
 
+def _unsupported_result(icap: Any, resolved: Any) -> tuple[dict[str, Any], str, None]:
+    """A plan refused because the container sets what the ledger does not model."""
+    spec = icap.spec
+    message = resolved.unsupported_message()
+    out = {
+        "name": icap.metadata.name,
+        "namespace": icap.metadata.namespace,
+        "supported": False,
+        "reason": "UnsupportedFlag",
+        "unsupported": [{"name": u.name, "why": u.why} for u in resolved.unsupported],
+        "patch": {
+            "target": f"deployment/{spec.target_ref.name}",
+            "note": "not patched: Supported=False",
+        },
+    }
+    text = (
+        f"{icap.metadata.name}: Supported=False (UnsupportedFlag): the vLLM container sets "
+        f"what the ledger does not model, so no plan is made: {message}\n\nWould patch "
+        f"deployment/{spec.target_ref.name}: nothing (Supported=False)"
+    )
+    return out, text, None
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     if a.file and a.model:
         raise CliError("plan: give either FILE.yaml or --model, not both")
@@ -405,10 +435,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))
     else:
         print("\n\n".join(r[1] for r in results))
-    if a.chart:
+    if a.chart and results[0][2] is not None:
         chart(results[0][2], a.chart)
         print(f"chart written to {a.chart}", file=sys.stderr)
-    if a.fail_if_not_fits and not all(r[2].fits for r in results):
+    refused = [r[0] for r in results if r[2] is None]
+    if a.fail_if_not_fits and refused:
+        for out in refused:
+            names = "; ".join(f"{u['name']}: {u['why']}" for u in out["unsupported"])
+            print(
+                f"inference-capacity: error: {out['name']}: Supported=False: {names}",
+                file=sys.stderr,
+            )
+        return EXIT_NOT_FITS
+    if a.fail_if_not_fits and not all(r[2] is not None and r[2].fits for r in results):
         return EXIT_NOT_FITS
     return 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ from .engines.vllm_args import rewrite_flags
 ANNOTATION_APPLIED = "capacity.inference.dev/applied"
 ANNOTATION_OWNER = "capacity.inference.dev/owner"
 FIELD_MANAGER = "inference-capacity"
+#: the "new value" of a flag the patch deletes
+REMOVED = "(removed)"
 
 
 @dataclass(frozen=True)
@@ -52,15 +54,19 @@ def build_change(
     replicas: int | None,
     strategy: Mapping[str, Any] | None,
     owner: str | None = None,
+    remove: Collection[str] = (),
 ) -> DeploymentChange:
-    """The patch that sets ``flags`` on the container, and replicas/strategy when given."""
+    """The patch that sets ``flags`` on the container and deletes the flags of ``remove`` that
+    it carries, and replicas/strategy when given."""
     spec = deployment.get("spec", {})
     containers = spec.get("template", {}).get("spec", {}).get("containers", [])
     container = containers[container_index]
     changed = {k: (current_flags.get(k), v) for k, v in flags.items() if current_flags.get(k) != v}
+    dropped = [k for k in remove if k in current_flags]
+    changed.update({k: (current_flags[k], REMOVED) for k in dropped})
     patch: dict[str, Any] = {}
     if changed:
-        new = rewrite_flags(container, {k: v for k, v in flags.items()})
+        new = rewrite_flags(container, {k: v for k, v in flags.items()}, dropped)
         cpatch: dict[str, Any] = {"name": container["name"]}
         for key in ("command", "args"):
             if new.get(key) != container.get(key):
@@ -86,12 +92,13 @@ def build_change(
                 "rollingUpdate": dict(strategy),
             }
             strat_change = (cur, dict(strategy))
-    h = applied_hash(flags, replicas, strategy)
+    h = applied_hash({**flags, **{k: REMOVED for k in dropped}}, replicas, strategy)
     if patch:
         ann = {
             ANNOTATION_APPLIED: json.dumps(
                 {
                     "flags": dict(sorted(flags.items())),
+                    **({"removed": sorted(dropped)} if dropped else {}),
                     "replicas": replicas,
                     "strategy": dict(strategy) if strategy else None,
                     "hash": h,

@@ -24,7 +24,7 @@ from .engines.vllm import (
     predict_startup,
 )
 from .hardware import Gpu
-from .ledger.kv import kv_bytes_per_token
+from .ledger.kv import kv_bytes_per_token, kv_token_format
 from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
 from .sizing.rollout import RolloutPlan, plan_rollout
@@ -60,6 +60,7 @@ class PlanInput:
     kv_pool_bytes: int | None = None  # a KV pool asked for explicitly (per rank)
     choose_utilization: bool = True  # False: keep engine.gpu_memory_utilization (what-if)
     choose_max_num_seqs: bool = True  # False: keep engine.max_num_seqs (what-if)
+    notes: tuple[str, ...] = ()  # from reading the Deployment (resolve.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,14 @@ class Recommendation:
     rollout: RolloutPlan
     provenance: dict[str, str]
 
+    def removed_flags(self, *, kv_cache_memory: bool = False) -> tuple[str, ...]:
+        """The flags to delete with :meth:`flags`: the pool is set by exactly one of
+        ``--gpu-memory-utilization`` / ``--kv-cache-memory-bytes`` (vLLM ignores the utilization
+        for the budget when both are given, gpu_worker.py::determine_available_memory)."""
+        if kv_cache_memory and self.kv_cache_memory_bytes is not None:
+            return ("gpu-memory-utilization",)
+        return ("kv-cache-memory-bytes",)
+
     def flags(
         self,
         *,
@@ -82,7 +91,8 @@ class Recommendation:
         kv_cache_dtype: bool = False,
         kv_cache_memory: bool = False,
     ) -> dict[str, str]:
-        """The vLLM flags to set (names without the leading dashes)."""
+        """The vLLM flags to set (names without the leading dashes); with
+        :meth:`removed_flags` they set the pool one way only."""
         out: dict[str, str] = {}
         if kv_cache_memory and self.kv_cache_memory_bytes is not None:
             out["kv-cache-memory-bytes"] = str(self.kv_cache_memory_bytes)
@@ -202,6 +212,12 @@ def make_plan(inp: PlanInput) -> Plan:
         and pred.starts
     ):
         workload = inp.workload
+        if settings.enable_prefix_caching is False:
+            # --no-enable-prefix-caching: no block is shared between requests
+            workload = replace(
+                workload,
+                cohorts=tuple(replace(c, shared_prefix=0) for c in workload.cohorts),
+            )
         # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
         # than one scheduler step can hold
         cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
@@ -246,7 +262,10 @@ def make_plan(inp: PlanInput) -> Plan:
     rs = pred.settings
     r = pred.ranks[pred.binding_rank]
     ledger = build_ledger(pred, h.operational_fraction)
-    per_replica = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
+    per_engine = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
+    # each data-parallel rank is its own engine with its own max-num-seqs and KV pool
+    dp = max(1, settings.data_parallel)
+    per_replica = per_engine * dp
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
     rollout = plan_rollout(
         peak,
@@ -254,16 +273,18 @@ def make_plan(inp: PlanInput) -> Plan:
         h.recovery_replicas,
         inp.rollout.min_replicas,
         inp.rollout.max_replicas,
-        inp.tp * inp.pp,
+        inp.tp * inp.pp * dp,
         inp.rollout.spare_gpus,
         inp.rollout.hpa_min_replicas,
     )
     if peak is not None:
         provenance["replicas"] = "calibrated" if seqs is not None else "assumed"
     kv_mem = r.available_kv if r.available_kv > 0 else None
+    if inp.kv_pool_bytes is not None:
+        kv_mem = inp.kv_pool_bytes
     rec = Recommendation(
         rs.gpu_memory_utilization,
-        per_replica,
+        per_engine,
         rs.max_model_len,
         rs.max_num_batched_tokens,
         rs.kv_cache_dtype,
@@ -296,10 +317,11 @@ def make_plan(inp: PlanInput) -> Plan:
     else:
         message = (
             f"KV pool {r.num_blocks * r.layout.bytes_per_block / GiB:.2f} GiB = "
-            f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_replica}"
+            f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_engine}"
             + (f" ({seqs.message})" if seqs is not None else "")
         )
     kvb = rs.kv_bytes
+    kv_format = kv_token_format(rs.kv_cache_dtype)
     return Plan(
         input=inp,
         prediction=pred,
@@ -309,7 +331,12 @@ def make_plan(inp: PlanInput) -> Plan:
         fits=fits,
         reason=reason,
         message=message,
-        kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp, stage=r.stage),
-        kv_bytes_per_token_model=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp) * inp.tp,
-        notes=inp.model.notes + tuple(notes) + pred.notes,
+        kv_bytes_per_token_rank=kv_bytes_per_token(
+            inp.model, inp.tp, kvb, inp.pp, stage=r.stage, kv_format=kv_format
+        ),
+        kv_bytes_per_token_model=kv_bytes_per_token(
+            inp.model, inp.tp, kvb, inp.pp, kv_format=kv_format
+        )
+        * inp.tp,
+        notes=inp.model.notes + inp.notes + tuple(notes) + pred.notes,
     )

@@ -17,9 +17,26 @@ from typing import Any
 from .api.models import InferenceCapacitySpec
 from .engines.versions import NEWEST_SUPPORTED
 from .engines.vllm import EngineSettings
-from .engines.vllm_args import find_vllm_container, parse_image_version, read_flags
+from .engines.vllm_args import (
+    find_vllm_container,
+    hidden_flags,
+    parse_image_version,
+    read_env,
+    read_flags,
+    unresolved_flags,
+)
+from .engines.vllm_flags import (
+    DRAFT_MODEL_METHODS,
+    MODELLED_FLAGS,
+    Unsupported,
+    classify,
+    human_readable_int,
+    parse_json_flag,
+    parse_speculative_config,
+)
 from .hardware import Gpu, custom_gpu, get_gpu
-from .model import ModelShape, model_from_dict
+from .model import ModelShape, load_model, model_from_dict
+from .model.quant import ALIASES as QUANT_ALIASES
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
 from .sizing.workload import Cohort, Quantiles, Workload
@@ -42,17 +59,29 @@ class Resolved:
     running_flags: dict[str, str] = field(default_factory=dict)
     conflicts: tuple[str, ...] = ()
     container_index: int | None = None
+    #: flags / VLLM_* variables of the container the plan cannot honour: Supported=False
+    unsupported: tuple[Unsupported, ...] = ()
+    notes: tuple[str, ...] = ()
     #: where spec.model.name resolved to (catalog, Hub, local); None for configMapRef / config
     model_source: ResolvedModel | None = None
 
+    @property
+    def supported(self) -> bool:
+        return not self.unsupported
 
-def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
+    def unsupported_message(self) -> str:
+        return "; ".join(str(u) for u in self.unsupported)
+
+
+def _int_flag(flags: Mapping[str, str], key: str, bad: list[Unsupported]) -> int | None:
+    """An integer flag in vLLM's number forms (``32k``); a value that is not one is refused."""
     value = flags.get(key)
     if value is None:
         return None
     try:
-        return int(value)
+        return human_readable_int(value)
     except ValueError:
+        bad.append(Unsupported(f"--{key}", f"value {value!r} is not an integer"))
         return None
 
 
@@ -73,6 +102,15 @@ def resolve_model_source(
         )
     except ModelSourceError as exc:
         raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
+
+
+def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
+    """A BooleanOptionalAction flag: ``--key`` True, ``--no-key`` False, absent None."""
+    if key in flags:
+        return flags[key].lower() != "false"
+    if f"no-{key}" in flags:
+        return False
+    return None
 
 
 def resolve_model(
@@ -146,7 +184,10 @@ def resolve(
     """``model_source``: spec.model.name already resolved (the operator does it with the
     resource's token and a deadline); otherwise it is resolved here."""
     running: dict[str, str] = {}
+    env: dict[str, str | None] = {}
     conflicts: list[str] = []
+    bad: list[Unsupported] = []
+    notes: list[str] = []
     image_version = None
     index = None
     if deployment is not None:
@@ -155,7 +196,21 @@ def resolve(
         )
         index = find_vllm_container(containers, spec.target_ref.container)
         running = read_flags(containers[index])
+        env = read_env(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
+        bad += classify(running, env)
+        bad += [
+            Unsupported("(command line)", f"flags the operator cannot read may be set: {why}")
+            for why in hidden_flags(containers[index])
+        ]
+        # a modelled flag whose value Kubernetes or the shell fills in at run time
+        bad += [
+            Unsupported(f"--{f}", "its value is set at run time; the operator cannot read it")
+            for f in sorted(unresolved_flags(containers[index]))
+            if f in MODELLED_FLAGS and f != "model"
+        ]
+        if containers[index].get("envFrom"):
+            notes.append("the vLLM container has envFrom: VLLM_* variables from it cannot be read")
     if model_source is None and spec.model.name is not None:
         model_source = resolve_model_source(spec)
     shape = resolve_model(spec, config_maps, model_source)
@@ -163,6 +218,9 @@ def resolve(
 
     def pick(name: str, spec_value: Any, flag: str, cast: type = int) -> Any:
         run = running.get(flag)
+        if cast is int and run is not None:
+            parsed = _int_flag(running, flag, bad)
+            run = str(parsed) if parsed is not None else run
         if spec_value is not None:
             run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
             if run is not None and run_norm != str(spec_value):
@@ -186,31 +244,174 @@ def resolve(
         )
         or 1
     )
-    max_len = pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+    # --max-model-len -1 (or "auto", human_readable_int_or_auto in 0.3x): fit to the KV memory
+    auto_len = (
+        running.get("max-model-len") in ("-1", "auto") and spec.workload.max_model_len is None
+    )
+    max_len = (
+        None
+        if auto_len
+        else pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+    )
     kv_dtype = (
         pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str) or "auto"
     )
-    batched = spec.engine.max_num_batched_tokens or _int_flag(running, "max-num-batched-tokens")
-    block = spec.engine.block_size or _int_flag(running, "block-size")
+    batched = pick(
+        "spec.engine.maxNumBatchedTokens",
+        spec.engine.max_num_batched_tokens,
+        "max-num-batched-tokens",
+    )
+    block = pick("spec.engine.blockSize", spec.engine.block_size, "block-size")
     if spec.engine.version:
         version, source = spec.engine.version, "spec"
     elif image_version:
         version, source = image_version, "image"
     else:
         version, source = NEWEST_SUPPORTED, "default"
-    dp = _int_flag(running, "data-parallel-size") or 1
+    dp = pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
+    if deployment is not None and dp > 1 and "data-parallel-size" not in running:
+        conflicts.append(
+            f"spec.engine.dataParallel is {dp} but the Deployment does not pass "
+            "--data-parallel-size (the operator does not set it)"
+        )
+    dtype: str = spec.model.dtype
+    run_dtype = running.get("dtype")
+    if run_dtype is not None and run_dtype != "auto":
+        if dtype == "auto":
+            dtype = run_dtype if run_dtype in ("bfloat16", "float16", "float32") else dtype
+            if run_dtype == "half":
+                dtype = "float16"
+            elif run_dtype not in ("bfloat16", "float16", "float32"):
+                bad.append(Unsupported("--dtype", f"dtype {run_dtype!r} is not modelled"))
+        elif run_dtype != dtype:
+            conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
+    run_quant = running.get("quantization")
+    if run_quant is not None:
+        # a kernel variant of the same format (awq_marlin for awq) stores the same weights
+        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
+        have = shape.quantization.method if shape.quantization is not None else None
+        if spec.model.quantization is not None and run_quant != spec.model.quantization:
+            conflicts.append(
+                f"spec.model.quantization is {spec.model.quantization} in the spec but "
+                f"--quantization {run_quant} on the Deployment"
+            )
+        elif spec.model.quantization is None and run_quant != have:
+            bad.append(
+                Unsupported(
+                    "--quantization",
+                    f"{run_quant!r} differs from the checkpoint's ({have or 'none'}); set "
+                    "spec.model.quantization so the ledger sizes those weights",
+                )
+            )
+    # LoRA: vLLM's LoRAConfig defaults max_loras 1, max_lora_rank 16; slots only with --enable-lora
+    max_loras, max_rank = spec.model.max_loras, spec.model.max_lora_rank
+    if _bool_flag(running, "enable-lora"):
+        run_loras = _int_flag(running, "max-loras", bad) or 1
+        run_rank = _int_flag(running, "max-lora-rank", bad) or 16
+        if max_loras and (max_loras, max_rank) != (run_loras, run_rank):
+            conflicts.append(
+                f"spec.model.maxLoras/maxLoraRank are {max_loras}/{max_rank} in the spec but "
+                f"--max-loras {run_loras} --max-lora-rank {run_rank} on the Deployment"
+            )
+        max_loras, max_rank = run_loras, run_rank
+        cpu_loras = _int_flag(running, "max-cpu-loras", bad)
+        if cpu_loras:
+            notes.append(
+                f"--max-cpu-loras {cpu_loras}: LoRA adapters cached in host memory, not on the GPU"
+            )
+    elif deployment is not None and max_loras:
+        conflicts.append(
+            f"spec.model.maxLoras is {max_loras} but the Deployment does not pass --enable-lora"
+        )
+    speculative = draft = None
+    if "speculative-config" in running and not any(u.name == "--speculative-config" for u in bad):
+        speculative = parse_speculative_config(running["speculative-config"])
+        if speculative.method in DRAFT_MODEL_METHODS:
+            try:
+                draft = load_model(speculative.model or "")
+            except ValueError:
+                bad.append(
+                    Unsupported(
+                        "--speculative-config",
+                        f"draft model {speculative.model!r} is not in the catalog; its "
+                        "weights and KV cache cannot be sized",
+                    )
+                )
+    captures: tuple[int, ...] | None = None
+    top_capture: int | None = None
+    run_eager = _bool_flag(running, "enforce-eager") is True
+    if deployment is not None and spec.engine.enforce_eager and not run_eager:
+        conflicts.append(
+            "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
+        )
+    eager = spec.engine.enforce_eager or run_eager
+    comp = running.get("compilation-config")
+    if comp is not None and not any(u.name == "--compilation-config" for u in bad):
+        if comp.strip().startswith("{"):
+            cfg = parse_json_flag("compilation-config", comp)
+            sizes = cfg.get("cudagraph_capture_sizes")
+            if isinstance(sizes, list):
+                captures = tuple(int(x) for x in sizes)
+            if isinstance(cfg.get("max_cudagraph_capture_size"), int):
+                top_capture = int(cfg["max_cudagraph_capture_size"])
+            if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
+                eager = True
+    est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
+    use_v1 = env.get("VLLM_USE_V1")
+    kv_bytes = pick(
+        "spec.engine.kvCacheMemoryBytes",
+        spec.engine.kv_cache_memory_bytes,
+        "kv-cache-memory-bytes",
+    )
+    prefix = _bool_flag(running, "enable-prefix-caching")
+    if spec.engine.enable_prefix_caching is not None and deployment is not None:
+        # vLLM V1 caches prefixes unless told not to
+        if spec.engine.enable_prefix_caching != (True if prefix is None else prefix):
+            conflicts.append(
+                f"spec.engine.enablePrefixCaching is "
+                f"{str(spec.engine.enable_prefix_caching).lower()} but the Deployment runs "
+                + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
+            )
+        prefix = spec.engine.enable_prefix_caching
+    text_only = False
+    if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
+        limits = parse_json_flag("limit-mm-per-prompt", running["limit-mm-per-prompt"])
+        # every modality at 0: vLLM profiles no encoder (GPUModelRunner.profile_run skips
+        # the multimodal dummy batch), so the text-only profile the ledger models is exact
+        text_only = all(v == 0 for v in limits.values())
+    if shape.is_multimodal and not text_only:
+        notes.append(
+            "the multimodal encoder profile (GPUModelRunner.profile_run) is not modelled: the "
+            "activation peak may be under-predicted; --limit-mm-per-prompt with every modality "
+            "at 0 makes the profile text-only"
+        )
     settings = EngineSettings(
         version=version,
+        engine="v0" if use_v1 == "0" else None,
         max_model_len=max_len,
         max_num_batched_tokens=batched,
         block_size=block,
         kv_cache_dtype=kv_dtype,
-        dtype=spec.model.dtype,
-        enforce_eager=spec.engine.enforce_eager or running.get("enforce-eager") == "true",
-        max_loras=spec.model.max_loras,
-        max_lora_rank=spec.model.max_lora_rank,
+        dtype=dtype,
+        enforce_eager=eager,
+        enable_chunked_prefill=_bool_flag(running, "enable-chunked-prefill"),
+        max_loras=max_loras,
+        max_lora_rank=max_rank,
         data_parallel=dp,
         expert_parallel=running.get("enable-expert-parallel") == "true",
+        estimate_cuda_graphs=None if est_cg is None else est_cg not in ("0", "false", "False"),
+        speculative=speculative,
+        draft_model=draft,
+        enable_prefix_caching=prefix,
+        kv_transfer="kv-transfer-config" in running,
+        performance_mode=running.get("performance-mode", "balanced"),
+        cudagraph_capture_sizes=captures,
+        max_cudagraph_capture_size=top_capture,
+        auto_max_model_len=auto_len,
+        async_scheduling=_bool_flag(running, "async-scheduling"),
+        chunked_local_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
+        in ("1", "true"),
+        allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true"),
     )
     workload = None
     w = spec.workload
@@ -242,8 +443,20 @@ def resolve(
         headroom=Headroom(hr.operational_fraction, hr.kv_safety_fraction, hr.recovery_replicas),
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
+        kv_pool_bytes=kv_bytes,
+        notes=tuple(notes),
     )
-    return Resolved(inp, version, source, running, tuple(conflicts), index, model_source)
+    return Resolved(
+        inp,
+        version,
+        source,
+        running,
+        tuple(conflicts),
+        index,
+        tuple({u.name: u for u in reversed(bad)}.values())[::-1],
+        tuple(notes),
+        model_source,
+    )
 
 
 def _castable(value: str, cast: type) -> bool:

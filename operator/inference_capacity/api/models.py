@@ -130,7 +130,14 @@ BlockSize = Literal[8, 16, 32, 64, 128]
 Quantile = Literal["p50", "p95", "p99"]
 PrometheusMode = Literal["replace", "max", "spec-only"]
 ConditionType = Literal[
-    "Ready", "Fits", "RolloutSafe", "Applied", "Observed", "Calibrated", "ModelResolved"
+    "Ready",
+    "Fits",
+    "RolloutSafe",
+    "Applied",
+    "Observed",
+    "Calibrated",
+    "ModelResolved",
+    "Supported",
 ]
 ModelSourceKind = Literal["local", "catalog", "hub", "configMap", "inline"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -174,6 +181,7 @@ class _Format:
 
 
 Int64 = Annotated[int, _Format("int64")]
+SInt64 = Annotated[int, Strict(), _Format("int64")]  # a spec byte count
 DateTime = datetime  # serialised as an RFC 3339 string (OpenAPI format date-time)
 
 
@@ -516,6 +524,34 @@ class EngineSpec(_Spec):
         False,
         description=(
             "The target runs with --enforce-eager (no CUDA graphs, so no CUDA-graph memory pool)."
+        ),
+    )
+    kv_cache_memory_bytes: SInt64 | None = Field(
+        None,
+        ge=1,
+        description=(
+            "KV-cache pool per GPU in bytes, as vLLM's --kv-cache-memory-bytes: the operator "
+            "plans this pool and sets either it or the utilization that gives it "
+            "(spec.policy.useKvCacheMemoryBytes), never both. null: read from the target's "
+            "running flags, else the largest safe pool."
+        ),
+    )
+    data_parallel: SInt | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description=(
+            "Data-parallel engines per pod, as vLLM's --data-parallel-size (each its own "
+            "max-num-seqs; GPUs per pod TP × PP × DP). null: read from the target's running "
+            "flags, else 1."
+        ),
+    )
+    enable_prefix_caching: SBool | None = Field(
+        None,
+        description=(
+            "The target runs with prefix caching (vLLM's default) or with "
+            "--no-enable-prefix-caching (no shared-prefix credit; Mamba state in 'none' mode). "
+            "null: read from the target's running flags."
         ),
     )
 
@@ -861,7 +897,9 @@ class Condition(_Status):
     """An observation of one aspect of the resource, per Kubernetes API conventions."""
 
     type: ConditionType = Field(
-        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated or ModelResolved."
+        description=(
+            "Ready, Fits, RolloutSafe, Applied, Observed, Calibrated, ModelResolved or Supported."
+        )
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(
@@ -977,7 +1015,7 @@ class Recommendation(_Status):
     gpu_memory_utilization: float = Field(
         gt=0, le=1, description="--gpu-memory-utilization (fraction of GPU memory vLLM may use)."
     )
-    kv_cache_memory_bytes: Int64 | None = Field(
+    kv_cache_memory_bytes: SInt64 | None = Field(
         None, ge=0, description="--kv-cache-memory-bytes (bytes), when policy asks for it."
     )
     max_num_seqs: int = Field(ge=0, description="--max-num-seqs (sequences per replica).")
@@ -1062,7 +1100,9 @@ class InferenceCapacityStatus(_Status):
     )
     conditions: tuple[Condition, ...] = Field(
         (),
-        description="Ready, Fits, RolloutSafe, Applied, Observed, Calibrated, ModelResolved.",
+        description=(
+            "Ready, Fits, RolloutSafe, Applied, Observed, Calibrated, ModelResolved, Supported."
+        ),
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],

@@ -123,6 +123,9 @@ def _predicted_blocks(
             settings = replace(settings, max_num_seqs=int(seqs))
         if pool.block_size:
             settings = replace(settings, block_size=pool.block_size)
+        if inp.kv_pool_bytes is not None and "kv-cache-memory-bytes" in running:
+            # the pod runs with an absolute pool: vLLM ignores the utilization for it
+            settings = replace(settings, kv_cache_memory_bytes=inp.kv_pool_bytes)
         try:
             p = predict_startup(
                 inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, settings

@@ -20,7 +20,7 @@ from typing import Any
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
 from ..decide import material_changes, rollout_in_progress, set_condition
 from ..engines.vllm_args import VllmArgsError
-from ..patching import build_change
+from ..patching import REMOVED, build_change
 from ..planner import Plan, make_plan
 from ..report import ledger_json, recommendation_json, startup_json
 from ..resolve import ResolveError, resolve
@@ -201,6 +201,22 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
     try:
         resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min, model_source=model.source)
+        if not resolved.supported:
+            # fail closed: a flag or VLLM_* variable that may move memory and that the ledger
+            # does not model would make every number of the plan wrong; the Deployment is left
+            # as it is
+            msg = (
+                "the vLLM container sets what the ledger does not model, so no plan is made "
+                "and nothing is patched: " + resolved.unsupported_message()
+            )
+            ctx.cond("Supported", "False", "UnsupportedFlag", msg)
+            return _refuse(ctx, "UnsupportedFlag", msg)
+        ctx.cond(
+            "Supported",
+            "True",
+            "Supported",
+            "every vLLM flag and VLLM_* variable is modelled or known neutral",
+        )
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
         if spec.rollout.manage_strategy:
@@ -212,7 +228,10 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
                 **(spec.rollout.spare_gpu_node_selector or {}),
             }
             spare, spare_msg = _spare(
-                inp.gpu, inp.tp * inp.pp, spec.hardware.gpu_resource_name, selector
+                inp.gpu,
+                inp.tp * inp.pp * max(1, inp.engine.data_parallel),
+                spec.hardware.gpu_resource_name,
+                selector,
             )
         inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
         observed = observing.observe_and_merge(
@@ -262,6 +281,7 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         kv_cache_dtype=spec.policy.set_kv_cache_dtype,
         kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
     )
+    remove = rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
     running = resolved.running_flags
     # TP/PP given in the spec and absent from the command line: the operator sets them too,
     # when the container has the GPUs for them (it never changes resources itself)
@@ -272,15 +292,18 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         if spec_value is not None and flag not in running and value > 1:
             flags[flag] = str(value)
     gpus = _container_gpus(dep, resolved.container_index or 0, spec.hardware.gpu_resource_name)
-    if gpus is not None and gpus < inp.tp * inp.pp:
+    dp = max(1, inp.engine.data_parallel)
+    if gpus is not None and gpus < inp.tp * inp.pp * dp:
         return _refuse(
             ctx,
             "InsufficientGpusPerPod",
-            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp} needs "
-            f"{inp.tp * inp.pp} {spec.hardware.gpu_resource_name} per pod; the "
+            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
+            + (f" × DP {dp}" if dp > 1 else "")
+            + f" needs {inp.tp * inp.pp * dp} {spec.hardware.gpu_resource_name} per pod; the "
             f"container asks for {gpus}",
         )
     changes = material_changes(running, flags, spec.policy.hysteresis_percent)
+    changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
     strategy = (
         {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
@@ -297,6 +320,12 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         or not (
             (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
             or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype)
+            or (
+                c.startswith("spec.engine.maxNumBatchedTokens")
+                and spec.policy.set_max_num_batched_tokens
+            )
+            # the operator always writes the pool flags: the spec's pool replaces the running one
+            or c.startswith("spec.engine.kvCacheMemoryBytes")
         )
     ]
     if blocking:
@@ -348,14 +377,14 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.cond("Ready", "False", "RolloutInProgress", busy)
         ctx.outcome.requeue = True
         return ctx.finish()
-    _apply(ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want)
+    _apply(
+        ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want, remove
+    )
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
 
 
-def _replicas_to_add(
-    dep: Mapping[str, Any], planned: int, spec: Any, hpa_min: int | None
-) -> int:
+def _replicas_to_add(dep: Mapping[str, Any], planned: int, spec: Any, hpa_min: int | None) -> int:
     """Pods the Deployment will create to reach the planned replicas (none when the operator
     does not manage replicas). Counted from ``spec.replicas``: the Deployment's pods already
     running hold their GPUs in the spare count."""
@@ -393,6 +422,7 @@ def _apply(
     replicas: int | None,
     strategy: Mapping[str, Any] | None,
     want: str,
+    remove: tuple[str, ...] = (),
 ) -> None:
     """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
     it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
@@ -400,7 +430,14 @@ def _apply(
     target = dep["metadata"]["name"]
     for attempt in range(4):
         change = build_change(
-            dep, index, flags, running, replicas, strategy, owner=f"{ctx.ns}/{ctx.name}"
+            dep,
+            index,
+            flags,
+            running,
+            replicas,
+            strategy,
+            owner=f"{ctx.ns}/{ctx.name}",
+            remove=remove,
         )
         if change.empty:
             ctx.cond("Applied", "True", "UpToDate", "nothing to change")

@@ -11,13 +11,15 @@ constant says where it comes from. ``benchmarks/accuracy.py`` measures the resul
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, layers_on_rank
+from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.weights import DTYPE_BYTES, WeightBreakdown, pp_layer_ranges, weight_breakdown
 from ..model.config import resolve_dtype
-from ..model.shapes import AttnKind, ModelShape
+from ..model.shapes import AttnKind, LayerAttention, ModelShape
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
+from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 
 GiB = 2**30
 MiB = 2**20
@@ -65,8 +67,17 @@ CG_MLA_EXTRA_GIB = 0.5
 #: CUDA context and driver reservation before vLLM's init snapshot: 79.19 − 78.68 = 0.51 GiB on
 #: an H100 (0.19.0 DEBUG log). Never in the budget.
 CUDA_CONTEXT_GIB = 0.51
-#: Custom all-reduce / symmetric-memory buffers created before the snapshot at TP ≥ 2 (8–64 MiB).
-CUSTOM_ALLREDUCE_GIB = 0.0625
+#: Memory used before the init snapshot by distributed init at TP ≥ 2 (NCCL communicators, custom
+#: all-reduce and symmetric-memory buffers): ``v1/worker/gpu_worker.py::Worker.init_device``
+#: snapshots after ``init_worker_distributed_environment`` (0.11–0.33). Fitted on the 0.19.0 H100
+#: DEBUG "init memory snapshot" lines (cuda_memory): TP1 0.51, TP2 1.53, TP4 2.07 GiB, so the TP
+#: part is 1.02 at TP2 and 1.56 at TP4 = ``TP_INIT_BASE + TP_INIT_PER_DOUBLING × log2(tp)``
+#: (exact at 2 and 4; TP8 = 2.10 is an extrapolation).
+TP_INIT_BASE_GIB = 0.48
+TP_INIT_PER_DOUBLING_GIB = 0.54
+#: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
+#: are assumed additive (no log has both).
+PP_INIT_GIB = 0.92
 #: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
 #: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
 PERSISTENT_MISC_GIB = 0.02
@@ -93,7 +104,19 @@ class EngineSettings:
     data_parallel: int = 1
     expert_parallel: bool = False
     kv_cache_memory_bytes: int | None = None
+    draft_model: ModelShape | None = None  # the --speculative-config model's shape
     estimate_cuda_graphs: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    max_cpu_loras: int | None = None  # host memory only
+    speculative: SpeculativeConfig | None = None
+    enable_prefix_caching: bool | None = None
+    kv_transfer: bool = False  # --kv-transfer-config: hybrid KV manager off
+    performance_mode: str = "balanced"
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
+    auto_max_model_len: bool = False  # --max-model-len -1
+    async_scheduling: bool | None = None  # None: vLLM's default (on from 0.26)
+    chunked_local_hybrid: bool | None = None  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,34 +221,121 @@ def _gib(x: float) -> int:
     return int(round(x * GiB))
 
 
+#: Architectures the V2 model runner takes by default besides dense models, from 0.25
+#: (config/vllm.py::_is_default_v2_model_runner_model in the 0.25.0 wheel).
+V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
+    {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
+)
+#: 0.22–0.24: Llama, Mistral and Qwen3 dense, unquantized only (same function, 0.23.0 wheel).
+V2_RUNNER_DEFAULTS_0_22 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+
+
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
+    """vLLM's default model runner (``config/vllm.py::_is_default_v2_model_runner_model``)."""
     if v.key >= (0, 29, 0):
         return True
+    hybrid = any(layer.kind is AttnKind.MAMBA for layer in shape.layers)
+    if v.key >= (0, 25, 0):
+        dense = not shape.is_moe and not hybrid
+        return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
     if v.key >= (0, 22, 0):
-        return (
-            shape.architecture in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
-            and shape.quantization is None
-        )
+        return shape.architecture in V2_RUNNER_DEFAULTS_0_22 and shape.quantization is None
     return False
 
 
+def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool:
+    """Whether vLLM's profiler can subtract a CUDA-graph estimate at all on this version:
+    the V2 runner's ``profile_cudagraph_memory()`` returns 0 in 0.21–0.28
+    (``v1/worker/gpu/model_runner.py``; implemented by 0.30, PR #49233); ROCm is left out through
+    0.25 (``is_cuda()``) and included from 0.26 (``is_cuda_alike()``) in
+    ``v1/worker/gpu_worker.py::Worker.determine_available_memory``."""
+    if v.key < (0, 18, 0):
+        return False
+    if v2_runner and (0, 21, 0) <= v.key < (0, 29, 0):
+        return False
+    return not (rocm and v.key < (0, 26, 0))
+
+
+#: The ≥ 160 GiB batch tier (T = 16384, R = 1024 for the API server): first in 0.28
+#: (engine/arg_utils.py::EngineArgs.get_batch_defaults; absent in the 0.27.1 wheel).
+BIG_GPU_TIER_VERSION = (0, 28, 0)
+BIG_GPU_TIER_GIB = 160
+
+
 def batch_defaults(
-    v: Version, era: Era, total_bytes: int, gpu_name: str, usage_context: str
+    v: Version,
+    era: Era,
+    total_bytes: int,
+    gpu_name: str,
+    usage_context: str,
+    performance_mode: str = "balanced",
 ) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) defaults: EngineArgs.get_batch_defaults."""
+    """(max_num_batched_tokens, max_num_seqs) defaults: ``EngineArgs.get_batch_defaults``.
+    ``--performance-mode throughput`` doubles both (same function, where the flag exists)."""
     gib = total_bytes / GiB
     a100 = "a100" in gpu_name.lower()
     if era is Era.V0:
         return 0, 256  # tokens resolved with max_model_len below
-    if v.key >= (0, 29, 0) and gib >= 160:
-        return 16384, 1024
-    if v.key < (0, 9, 0):
-        big = gib >= 70
+    if v.key >= BIG_GPU_TIER_VERSION and gib >= BIG_GPU_TIER_GIB:
+        T, R = 16384, 1024
     else:
-        big = gib >= 70 and not a100
-    if big:
-        return (8192 if usage_context == "api" else 16384), 1024
-    return (2048 if usage_context == "api" else 8192), 256
+        big = gib >= 70 if v.key < (0, 9, 0) else gib >= 70 and not a100
+        if big:
+            T, R = (8192 if usage_context == "api" else 16384), 1024
+        else:
+            T, R = (2048 if usage_context == "api" else 8192), 256
+    if performance_mode == "throughput":
+        T, R = 2 * T, 2 * R
+    return T, R
+
+
+def _gpu_family(gpu_name: str) -> str:
+    n = gpu_name.upper()
+    if n.startswith(("H100", "H200", "H20", "H800", "GH200")):
+        return "hopper"
+    if n.startswith(("B200", "B100", "GB200", "B300", "GB300")):
+        return "blackwell"
+    if n.startswith("MI") or "AMD" in n:
+        return "rocm"
+    return "other"
+
+
+def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str) -> int:
+    """The KV block size vLLM picks without ``--block-size``: 16, except where the attention
+    backend for MLA wants another.
+
+    * 0.11–0.17 (``platforms/cuda.py::CudaPlatform.check_and_update_config``): FlashMLA on
+      Hopper 64, CUTLASS MLA on Blackwell 128;
+    * 0.18+ (``update_block_size_for_backend``): FlashAttention-MLA on Hopper keeps 16 (the
+      0.19.0 DeepSeek-V2-Lite H100 log shows 16), MLA with an fp8 KV cache takes FlashMLA: 64;
+      FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
+    """
+    if not any(layer.kind is AttnKind.MLA for layer in shape.layers):
+        return 16
+    family = _gpu_family(gpu_name)
+    if (0, 11, 0) <= v.key < (0, 18, 0):
+        return {"hopper": 64, "blackwell": 128}.get(family, 16)
+    if v.key >= (0, 18, 0):
+        if family == "rocm":
+            return 64
+        if family == "blackwell":
+            return 32
+        if family == "hopper" and kv_cache_dtype.startswith("fp8"):
+            return 64
+    return 16
+
+
+def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
+    """``--kv-cache-dtype auto`` (utils/torch_utils.py::get_kv_cache_quant_algo_string): the
+    checkpoint's KV quantization is taken only for ModelOpt checkpoints (``kv_cache_quant_algo``)
+    from 0.15; a compressed-tensors ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``, and
+    0.11–0.13 resolve nothing (the model dtype)."""
+    q = shape.quantization
+    if requested != "auto" or q is None or not q.kv_cache_fp8:
+        return requested
+    if q.method == "compressed-tensors" or v.key < (0, 15, 0):
+        return "auto"
+    return "fp8"
 
 
 def resolve_settings(
@@ -248,13 +358,15 @@ def resolve_settings(
         raise SettingsError(f"max_model_len must be a positive number of tokens, got {L}")
     if L > 100_000_000:
         raise SettingsError(f"max_model_len {L:,} is absurd (more than 100M tokens)")
-    if L > shape.derived_max_model_len:
+    if L > shape.derived_max_model_len and not s.allow_long_max_model_len:
         raise SettingsError(
             f"max_model_len {L:,} is larger than the model's maximum "
             f"{shape.derived_max_model_len:,} (from its config); vLLM refuses this without "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
-    T_def, R_def = batch_defaults(v, era, total_bytes, gpu_name, s.usage_context)
+    T_def, R_def = batch_defaults(
+        v, era, total_bytes, gpu_name, s.usage_context, s.performance_mode
+    )
     R = s.max_num_seqs
     if R is None:
         R = R_def
@@ -276,6 +388,11 @@ def resolve_settings(
         T = min(T, R * L)
     if T <= 0:
         raise SettingsError(f"max_num_batched_tokens must be >= 1, got {T}")
+    if s.max_num_seqs is not None and s.max_num_batched_tokens is not None and T < R:
+        # config/scheduler.py::SchedulerConfig verification (0.11–0.33)
+        raise SettingsError(
+            f"max_num_batched_tokens ({T}) must be greater than or equal to max_num_seqs ({R})."
+        )
     if era is not Era.V0 and s.enable_chunked_prefill is False and T < L:
         raise SettingsError(
             f"max_num_batched_tokens ({T}) is smaller than max_model_len ({L}) with chunked "
@@ -283,15 +400,13 @@ def resolve_settings(
         )
     B = s.block_size
     if B is None:
-        B = 16
+        B = default_block_size(v, shape, gpu_name, s.kv_cache_dtype)
         used.append("block_size")
     if B <= 0 or B & (B - 1):
         raise SettingsError(f"block_size must be a power of two, got {B}")
     dtype = resolve_dtype(shape.dtype, s.dtype)
     dtype_bytes = DTYPE_BYTES[dtype]
-    kv_dt = s.kv_cache_dtype
-    if kv_dt == "auto" and shape.quantization is not None and shape.quantization.kv_cache_fp8:
-        kv_dt = "fp8"
+    kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
     cudagraphs = (
         not s.enforce_eager
@@ -301,7 +416,9 @@ def resolve_settings(
     est = s.estimate_cuda_graphs
     if est is None:
         est = v.key >= (0, 20, 0)
-    cg_in_budget = bool(est) and cudagraphs and v.key >= (0, 18, 0)
+    v2 = _uses_v2_runner(v, shape)
+    rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
+    cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
     return ResolvedSettings(
         v,
         era,
@@ -316,7 +433,7 @@ def resolve_settings(
         kvb,
         cudagraphs,
         cg_in_budget,
-        _uses_v2_runner(v, shape),
+        v2,
         tuple(used),
     )
 
@@ -365,6 +482,186 @@ def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: boo
     return _gib(gib)
 
 
+#: vLLM's default capture list for R ≥ 256 and T ≥ 512: [1, 2, 4] + 8..248 step 8 + 256..512
+#: step 16 = 51 sizes (config/compilation.py, 0.12–0.33); the CG constants above were fitted on it.
+DEFAULT_CAPTURE_SIZES = 51
+
+
+def capture_count(settings: EngineSettings) -> int:
+    """Graphs per mode for ``--compilation-config`` capture sizes (default 51)."""
+    sizes = settings.cudagraph_capture_sizes
+    top = settings.max_cudagraph_capture_size
+    if sizes is None:
+        if top is None:
+            return DEFAULT_CAPTURE_SIZES
+        default = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+        return len([x for x in default if x <= top])
+    return len({x for x in sizes if top is None or x <= top})
+
+
+def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
+    """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
+    (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
+    snapshot and is measured instead (non-torch)."""
+    gib = 0.0
+    if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
+        if tp >= 2:
+            gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+        if pp >= 2:
+            gib += PP_INIT_GIB
+    return _gib(gib)
+
+
+def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
+    """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
+    plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
+    return _gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
+
+
+def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
+    """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
+    n = shape.num_layers
+    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)
+    skip = ("embedding", "lm_head")
+    return sum(b for g, b in w.by_group.items() if g not in skip)
+
+
+def _draft(
+    shape: ModelShape, settings: EngineSettings, tp: int, dtype_bytes: int, ep: int
+) -> tuple[int, list[LayerAttention]]:
+    """Drafter weights and its KV layers on the last PP stage (config/speculative.py).
+
+    MTP (``DeepSeekMTP`` and kin, model_executor/models/*_mtp.py): ``mtp_layers`` decoder layers
+    of the target plus ``eh_proj`` (2H → H) and two norms each, sharing the embedding and head;
+    each is one more attention layer in the KV cache. A draft model (EAGLE, draft_model): its
+    own weights at the target's TP and its own layers in the KV cache. N-gram look-up: none.
+    """
+    spec = settings.speculative
+    if spec is None or spec.method not in MTP_METHODS | DRAFT_MODEL_METHODS:
+        return 0, []
+    if spec.method in MTP_METHODS:
+        if shape.mtp_layers <= 0:
+            raise SettingsError(
+                f"--speculative-config: method {spec.method!r} needs MTP layers, and the "
+                "model config has none (num_nextn_predict_layers / mtp_num_hidden_layers)"
+            )
+        h = shape.hidden_size
+        extra = (2 * h * h + 2 * h) * dtype_bytes
+        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
+        return shape.mtp_layers * per, [shape.layers[-1]] * shape.mtp_layers
+    d = settings.draft_model
+    if d is None:
+        raise SettingsError(
+            f"--speculative-config: the draft model {spec.model!r} has no known config "
+            "(add it to the catalog or give its config)"
+        )
+    w = weight_breakdown(d, tp, 1, 0, dtype_bytes, d.quantization)
+    return w.total, list(d.layers)
+
+
+#: Rejection sampler (v1/sample/rejection_sampler.py, profiled by
+#: GPUModelRunner._dummy_sampler_run with speculative decoding): ``(k + R) × V`` fp32 logits.
+SPEC_LOGIT_BYTES = 4
+
+
+#: Models implementing ``SupportsMambaPrefixCaching`` (vLLM models/*.py, 0.15–0.29): with
+#: prefix caching on they cache Mamba state in "all" mode.
+MAMBA_ALL_MODE_ARCHS = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "Mamba2ForCausalLM",
+        "BambaForCausalLM",
+        "JambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "FalconH1ForCausalLM",
+    }
+)
+#: Hopper + FlashInfer GDN prefill aligns GDN hybrids' block size to 64 tokens (0.33:
+#: platforms/interface.py::_align_hybrid_block_size; block 1088 instead of 1056).
+GDN_HOPPER_ALIGN = 64
+
+
+def mamba_cache_mode(v: Version, shape: ModelShape, prefix_caching: bool | None) -> str:
+    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig):
+
+    * "none": one state block per request (+ speculative) — prefix caching off, or before 0.15
+      (prefix caching was disabled for hybrid models);
+    * "all": 0.15–0.29 for ``SupportsMambaPrefixCaching`` models with prefix caching on
+      (the default): a state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group, B a
+      multiple of ``lcm(chunk_size, 16)``; the 0.28–0.29 wheels were not read (the review
+      brackets the switch to "align" by 0.30);
+    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) from 0.15, and every hybrid from 0.30:
+      2 blocks (+ speculative), 3 from 0.33 (a prefill checkpoint block).
+    """
+    if not any(layer.kind is AttnKind.MAMBA for layer in shape.layers):
+        return "none"
+    if prefix_caching is False or v.key < (0, 15, 0):
+        return "none"
+    if v.key < (0, 30, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+        return "all"
+    return "align"
+
+
+def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name: str) -> int:
+    """The unit the hybrid block size is raised in (kv_layout ``align``)."""
+    if mode == "all":
+        chunk = max(
+            (layer.mamba.chunk_size for layer in shape.layers if layer.mamba is not None),
+            default=0,
+        )
+        return math.lcm(chunk, block) if chunk else block
+    gdn = shape.model_type.startswith(("qwen3_5", "qwen3_next"))
+    hopper = gpu_name.upper().startswith(("H100", "H200", "H20", "H800", "GH200"))
+    if gdn and hopper and v.key >= (0, 33, 0):
+        return math.lcm(GDN_HOPPER_ALIGN, block)
+    return block
+
+
+def mamba_blocks_per_request(mode: str, v: Version, L: int, block: int, k_spec: int) -> int:
+    """State blocks one request holds per Mamba group (kv_cache_interface.py::
+    MambaSpec.max_memory_usage_bytes by mode)."""
+    if mode == "all":
+        return math.ceil(L / block)
+    if mode == "align":
+        return 2 + k_spec + (1 if v.key >= (0, 33, 0) else 0)
+    return 1 + k_spec
+
+
+def in_flight_tokens(
+    v: Version, T: int, pp: int, v2_runner: bool, async_scheduling: bool | None
+) -> int:
+    """Tokens a sliding/chunked layer must hold beyond its window: from 0.26
+    ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T``, with pp + 1 batches for
+    the V2 runner with async scheduling, 2 for the V1 runner with async scheduling at PP 1, and
+    pp otherwise (async scheduling is on by default from 0.26); before 0.26, T."""
+    if v.key < (0, 26, 0):
+        return T
+    on = True if async_scheduling is None else async_scheduling
+    if on:
+        batches = pp + 1 if v2_runner else (2 if pp == 1 else pp)
+    else:
+        batches = pp
+    return batches * T
+
+
+def _cached_layers(
+    shape: ModelShape, pp: int, stage: int, v: Version, settings: EngineSettings
+) -> list[LayerAttention]:
+    """The stage's layers as vLLM caches them. 0.11–0.13: chunked-local layers (Llama 4) are
+    cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
+    (vllm/envs.py default "0" in those versions)."""
+    layers = layers_on_rank(shape, pp, stage)
+    if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
+        layers = [
+            replace(layer, kind=AttnKind.FULL, window=0)
+            if layer.kind is AttnKind.CHUNKED
+            else layer
+            for layer in layers
+        ]
+    return layers
+
+
 # --- the prediction --------------------------------------------------------------------------
 
 
@@ -392,7 +689,21 @@ def predict_startup(
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
-    hybrid = era not in (Era.V0, Era.V1_EARLY)
+    spec = settings.speculative
+    chunked = any(layer.kind is AttnKind.CHUNKED for layer in shape.layers)
+    eagle = spec is not None and spec.method in ("eagle", "eagle3")
+    # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
+    # the hybrid KV-cache manager off
+    hybrid = (
+        era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer and not (chunked and eagle)
+    )
+    k_spec = 0
+    if spec is not None:
+        k_spec = spec.num_speculative_tokens or shape.mtp_layers
+    draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
+    graphs = capture_count(settings)
+    mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)
+    align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
     requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
@@ -418,9 +729,15 @@ def predict_startup(
         samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
         if era is Era.V0 and last:
             samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
+        if last and k_spec:
+            samp += (k_spec + R) * shape.vocab_size * SPEC_LOGIT_BYTES
+        if last and draft_weights:
+            w = replace(w, by_group={**w.by_group, "drafter": draft_weights})
         act = max(fwd, samp) + moe
         nt = non_torch(era, tp, pp)
+        # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
         cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
+        cg = cg * graphs // DEFAULT_CAPTURE_SIZES
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
             avail = requested - (w.total + act) - (nt + _gib(CUDA_CONTEXT_GIB))
@@ -429,15 +746,22 @@ def predict_startup(
             avail = requested - consumed - act - (cg if rs.cg_in_budget else 0)
         else:
             avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)
+        rank_requested = requested
         if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
+            # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
+            # kv_cache_memory_bytes as is and skips the measurement; the utilization only
+            # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
+            rank_requested = requested - avail + settings.kv_cache_memory_bytes
             avail = settings.kv_cache_memory_bytes
         layout = kv_layout(
-            layers_on_rank(shape, pp, stage),
+            _cached_layers(shape, pp, stage, rs.version, settings) + (draft_layers if last else []),
             tp,
             rs.kv_bytes,
             rs.dtype_bytes,
             rs.block_size,
             hybrid_manager=hybrid,
+            align=align,
+            kv_format=kv_token_format(rs.kv_cache_dtype),
         )
         blocks = layout.num_blocks(avail)
         for t in range(tp):
@@ -452,7 +776,7 @@ def predict_startup(
                     moe,
                     nt,
                     cg,
-                    requested,
+                    rank_requested,
                     avail,
                     layout,
                     blocks,
@@ -463,8 +787,13 @@ def predict_startup(
     num_blocks = br.num_blocks
     layout = br.layout
     L = rs.max_model_len
-    in_flight = T * (2 if rs.version.key >= (0, 26, 0) else 1)
-    need = layout.blocks_per_request(L, in_flight, 2 if rs.version.key >= (0, 27, 0) else 1)
+    in_flight = in_flight_tokens(rs.version, T, pp, rs.v2_runner, settings.async_scheduling)
+    B = layout.block_size
+
+    def mamba_blocks(length: int) -> int:
+        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec)
+
+    need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
     if layout.bytes_per_block == 0:
         conc, tokens = 0.0, 0
     elif era is Era.V0:
@@ -488,13 +817,13 @@ def predict_startup(
             + " GiB). Try increasing gpu_memory_utilization."
         )
     else:
-        needed = layout.bytes_for_request(L, in_flight)
+        needed = layout.bytes_for_request(L, in_flight, mamba_blocks(L))
         if era is Era.V0:
             fits = num_blocks * layout.block_size >= L
         else:
             fits = needed <= br.available_kv
         if not fits:
-            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight)
+            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
             error = (
                 f"To serve at least one request with the model's max seq len ({L}), "
                 f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
@@ -503,14 +832,22 @@ def predict_startup(
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
             )
     notes: list[str] = []
+    if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
+        # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
+        est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
+        if est_len > 0:
+            fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
+            p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
+            return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
     free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
-    if free_check and requested > total_bytes - _gib(CUDA_CONTEXT_GIB) - (
-        _gib(CUSTOM_ALLREDUCE_GIB) if tp > 1 else 0
-    ):
+    free = total_bytes - pre_snapshot_bytes(era, tp, pp)
+    if free_check and requested > free:
+        # v1/worker/utils.py::request_memory (0.11–0.33); GiB printed as round(x, 2)
         msg = (
-            f"Free memory on device ({_fmt_gib(total_bytes - _gib(CUDA_CONTEXT_GIB))}/"
-            f"{_fmt_gib(total_bytes)} GiB) on startup is less than desired GPU memory "
-            f"utilization ({rs.gpu_memory_utilization}, {_fmt_gib(requested)} GiB)."
+            f"Free memory on device cuda:0 ({round(free / GiB, 2)}/"
+            f"{round(total_bytes / GiB, 2)} GiB) on startup is less than desired GPU memory "
+            f"utilization ({rs.gpu_memory_utilization}, {round(requested / GiB, 2)} GiB). "
+            "Decrease GPU memory utilization or reduce GPU memory used by other processes."
         )
         if error is None:
             error = msg
@@ -536,11 +873,17 @@ def v_supports_kv_bytes(v: Version) -> bool:
     return v.key >= (0, 11, 0)
 
 
-def _max_len_that_fits(layout: KvLayout, available: int, L: int, in_flight: int) -> int:
+def _max_len_that_fits(
+    layout: KvLayout,
+    available: int,
+    L: int,
+    in_flight: int,
+    mamba_blocks: Callable[[int], int] = lambda _: 1,
+) -> int:
     lo, hi = 0, L
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if layout.bytes_for_request(mid, in_flight) <= available:
+        if layout.bytes_for_request(mid, in_flight, mamba_blocks(mid)) <= available:
             lo = mid
         else:
             hi = mid - 1

@@ -53,8 +53,10 @@ __all__ = [
     "VllmArgsError",
     "find_conflicts",
     "find_vllm_container",
+    "hidden_flags",
     "normalise_flag",
     "parse_image_version",
+    "read_env",
     "read_flags",
     "rewrite_flags",
     "runs_vllm",
@@ -1037,6 +1039,13 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str]:
     return {o.name: o.text for o in _parse(container).occurrences}
 
 
+def hidden_flags(container: Mapping[str, Any]) -> list[str]:
+    """Why flags may hide in the command line where :func:`read_flags` cannot see them (a shell
+    expansion or unresolved reference after the entry point, a command substitution): empty
+    when every flag vLLM will parse was read."""
+    return [str(h) for h in _parse(container).hazards]
+
+
 def unresolved_flags(container: Mapping[str, Any]) -> set[str]:
     """Flags whose value :func:`read_flags` could not resolve."""
     last = {o.name: o for o in _parse(container).occurrences}
@@ -1050,6 +1059,7 @@ def unresolved_flags(container: Mapping[str, Any]) -> set[str]:
 class _Edit:
     site: _Site
     new: str
+    delete: bool = False  # a list element to drop (a removed flag)
 
 
 @dataclass(frozen=True)
@@ -1059,7 +1069,9 @@ class _EnvEdit:
     value: str
 
 
-def rewrite_flags(container: Mapping[str, Any], desired: Mapping[str, str]) -> dict[str, Any]:
+def rewrite_flags(
+    container: Mapping[str, Any], desired: Mapping[str, str], remove: Collection[str] = ()
+) -> dict[str, Any]:
     """A new container with each desired flag set; the input is never mutated.
 
     A present flag is changed in place in its own spelling (``--flag value``,
@@ -1068,10 +1080,11 @@ def rewrite_flags(container: Mapping[str, Any], desired: Mapping[str, str]) -> d
     changed in the env var. Everything else stays byte-identical; when every value
     already matches, the result equals the input. Raises :class:`VllmArgsError` when
     the change cannot be made safely. Values are written as given (``--flag value``);
-    switching boolean flags on or off is not supported.
+    switching boolean flags on or off is not supported. Each flag of ``remove`` that is present
+    is deleted with its value (``--kv-cache-memory-bytes`` when the plan sets the utilization).
     """
     parsed = _parse(container)
-    if parsed.hazards and desired:
+    if parsed.hazards and (desired or any(parsed.find(normalise_flag(r)) for r in remove)):
         raise parsed.hazards[0]
     edits: list[_Edit] = []
     env_edits: list[tuple[_EnvEdit, _Occurrence]] = []
@@ -1090,7 +1103,25 @@ def rewrite_flags(container: Mapping[str, Any], desired: Mapping[str, str]) -> d
             env_edits.append((plan, found[0]))
     _check_env_edits(parsed, env_edits)
     edits.extend(_appends(parsed.append_at, appends))
+    for name in sorted({normalise_flag(r) for r in remove}):
+        if name in desired or any(normalise_flag(k) == name for k in desired):
+            raise VllmArgsError("DuplicateFlag", parsed.container, "asked to set and remove", name)
+        edits.extend(e for occ in parsed.find(name) for e in _removal(parsed.container, occ))
     return _apply(container, edits, [e for e, _ in env_edits])
+
+
+def _removal(container: str, occ: _Occurrence) -> list[_Edit]:
+    """Edits that delete a flag and its separate value token."""
+    tokens = [t for t in (occ.flag, occ.value) if t is not None]
+    for token in tokens:
+        if token.dynamic or token.continuation or not token.known and token is occ.flag:
+            raise _unsafe(container, f"cannot remove {token.raw!r} safely", occ.name)
+    first, last = tokens[0], tokens[-1]
+    if first.site.span is None:
+        return [_Edit(t.site, "", delete=True) for t in tokens]
+    assert last.site.span is not None
+    start, end = first.site.span[0], last.site.span[1]
+    return [_Edit(_Site(first.site.field, first.site.index, (start, end)), "", delete=True)]
 
 
 def _canonical(desired: Mapping[str, str], container: str) -> dict[str, str]:
@@ -1231,8 +1262,11 @@ def _apply(
     for list_name in {e.site.field for e in edits}:
         new[list_name] = list(new.get(list_name) or [])
     spans: dict[tuple[str, int], list[_Edit]] = {}
+    dropped: dict[str, set[int]] = {}
     for edit in edits:
-        if edit.site.span is not None:
+        if edit.delete and edit.site.span is None:
+            dropped.setdefault(edit.site.field, set()).add(edit.site.index)
+        elif edit.site.span is not None:
             spans.setdefault((edit.site.field, edit.site.index), []).append(edit)
         elif edit.site.index < 0:
             new[edit.site.field].append(edit.new)
@@ -1240,6 +1274,8 @@ def _apply(
             new[edit.site.field][edit.site.index] = edit.new
     for (list_name, index), group in spans.items():
         new[list_name][index] = _splice(new[list_name][index], group)
+    for list_name, indices in dropped.items():
+        new[list_name] = [v for i, v in enumerate(new[list_name]) if i not in indices]
     if env_edits:
         new["env"] = [dict(e) for e in new["env"]]
         for env_edit in env_edits:
@@ -1251,5 +1287,17 @@ def _splice(text: str, edits: Sequence[_Edit]) -> str:
     for edit in sorted(edits, key=lambda e: e.site.span or (0, 0), reverse=True):
         assert edit.site.span is not None
         start, end = edit.site.span
+        if edit.delete:
+            while start > 0 and text[start - 1] in " \t":
+                start -= 1  # the blank before a removed flag goes with it
         text = text[:start] + edit.new + text[end:]
     return text
+
+
+def read_env(container: Mapping[str, Any]) -> dict[str, str | None]:
+    """The container's ``env`` as Kubernetes resolves it: ``{name: value}``, None where the
+    value is set at run time (``valueFrom``) or refers to what the operator cannot read."""
+    return {
+        name: (v.value if v.known and not v.value_from else None)
+        for name, v in _env_table(container).vars.items()
+    }

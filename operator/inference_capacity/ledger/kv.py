@@ -23,7 +23,43 @@ KV_DTYPE_BYTES = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "int8": 1,
+    "fp8_per_token_head": 1,
+    "int8_per_token_head": 1,
+    "fp8_ds_mla": 1,
+    "nvfp4": 1,  # elements; the packed size is kv_token_format's
 }
+#: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, as read in 0.33;
+#: earlier wheels were not checked): per-token-head formats add one fp32 scale per head for K and
+#: for V (``AttentionSpec.page_size_bytes`` + 2·B·Hkv·4); ``fp8_ds_mla`` stores 656 B per token
+#: for DeepSeek's 512 + 64 latent (512 fp8 values, 4 fp32 tile scales, 64 bf16 rope values);
+#: ``nvfp4`` packs two values per byte with one fp8 scale per 16 values.
+KV_FORMATS = {
+    "fp8_per_token_head": "per_token_head",
+    "int8_per_token_head": "per_token_head",
+    "fp8_ds_mla": "ds_mla",
+    "nvfp4": "nvfp4",
+}
+FP8_DS_MLA_TOKEN_BYTES = 656
+
+
+def kv_token_format(kv_cache_dtype: str) -> str:
+    """The page layout of a KV dtype: "" (plain) or a key of the formats above."""
+    return KV_FORMATS.get(kv_cache_dtype, "")
+
+
+def token_bytes(layer: LayerAttention, tp: int, kv_bytes: int, kv_format: str = "") -> int:
+    """KV bytes of one token in ``layer`` on one rank, in the page layout of ``kv_format``."""
+    base = layer.token_bytes(tp, kv_bytes)
+    if not kv_format or base == 0:
+        return base
+    if layer.kind is AttnKind.MLA:
+        return FP8_DS_MLA_TOKEN_BYTES if kv_format == "ds_mla" else base
+    if kv_format == "per_token_head":
+        return base + 2 * max(1, layer.kv_heads // tp) * 4
+    if kv_format == "nvfp4":
+        elements = layer.token_bytes(tp, 1)
+        return elements // 2 + elements // 16
+    return base
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
@@ -112,8 +148,13 @@ def kv_layout(
     model_dtype_bytes: int,
     block_size: int,
     hybrid_manager: bool = True,
+    align: int | None = None,
+    kv_format: str = "",
 ) -> KvLayout:
     """Group this rank's layers as vLLM does and size one block.
+
+    ``align``: the unit a hybrid model's block size is raised in (default ``block_size``);
+    Mamba "all" prefix-caching mode needs multiples of ``lcm(chunk_size, block_size)``.
 
     ``hybrid_manager`` False (V0, or vLLM before the hybrid allocator): every attention layer is
     treated as full attention with one shared block table.
@@ -123,7 +164,7 @@ def kv_layout(
         for layer in layers
         if layer.shares_kv_with is None and layer.kind not in (AttnKind.NONE, AttnKind.CROSS)
     ]
-    token_bytes = sum(layer.token_bytes(tp, kv_bytes) for layer in cached)
+    per_token = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in cached)
     state = sum(
         layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
         for layer in cached
@@ -133,14 +174,16 @@ def kv_layout(
         return KvLayout((), 0, 0, block_size, 0, 0)
     if not hybrid_manager:
         attn = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
-        page = sum(layer.token_bytes(tp, kv_bytes) for layer in attn) * block_size
+        page = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in attn) * block_size
         group = KvGroup(AttnKind.FULL, len(attn), page // max(1, len(attn)), block_size)
-        return KvLayout((group,), len(attn), page, block_size, token_bytes, state)
+        return KvLayout((group,), len(attn), page, block_size, per_token, state)
     by_kind: dict[tuple[AttnKind, int], list[LayerAttention]] = {}
     for layer in cached:
         by_kind.setdefault(_layer_key(layer), []).append(layer)
     attn_layers = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
-    attn_1tok = max((layer.token_bytes(tp, kv_bytes) for layer in attn_layers), default=0)
+    attn_1tok = max(
+        (token_bytes(layer, tp, kv_bytes, kv_format) for layer in attn_layers), default=0
+    )
     block = block_size
     mamba_page = max(
         (
@@ -153,40 +196,53 @@ def kv_layout(
     if mamba_page and attn_1tok:
         # platforms/interface.py::_align_hybrid_block_size: raise the attention block size until
         # an attention page is at least a Mamba page; pad the Mamba page to it
-        needed = block_size * cdiv(mamba_page, block_size * attn_1tok)
+        unit = align or block_size
+        needed = unit * cdiv(mamba_page, unit * attn_1tok)
         block = max(block, needed)
     if len(by_kind) == 1:
         (kind, window), members = next(iter(by_kind.items()))
-        pages = {layer.token_bytes(tp, kv_bytes) for layer in members}
+        pages = {token_bytes(layer, tp, kv_bytes, kv_format) for layer in members}
         page = (attn_1tok * block) if kind is not AttnKind.MAMBA else mamba_page
         if len(pages) > 1:  # same type, different sizes: one group, page = sum of pages
-            total = sum(layer.token_bytes(tp, kv_bytes) for layer in members) * block
+            total = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in members) * block
             group = KvGroup(kind, len(members), total // len(members), block, window)
-            return KvLayout((group,), len(members), total, block, token_bytes, state)
+            return KvLayout((group,), len(members), total, block, per_token, state)
         group = KvGroup(kind, len(members), page, block, window, mamba_page)
-        return KvLayout((group,), len(members), page * len(members), block, token_bytes, state)
+        return KvLayout((group,), len(members), page * len(members), block, per_token, state)
     page = attn_1tok * block if attn_1tok else mamba_page
     counts = [len(v) for v in by_kind.values()]
     lo, hi = min(counts), max(counts)
     group_size = hi if hi < 1.5 * lo else lo  # kv_cache_utils: the 1.5 rule (0.21+)
     groups: list[KvGroup] = []
     for (kind, window), members in by_kind.items():
+        # kv_cache_utils.py::unify_kv_cache_spec_page_size: a layer with a smaller page holds
+        # proportionally more tokens per block (Gemma-4: full layers 2 × 512 vs sliding
+        # 8 × 256 heads, so full blocks hold 32 tokens where sliding ones hold 16)
+        tok = max(token_bytes(layer, tp, kv_bytes, kv_format) for layer in members)
+        g_block = block
+        if kind is not AttnKind.MAMBA and tok and attn_1tok % tok == 0:
+            g_block = block * (attn_1tok // tok)
         for start in range(0, len(members), group_size):
             n = min(group_size, len(members) - start)
             groups.append(
-                KvGroup(kind, n, page, block, window, mamba_page if kind is AttnKind.MAMBA else 0)
+                KvGroup(kind, n, page, g_block, window, mamba_page if kind is AttnKind.MAMBA else 0)
             )
-    return KvLayout(tuple(groups), group_size, page * group_size, block, token_bytes, state)
+    return KvLayout(tuple(groups), group_size, page * group_size, block, per_token, state)
 
 
 def kv_bytes_per_token(
-    shape: ModelShape, tp: int, kv_bytes: int, pp: int = 1, stage: int | None = None
+    shape: ModelShape,
+    tp: int,
+    kv_bytes: int,
+    pp: int = 1,
+    stage: int | None = None,
+    kv_format: str = "",
 ) -> int:
     """Logical KV bytes per token of context: on one rank (``stage`` given) or over the whole
     model at this TP (all stages summed), counting every attention layer's full per-token cost."""
     stages = range(pp) if stage is None else [stage]
     return sum(
-        layer.token_bytes(tp, kv_bytes)
+        token_bytes(layer, tp, kv_bytes, kv_format)
         for s in stages
         for layer in layers_on_rank(shape, pp, s)
         if layer.kind not in (AttnKind.NONE, AttnKind.CROSS, AttnKind.MAMBA)

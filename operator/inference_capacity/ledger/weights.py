@@ -117,15 +117,36 @@ def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
 
 
 def lora_bytes(
-    shape: ModelShape, tp: int, layers: range, max_loras: int, max_rank: int, dtype_bytes: int
+    shape: ModelShape,
+    tp: int,
+    layers: range,
+    max_loras: int,
+    max_rank: int,
+    dtype_bytes: int,
+    ep: int = 1,
 ) -> int:
-    """LoRA slots vLLM allocates at load time for every wrapped linear of this rank
-    (lora/layers/base_linear.py): ``max_loras × rank × (in_shard + out_shard) × dtype``."""
+    """LoRA slots vLLM allocates at load time for every wrapped linear of this rank.
+
+    Dense linears (lora/layers/base_linear.py): ``max_loras × rank × (in_shard + out_shard)``.
+    Fused MoE (lora/layers/fused_moe.py::FusedMoEWithLoRA, in the 0.13–0.33 wheels): per local
+    expert, w13 has one A (rank × H) and one B (I/tp × rank) per slice (gate, up) and w2 one A
+    (rank × I/tp) and one B (H × rank): ``max_loras × E_local × rank × (3H + 3I/tp)``. With
+    expert parallelism each rank holds ``E / ep`` whole experts. Elements in the LoRA dtype
+    (``--lora-dtype auto``: the model dtype).
+    """
     if max_loras <= 0:
         return 0
     total = 0
     for t in shape.tensors:
-        if not t.quantizable or t.experts > 1 or t.layer not in layers:
+        if not t.quantizable or t.layer not in layers:
+            continue
+        if t.experts > 1:
+            tt = _expert_parallel(t, ep) if ep > 1 else t
+            r, c = tt.shape_per_rank(tp)
+            slices = 2 if t.name.endswith("w13") else 1
+            # column-parallel w13: A per slice is rank × c (= H), B is r (= 2I/tp) × rank
+            # row-parallel w2: A is rank × c (= I/tp), B is r (= H) × rank
+            total += max_loras * tt.experts * max_rank * (slices * c + r) * dtype_bytes
             continue
         r, c = t.shape_per_rank(tp)
         # column-parallel: A is full-in x rank, B is rank x out_shard; row-parallel: the reverse
@@ -226,7 +247,7 @@ def _weight_breakdown(
     ):
         for rc in shape.rope_caches:
             rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
-    lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes)
+    lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes, ep)
     correction = _header_correction(shape, tp, pp, stage, dtype_bytes, quant, ep, by_group)
     note = ""
     if correction and shape.header is not None:

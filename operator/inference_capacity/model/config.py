@@ -145,6 +145,7 @@ class _Decoder:
     router_scale: bool = False  # Gemma 4: router input scale (hidden) + per-expert scale
     layer_scalar: bool = False  # Gemma 4: one learned scalar per layer
     notes: list[str] = field(default_factory=list)
+    mtp_layers: int = 0  # num_nextn_predict_layers / mtp_num_hidden_layers (speculative only)
 
 
 def _rope_factor_len(cfg: _Cfg, model_type: str) -> int:
@@ -548,6 +549,7 @@ def _build(
         quantization=quant,
         is_multimodal=multimodal,
         notes=tuple(d.notes),
+        mtp_layers=d.mtp_layers,
     )
 
 
@@ -661,6 +663,7 @@ def _deepseek(c: _Cfg) -> _Decoder:
         )
         d.rope_fp32 = True
     if c.integer("num_nextn_predict_layers", 0):
+        d.mtp_layers = c.integer("num_nextn_predict_layers", 0)
         d.notes.append("MTP (next-n) layers are only loaded with speculative decoding; not counted")
     return d
 
@@ -786,6 +789,7 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         ssm_state=state,
         ssm_dtype_bytes=4 if ssm_dtype == "float32" else None,
         groups=ngroups,
+        chunk_size=c.integer("chunk_size", 0) or c.integer("mamba_chunk_size", 0),
     )
     kinds: list[AttnKind] = []
     for i, ch in enumerate(pattern):
@@ -881,6 +885,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
         partial = rope.get("partial_rotary_factor")
     d.rotary_dim = int(d.head_dim * float(partial if partial is not None else 1.0))
     if c.integer("mtp_num_hidden_layers", 0):
+        d.mtp_layers = c.integer("mtp_num_hidden_layers", 0)
         d.notes.append(
             "MTP layers (mtp_num_hidden_layers) are only loaded with speculative decoding; "
             "not counted"
@@ -970,7 +975,16 @@ _FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
 }
 
 #: multimodal wrappers: the text model sits under ``text_config``
-_WRAPPERS = {"gemma3", "gemma4", "llama4", "mllama", "kimi_k25", "qwen3_5", "qwen3_5_moe"}
+_WRAPPERS = {
+    "gemma3",
+    "gemma4",
+    "llama4",
+    "mllama",
+    "kimi_k25",
+    "kimi_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+}
 
 #: families we know of but cannot size yet, with the reason (an error, never a guess)
 _UNSUPPORTED = {
@@ -1104,7 +1118,43 @@ def _vision_for(model_type: str, vc: Any, text: _Cfg) -> list[Tensor]:
         return _qwen3_vl_vision(vc)
     if model_type == "gemma4":
         return _gemma4_vision(vc, text.integer("hidden_size", 0))
+    if model_type == "kimi_vl":
+        return _moonvit_vision(vc, text.integer("hidden_size", 0))
     return _vision_tensors(vc)
+
+
+def _moonvit_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
+    """Kimi-VL's MoonViT tower and projector (vllm models/moonvit.py, kimi_vl.py): Conv2d patch
+    embed with bias, a learned 2-D position table (init_pos_emb_height × width), ViT blocks
+    (wqkv, wo, fc0, fc1 with biases, two LayerNorms), a final LayerNorm, and
+    KimiVLMultiModalProjector (LayerNorm, linear m·h → m·h, linear m·h → text hidden, biases;
+    m = the merge kernel's area). Kept replicated on every rank (vLLM's MoonViT linears are
+    not tensor-parallel), which can only over-count."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    depth = int(vc.get("num_hidden_layers", 0) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    if not (h and depth and inter):
+        return []
+    patch = int(vc.get("patch_size", 14) or 14)
+    pos = int(vc.get("init_pos_emb_height", 64) or 64) * int(vc.get("init_pos_emb_width", 64) or 64)
+    kernel = vc.get("merge_kernel_size") or [2, 2]
+    m = int(kernel[0]) * int(kernel[1])
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    enc, rep = Stage.ENCODER, Split.REPLICATED
+    return [
+        Tensor("vision.layers", Group.VISION, per_layer, depth, rep, stage=enc),
+        Tensor("vision.patch_embed", Group.VISION, h, 3 * patch * patch + 1, rep, stage=enc),
+        Tensor("vision.position_table", Group.VISION, pos, h, rep, stage=enc),
+        Tensor("vision.final_norm", Group.VISION, 2 * h, 1, rep, stage=enc),
+        Tensor(
+            "mm_projector",
+            Group.VISION,
+            1,
+            2 * h + (m * h) * (m * h) + m * h + (m * h) * text_hidden + text_hidden,
+            rep,
+            stage=enc,
+        ),
+    ]
 
 
 def resolve_dtype(config_dtype: str | None, requested: str) -> str:

@@ -138,6 +138,7 @@ class MambaState:
     conv_dtype_bytes: int | None = None  # None: the model dtype
     ssm_dtype_bytes: int | None = None  # None: the conv dtype
     groups: int = 0  # mamba2 n_groups: conv channels hold 2*ng*N of them, padded to TP
+    chunk_size: int = 0  # Mamba2 scan chunk (config chunk_size / mamba_chunk_size); 0: none
 
     def bytes_per_sequence(self, tp: int, model_dtype_bytes: int) -> int:
         conv_b = self.conv_dtype_bytes or model_dtype_bytes
@@ -267,6 +268,7 @@ class ModelShape:
     notes: tuple[str, ...] = field(default=())
     #: the checkpoint's safetensors headers, where they were read (they win over the config)
     header: HeaderWeights | None = None
+    mtp_layers: int = 0  # MTP (next-n) layers in the checkpoint, loaded only for speculation
 
     @property
     def num_parameters(self) -> int:

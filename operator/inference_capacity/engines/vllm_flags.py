@@ -1,0 +1,529 @@
+"""Every vLLM flag and ``VLLM_*`` environment variable of a container, classified.
+
+The ledger plans on the numbers vLLM will use. A flag that moves vLLM's memory and that the
+ledger does not read would make the plan silently wrong, and the operator would then write that
+wrong number into the Deployment. So each flag and variable is one of:
+
+* **modelled** — read into the plan (:data:`MODELLED_FLAGS`, :data:`MODELLED_ENV`); some only for
+  some values (``--load-format``, ``--compilation-config`` keys, ``--speculative-config``
+  methods): the others are refused;
+* **neutral** — known not to change GPU memory or capacity (:data:`NEUTRAL_FLAGS`,
+  :data:`NEUTRAL_ENV`): an explicit list, so a new vLLM flag is refused until someone classifies
+  it;
+* **refused** — everything else, including flags that are known to move memory but are not
+  modelled (:data:`REFUSED_FLAGS` says why for the known ones) and flags nobody has classified.
+
+A refusal is a :class:`Unsupported` naming the flag; the plan then says ``Supported=False`` and
+the operator does not patch. Names are canonical (:func:`.vllm_args.normalise_flag`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "MODELLED_ENV",
+    "MODELLED_FLAGS",
+    "NEUTRAL_ENV",
+    "NEUTRAL_FLAGS",
+    "REFUSED_FLAGS",
+    "SpeculativeConfig",
+    "Unsupported",
+    "classify",
+    "human_readable_int",
+    "parse_json_flag",
+    "parse_speculative_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """A flag (``--name``) or variable (``VLLM_X``) the plan cannot honour, and why."""
+
+    name: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.why}"
+
+
+#: Flags read into the plan (resolve.py). Value-dependent ones are checked in :func:`classify`.
+MODELLED_FLAGS: Final = frozenset(
+    {
+        "model",
+        "dtype",
+        "quantization",
+        "tensor-parallel-size",
+        "pipeline-parallel-size",
+        "data-parallel-size",
+        "enable-expert-parallel",
+        "max-model-len",
+        "kv-cache-dtype",
+        "max-num-batched-tokens",
+        "max-num-seqs",
+        "block-size",
+        "enforce-eager",
+        "gpu-memory-utilization",
+        "kv-cache-memory-bytes",
+        "enable-lora",
+        "max-loras",
+        "max-lora-rank",
+        "max-cpu-loras",
+        "speculative-config",
+        "enable-prefix-caching",
+        "no-enable-prefix-caching",
+        "kv-transfer-config",
+        "performance-mode",
+        "limit-mm-per-prompt",
+        "compilation-config",
+        "enable-chunked-prefill",
+        "no-enable-chunked-prefill",
+        "async-scheduling",
+        "no-async-scheduling",
+        "load-format",
+        "lora-dtype",
+    }
+)
+
+#: Flags known not to change vLLM's GPU memory or per-replica capacity (server, logging,
+#: tokenizer, download, parsers, host-side caches). Checked by name against vLLM's
+#: ``arg_utils.py::EngineArgs.add_cli_args`` and ``entrypoints/openai/cli_args.py`` (0.11–0.33).
+NEUTRAL_FLAGS: Final = frozenset(
+    {
+        # OpenAI server and frontend (entrypoints/openai/cli_args.py::make_arg_parser)
+        "host",
+        "port",
+        "uds",
+        "uvicorn-log-level",
+        "disable-uvicorn-access-log",
+        "allow-credentials",
+        "allowed-origins",
+        "allowed-methods",
+        "allowed-headers",
+        "api-key",
+        "lora-modules",
+        "chat-template",
+        "chat-template-content-format",
+        "trust-request-chat-template",
+        "response-role",
+        "ssl-keyfile",
+        "ssl-certfile",
+        "ssl-ca-certs",
+        "ssl-cert-reqs",
+        "enable-ssl-refresh",
+        "root-path",
+        "middleware",
+        "return-tokens-as-token-ids",
+        "disable-frontend-multiprocessing",
+        "enable-request-id-headers",
+        "enable-auto-tool-choice",
+        "exclude-tools-when-tool-choice-none",
+        "tool-call-parser",
+        "tool-parser-plugin",
+        "tool-server",
+        "log-config-file",
+        "max-log-len",
+        "disable-fastapi-docs",
+        "enable-prompt-tokens-details",
+        "enable-server-load-tracking",
+        "enable-force-include-usage",
+        "enable-tokenizer-info-endpoint",
+        "enable-log-outputs",
+        "enable-log-requests",
+        "disable-log-requests",
+        "disable-log-stats",
+        "h11-max-incomplete-event-size",
+        "h11-max-header-count",
+        "log-error-stack",
+        "api-server-count",
+        "served-model-name",
+        "reasoning-parser",
+        "enable-reasoning",
+        "headless",
+        "data-parallel-address",
+        "data-parallel-rpc-port",
+        "data-parallel-backend",
+        "data-parallel-hybrid-lb",
+        "data-parallel-external-lb",
+        "data-parallel-start-rank",
+        "distributed-executor-backend",
+        # model source, tokenizer, download (ModelConfig/LoadConfig fields without memory effect)
+        "tokenizer",
+        "tokenizer-mode",
+        "tokenizer-revision",
+        "revision",
+        "code-revision",
+        "trust-remote-code",
+        "download-dir",
+        "config-format",
+        "seed",
+        "hf-token",
+        "skip-tokenizer-init",
+        "ignore-patterns",
+        "use-tqdm-on-load",
+        "pt-load-map-location",
+        "max-parallel-loading-workers",
+        "model-loader-extra-config",
+        "safetensors-load-strategy",
+        "generation-config",
+        "override-generation-config",
+        "max-logprobs",
+        "logprobs-mode",
+        # scheduling that does not change the pool or the profile's shape
+        "scheduling-policy",
+        "long-prefill-token-threshold",
+        "max-num-partial-prefills",
+        "max-long-partial-prefills",
+        "disable-chunked-mm-input",
+        "disable-cascade-attn",
+        "stream-interval",
+        "prefix-caching-hash-algo",
+        "calculate-kv-scales",
+        "structured-outputs-config",
+        "guided-decoding-backend",
+        "reasoning-config",
+        # host memory only (V0 swap space, the multimodal processor cache)
+        "swap-space",
+        "mm-processor-cache-gb",
+        "mm-processor-kwargs",
+        "media-io-kwargs",
+        "allowed-local-media-path",
+        "allowed-media-domains",
+        "interleave-mm-strings",
+        # V0-era switches without a memory effect (0.6–0.10)
+        "use-v2-block-manager",
+        "disable-async-output-proc",
+        "engine-use-ray",
+        "worker-use-ray",
+        "disable-mm-preprocessor-cache",
+        # observability
+        "otlp-traces-endpoint",
+        "collect-detailed-traces",
+        "show-hidden-metrics-for-version",
+        "kv-cache-metrics",
+        "enable-mfu-metrics",
+        "ray-workers-use-nsight",
+    }
+)
+
+#: Flags known to move memory or capacity that the ledger does not model, and why.
+REFUSED_FLAGS: Final[Mapping[str, str]] = {
+    "cpu-offload-gb": "moves weights to host memory (weights and bandwidth not modelled)",
+    "kv-offloading-size": "adds a host KV tier (not modelled)",
+    "kv-offloading-backend": "adds a host KV tier (not modelled)",
+    "num-gpu-blocks-override": "overrides the number of KV blocks (not modelled)",
+    "enable-sleep-mode": "CuMem allocator pools (not modelled)",
+    "disable-sliding-window": "turns sliding-window layers into full attention (not modelled)",
+    "hf-overrides": "changes the model config the ledger read",
+    "hf-config-path": "reads another model config than the ledger's",
+    "config": "a YAML file of further flags the operator cannot read",
+    "rope-scaling": "changes the model's context length",
+    "rope-theta": "changes the model's rotary settings",
+    "max-seq-len-to-capture": "changes CUDA-graph capture (not modelled)",
+    "cuda-graph-sizes": "changes CUDA-graph capture sizes (use --compilation-config)",
+    "enable-eplb": "redundant experts and EPLB buffers (not modelled)",
+    "eplb-config": "redundant experts and EPLB buffers (not modelled)",
+    "num-redundant-experts": "redundant experts (not modelled)",
+    "expert-placement-strategy": "expert placement (not modelled)",
+    "all2all-backend": "expert-parallel all-to-all buffers (not modelled)",
+    "enable-dbo": "dual-batch overlap micro-batches (not modelled)",
+    "decode-context-parallel-size": "context parallelism (not modelled)",
+    "data-parallel-size-local": "DP ranks per pod other than --data-parallel-size (not modelled)",
+    "worker-cls": "a custom worker (memory profile unknown)",
+    "worker-extension-cls": "a custom worker extension (memory profile unknown)",
+    "scheduler-cls": "a custom scheduler (capacity unknown)",
+    "fully-sharded-loras": "sharded LoRA slots (not modelled)",
+    "enable-lora-bias": "LoRA bias slots (not modelled)",
+    "max-lora-extra-vocab-size": "extra LoRA vocabulary rows (not modelled)",
+    "long-lora-scaling-factors": "long-context LoRA (not modelled)",
+    "skip-mm-profiling": "skips the encoder profile (not modelled)",
+    "mm-encoder-tp-mode": "encoder data parallel (not modelled)",
+    "enable-multimodal-encoder-data-parallel": "encoder data parallel (not modelled)",
+    "mamba-ssm-cache-dtype": "Mamba state dtype (not modelled)",
+    "mamba-cache-dtype": "Mamba state dtype (not modelled)",
+    "mamba-block-size": "Mamba block size (not modelled)",
+    "mamba-cache-mode": "Mamba cache mode (not modelled)",
+    "pooler-config": "a pooling model (the ledger plans generative models)",
+    "override-pooler-config": "a pooling model (the ledger plans generative models)",
+    "task": "a non-generate task changes the profile (not modelled)",
+    "runner": "a non-generate runner changes the profile (not modelled)",
+    "convert": "converts the model to a pooling model (not modelled)",
+    "model-impl": "the Transformers backend has other memory (not modelled)",
+    "gpu-memory-utilization-override": "not a vLLM flag the ledger knows",
+    "ubatch-size": "micro-batching (not modelled)",
+    "disable-custom-all-reduce": "changes the memory taken before vLLM's snapshot (not modelled)",
+}
+
+#: ``--load-format`` values that read the same weights into the same layout
+#: (config/load.py::LoadConfig.load_format); others (bitsandbytes, gguf, ...) change weights.
+_NEUTRAL_LOAD_FORMATS: Final = frozenset(
+    {"auto", "pt", "safetensors", "npcache", "fastsafetensors", "runai_streamer", "dummy"}
+)
+#: ``--compilation-config`` keys that do not move memory; capture sizes and the graph mode are
+#: modelled (resolve.py), everything else is refused.
+_MODELLED_COMPILATION_KEYS: Final = frozenset(
+    {"cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_mode"}
+)
+_NEUTRAL_COMPILATION_KEYS: Final = frozenset(
+    {"level", "mode", "debug_dump_path", "cache_dir", "compile_sizes", "use_inductor"}
+)
+#: ``--speculative-config`` methods whose memory is modelled (config/speculative.py):
+#: prompt look-up methods hold no weights and no KV; MTP heads come with the checkpoint.
+NGRAM_METHODS: Final = frozenset({"ngram", "suffix"})
+MTP_METHODS: Final = frozenset(
+    {"mtp", "deepseek_mtp", "qwen3_next_mtp", "glm4_moe_mtp", "ernie_mtp", "mimo_mtp"}
+)
+DRAFT_MODEL_METHODS: Final = frozenset(
+    {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
+)
+_SPEC_KEYS: Final = frozenset(
+    {
+        "method",
+        "model",
+        "num_speculative_tokens",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+        "draft_tensor_parallel_size",
+        "disable_by_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+    }
+)
+#: ``--kv-transfer-config`` connectors that register the KV cache for transfer without a
+#: separate GPU buffer (distributed/kv_transfer/kv_connector/factory.py); P2P NCCL and others
+#: keep their own GPU buffers and are refused.
+_KV_CONNECTORS: Final = frozenset(
+    {"NixlConnector", "LMCacheConnectorV1", "OffloadingConnector", "SharedStorageConnector"}
+)
+
+#: ``--kv-cache-dtype`` values the ledger sizes (cache/config.py CacheDType; page layouts in
+#: ledger/kv.py KV_FORMATS).
+_MODELLED_KV_DTYPES: Final = frozenset(
+    {
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_per_token_head",
+        "int8_per_token_head",
+        "fp8_ds_mla",
+        "nvfp4",
+    }
+)
+
+#: ``VLLM_*`` variables read into the plan.
+MODELLED_ENV: Final = frozenset(
+    {
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "VLLM_USE_V1",
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
+    }
+)
+#: ``VLLM_*`` variables known not to move memory (vllm/envs.py, 0.11–0.33).
+NEUTRAL_ENV: Final = frozenset(
+    {
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_CONFIGURE_LOGGING",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_LOGGING_PREFIX",
+        "VLLM_LOGGING_STREAM",
+        "VLLM_LOG_STATS_INTERVAL",
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+        "VLLM_API_KEY",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_USAGE_SOURCE",
+        "VLLM_USAGE_STATS_SERVER",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_ASSETS_CACHE",
+        "VLLM_RPC_TIMEOUT",
+        "VLLM_ENGINE_ITERATION_TIMEOUT_S",
+        "VLLM_ENGINE_READY_TIMEOUT_S",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE",
+        "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "VLLM_SERVER_DEV_MODE",
+        "VLLM_DEBUG_LOG_API_SERVER_RESPONSE",
+        "VLLM_TRACE_FUNCTION",
+        "VLLM_RINGBUFFER_WARNING_INTERVAL",
+        "VLLM_IMAGE_FETCH_TIMEOUT",
+        "VLLM_VIDEO_FETCH_TIMEOUT",
+        "VLLM_AUDIO_FETCH_TIMEOUT",
+        "VLLM_MEDIA_URL_ALLOW_REDIRECTS",
+        "VLLM_USE_MODELSCOPE",
+        "VLLM_DISABLE_COMPILE_CACHE",
+    }
+)
+
+_HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL_SUFFIX: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX: Final = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's integer flag parser (``engine/arg_utils.py::human_readable_int``, 0.10–0.33):
+    a lowercase suffix is decimal (``25.6k`` = 25,600), an uppercase one binary and integral
+    (``32K`` = 32,768; ``1.5K`` is an error); otherwise a plain ``int``."""
+    value = text.strip()
+    match = _HUMAN_INT.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL_SUFFIX:
+            return int(float(number) * _DECIMAL_SUFFIX[suffix])
+        if "." in number:
+            raise ValueError(
+                f"decimals are not allowed with binary suffixes like {suffix} in {text!r}"
+            )
+        return int(number) * _BINARY_SUFFIX[suffix]
+    return int(value)
+
+
+def parse_json_flag(name: str, text: str) -> dict[str, Any]:
+    """A JSON-object flag value (``--speculative-config '{...}'``); ValueError naming the flag."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--{name}: not a JSON object ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--{name}: not a JSON object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """What ``--speculative-config`` asks for (config/speculative.py::SpeculativeConfig)."""
+
+    method: str
+    num_speculative_tokens: int | None  # None: MTP's default, the model's MTP layer count
+    model: str | None = None
+
+
+def parse_speculative_config(text: str) -> SpeculativeConfig:
+    """Read ``--speculative-config``. vLLM infers the method from the draft model's name when
+    ``method`` is absent (``SpeculativeConfig.__post_init__``); here an absent method with a
+    model is ``draft_model``, and ``[ngram]`` as the model means n-gram look-up."""
+    cfg = parse_json_flag("speculative-config", text)
+    model = cfg.get("model")
+    method = cfg.get("method")
+    if method is None:
+        method = "ngram" if model in ("[ngram]", "ngram") else "draft_model"
+    k = cfg.get("num_speculative_tokens")
+    if k is None and method in MTP_METHODS:
+        # config/speculative.py: MTP defaults num_speculative_tokens to the model's n_predict
+        return SpeculativeConfig(str(method), None, None)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError("--speculative-config: num_speculative_tokens must be an integer >= 1")
+    if method in NGRAM_METHODS:
+        model = None
+    return SpeculativeConfig(str(method), k, str(model) if model is not None else None)
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    """Why a modelled flag's value is not modelled, or None."""
+    if name == "load-format" and value not in _NEUTRAL_LOAD_FORMATS:
+        return f"load format {value!r} changes the weights (not modelled)"
+    if name == "lora-dtype" and value not in ("auto", "bfloat16", "float16"):
+        return f"LoRA dtype {value!r} (not modelled)"
+    if name == "compilation-config":
+        if re.fullmatch(r"\d", value.strip()):
+            return None  # -O3 / --compilation-config 3: the optimisation level only
+        try:
+            cfg = parse_json_flag(name, value)
+        except ValueError as exc:
+            return str(exc)
+        extra = sorted(set(cfg) - _MODELLED_COMPILATION_KEYS - _NEUTRAL_COMPILATION_KEYS)
+        if extra:
+            return f"keys {', '.join(extra)} are not modelled"
+        return None
+    if name == "speculative-config":
+        try:
+            cfg = parse_json_flag(name, value)
+            spec = parse_speculative_config(value)
+        except ValueError as exc:
+            return str(exc)
+        extra = sorted(set(cfg) - _SPEC_KEYS)
+        if extra:
+            return f"keys {', '.join(extra)} are not modelled"
+        if spec.method not in NGRAM_METHODS | MTP_METHODS | DRAFT_MODEL_METHODS:
+            return f"method {spec.method!r} is not modelled"
+        if cfg.get("draft_tensor_parallel_size") not in (None, 1):
+            return "draft_tensor_parallel_size other than 1 is not modelled"
+        return None
+    if name == "kv-transfer-config":
+        try:
+            cfg = parse_json_flag(name, value)
+        except ValueError as exc:
+            return str(exc)
+        connector = cfg.get("kv_connector")
+        if connector not in _KV_CONNECTORS:
+            return f"connector {connector!r} keeps its own GPU buffers (not modelled)"
+        return None
+    if name == "limit-mm-per-prompt":
+        try:
+            limits = parse_json_flag(name, value)
+        except ValueError as exc:
+            return str(exc)
+        for modality, limit in limits.items():
+            if isinstance(limit, bool) or not isinstance(limit, int | dict):
+                return f"limit for {modality!r} must be a count"
+        return None
+    if name == "kv-cache-dtype" and value not in _MODELLED_KV_DTYPES:
+        return f"KV dtype {value!r} is not one the ledger sizes (int8 is not a vLLM KV dtype)"
+    if name == "performance-mode" and value not in ("balanced", "throughput", "interactivity"):
+        return f"performance mode {value!r} is not one vLLM defines"
+    return None
+
+
+def classify(flags: Mapping[str, str], env: Mapping[str, str | None]) -> list[Unsupported]:
+    """The flags and ``VLLM_*`` variables the plan cannot honour (empty: all classified).
+
+    ``flags`` as :func:`.vllm_args.read_flags` returns them; ``env`` maps each variable of the
+    container's ``env`` to its value, None when Kubernetes resolves it at run time
+    (``valueFrom``) so the operator cannot read it.
+    """
+    out: list[Unsupported] = []
+    for name, value in flags.items():
+        if name in MODELLED_FLAGS:
+            problem = _value_problem(name, value)
+            if problem is not None:
+                out.append(Unsupported(f"--{name}", problem))
+        elif name in NEUTRAL_FLAGS:
+            continue
+        elif name.startswith("no-") and name[3:] in NEUTRAL_FLAGS:
+            continue
+        elif name in REFUSED_FLAGS:
+            out.append(Unsupported(f"--{name}", REFUSED_FLAGS[name]))
+        else:
+            out.append(
+                Unsupported(
+                    f"--{name}",
+                    "not a flag the ledger knows; it may move memory, so the plan refuses it "
+                    "until it is classified",
+                )
+            )
+    for var, env_value in env.items():
+        if not var.startswith("VLLM_") or var in NEUTRAL_ENV:
+            continue
+        if var in MODELLED_ENV:
+            if env_value is None:
+                out.append(Unsupported(var, "set from valueFrom; the operator cannot read it"))
+            continue
+        out.append(
+            Unsupported(
+                var,
+                "a vLLM environment variable the ledger does not model; it may move memory",
+            )
+        )
+    return out

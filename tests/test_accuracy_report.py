@@ -1,0 +1,31 @@
+"""benchmarks/accuracy.py: per-term errors, in/out-of-sample means, failed starts flagged."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_accuracy_report() -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "accuracy.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    for term in ("w", "act", "nt", "cg", "kv", "blk", "tok"):
+        assert re.search(rf"^{term}\s", text, re.M), term
+    kv = re.search(r"^kv\s+([\d.]+) % over.*?([\d.]+) % over.*?([\d.]+) % over", text, re.M)
+    assert kv is not None
+    assert all(float(x) <= 2.0 for x in kv.groups())  # all, in-sample, out-of-sample
+    flagged = re.search(r"failed starts flagged: (\d+)/(\d+)", text)
+    assert flagged is not None and flagged.group(1) == flagged.group(2)
+    assert " in  v1" in text and " out v1" in text
+    assert "no startup log of vLLM >= 0.20" in text
