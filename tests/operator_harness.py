@@ -136,6 +136,12 @@ class Cluster:
         self.operator = operator
         self._n = 0
         self.namespaces: list[str] = []
+        #: where this module's operator begins in the proxy's (session-wide) request log
+        self.requests_from = 0
+
+    def operator_requests(self) -> list[Any]:
+        """The requests this module's operator made (through the proxy)."""
+        return self.api.requests.records()[self.requests_from :]
 
     def namespace(self, prefix: str = "t") -> str:
         """A new namespace (deleted when the module ends), once its ``default`` ServiceAccount
@@ -207,8 +213,17 @@ class Cluster:
                 check, timeout=timeout, interval=0.2, message=f"args of {ns}/{name}"
             )
         except AssertionError:
+            conds = (
+                [
+                    (x["type"], x["status"], x["reason"], x.get("message", "")[:300])
+                    for x in (self.icap(ns, name).get("status") or {}).get("conditions", [])
+                ]
+                if self.api.kubectl("get", "icap", name, "-n", ns, check=False).returncode == 0
+                else []
+            )
             raise AssertionError(
-                f"args not as expected: {self.container(ns, name)}\n{self.diagnostics()}"
+                f"args not as expected: {self.container(ns, name)}\nconditions: {conds}\n"
+                f"{self.diagnostics()}"
             ) from None
         return out
 
@@ -217,8 +232,8 @@ class Cluster:
         operator's log tail."""
         forbidden = [
             f"  {r.method} {r.path} -> 403 ({r.verb} {r.group}/{r.resource})"
-            for r in self.api.requests.records()
-            if r.code == 403
+            for r in self.operator_requests()
+            if r.rbac_denied
         ]
         head = "operator requests forbidden by RBAC:\n" + "\n".join(forbidden[-10:]) + "\n"
         return (head if forbidden else "") + f"operator log tail:\n{self.operator.log()[-2500:]}"
@@ -263,8 +278,10 @@ def cluster(real_kube: RealKubeAPI, tmp_path_factory: pytest.TempPathFactory) ->
     work = tmp_path_factory.mktemp("cluster")
     apply_crd(real_kube)
     real_kube.faults.clear()
+    start = len(real_kube.requests)
     op = Operator(real_kube, work / "operator.log").start()
     c = Cluster(real_kube, op)
+    c.requests_from = start
     try:
         yield c
     finally:

@@ -290,7 +290,8 @@ def resolve(
         # a kernel variant of the same format (awq_marlin for awq) stores the same weights
         run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         have = shape.quantization.method if shape.quantization is not None else None
-        if spec.model.quantization is not None and run_quant != spec.model.quantization:
+        spec_quant = spec.model.quantization
+        if spec_quant is not None and run_quant != QUANT_ALIASES.get(spec_quant, spec_quant):
             conflicts.append(
                 f"spec.model.quantization is {spec.model.quantization} in the spec but "
                 f"--quantization {run_quant} on the Deployment"

@@ -12,8 +12,9 @@ from .server import KubeAPIServer
 
 
 async def serve(args: argparse.Namespace) -> None:
-    server = KubeAPIServer(args.host, args.port, verbose=args.verbose,
-                           bookmark_interval=args.bookmark_interval)
+    server = KubeAPIServer(
+        args.host, args.port, verbose=args.verbose, bookmark_interval=args.bookmark_interval
+    )
     await server.start_async()
     if args.kubeconfig:
         server.write_kubeconfig(args.kubeconfig, args.namespace)
@@ -35,8 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bookmark-interval", type=float, default=30.0)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
     asyncio.run(serve(args))
     return 0
 

@@ -51,8 +51,20 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a",
-            "b": "\b", "f": "\f", "v": "\v", "`": "`", "?": "?"}
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "`": "`",
+    "?": "?",
+}
 
 
 @dataclass
@@ -81,7 +93,7 @@ def _unquote(text: str) -> str:
                 continue
             if nxt in "uU":
                 width = 4 if nxt == "u" else 8
-                out += chr(int(body[i + 2:i + 2 + width], 16))
+                out += chr(int(body[i + 2 : i + 2 + width], 16))
                 i += 2 + width
                 continue
             raise Unsupported(f"escape sequence \\{nxt}")
@@ -183,7 +195,13 @@ class Parser:
     def rel(self) -> Node:
         node = self.add()
         while self.peek().kind == "op" and self.peek().text in (
-            "<", "<=", ">", ">=", "==", "!=", "in"
+            "<",
+            "<=",
+            ">",
+            ">=",
+            "==",
+            "!=",
+            "in",
         ):
             op = self.take().text
             node = ("bin", op, node, self.add())
@@ -318,9 +336,7 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _compare(op: str, a: Any, b: Any) -> bool:
-    comparable = (_num(a) and _num(b)) or (
-        _type(a) == _type(b) and isinstance(a, str | bool)
-    )
+    comparable = (_num(a) and _num(b)) or (_type(a) == _type(b) and isinstance(a, str | bool))
     if not comparable:
         raise EvalError(f"no such overload: {_type(a)} {op} {_type(b)}")
     if op == "<":

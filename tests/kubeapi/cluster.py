@@ -49,7 +49,8 @@ _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUALIFIED = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -79,8 +80,11 @@ def now_iso() -> str:
 
 
 def _strip_meta(obj: dict[str, Any], drop_status: bool) -> dict[str, Any]:
-    return {k: v for k, v in obj.items()
-            if k not in ("metadata", "apiVersion", "kind") and not (drop_status and k == "status")}
+    return {
+        k: v
+        for k, v in obj.items()
+        if k not in ("metadata", "apiVersion", "kind") and not (drop_status and k == "status")
+    }
 
 
 class Registry:
@@ -151,11 +155,18 @@ class Cluster:
     # ------------------------------------------------------------------------ helpers
 
     def _create_namespace_raw(self, name: str) -> None:
-        obj = {"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": name, "uid": str(uuid.uuid4()),
-                            "creationTimestamp": now_iso(),
-                            "labels": {"kubernetes.io/metadata.name": name}},
-               "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": now_iso(),
+                "labels": {"kubernetes.io/metadata.name": name},
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
         self.store.commit(NS_KEY, "ADDED", obj)
 
     def cel_log(self, message: str) -> None:
@@ -194,13 +205,16 @@ class Cluster:
             return
         if not isinstance(meta, dict):
             raise bad_request(
-                "json: cannot unmarshal " + _go_type(meta)
-                + " into Go struct field Object.metadata of type v1.ObjectMeta")
+                "json: cannot unmarshal "
+                + _go_type(meta)
+                + " into Go struct field Object.metadata of type v1.ObjectMeta"
+            )
         for key in ("name", "generateName", "namespace", "resourceVersion", "uid"):
             if key in meta and meta[key] is not None and not isinstance(meta[key], str):
                 raise bad_request(
                     f"json: cannot unmarshal {_go_type(meta[key])} into Go struct field "
-                    f"ObjectMeta.metadata.{key} of type string")
+                    f"ObjectMeta.metadata.{key} of type string"
+                )
         for key in ("labels", "annotations"):
             value = meta.get(key)
             if value is None:
@@ -208,18 +222,26 @@ class Cluster:
             if not isinstance(value, dict):
                 raise bad_request(
                     f"json: cannot unmarshal {_go_type(value)} into Go struct field "
-                    f"ObjectMeta.metadata.{key} of type map[string]string")
+                    f"ObjectMeta.metadata.{key} of type map[string]string"
+                )
             for item in value.values():
                 if not isinstance(item, str):
                     raise bad_request(
                         f"json: cannot unmarshal {_go_type(item)} into Go struct field "
-                        f"ObjectMeta.metadata.{key} of type string")
-        if "finalizers" in meta and meta["finalizers"] is not None and (
-            not isinstance(meta["finalizers"], list)
-            or not all(isinstance(f, str) for f in meta["finalizers"])
+                        f"ObjectMeta.metadata.{key} of type string"
+                    )
+        if (
+            "finalizers" in meta
+            and meta["finalizers"] is not None
+            and (
+                not isinstance(meta["finalizers"], list)
+                or not all(isinstance(f, str) for f in meta["finalizers"])
+            )
         ):
-            raise bad_request("json: cannot unmarshal into Go struct field "
-                              "ObjectMeta.metadata.finalizers of type []string")
+            raise bad_request(
+                "json: cannot unmarshal into Go struct field "
+                "ObjectMeta.metadata.finalizers of type []string"
+            )
 
     def _validate_meta(self, rdef: ResourceDef, obj: dict[str, Any]) -> list[FieldError]:
         errors: list[FieldError] = []
@@ -235,37 +257,64 @@ class Cluster:
             errors.append(invalid_value("metadata.name", name, SUBDOMAIN_MSG))
         for key, value in (meta.get("labels") or {}).items():
             if not _QUALIFIED.match(key) or len(key.split("/")[-1]) > 63:
-                errors.append(invalid_value("metadata.labels", key,
-                                            "name part must consist of alphanumeric characters, "
-                                            "'-', '_' or '.', and must start and end with an "
-                                            "alphanumeric character"))
+                errors.append(
+                    invalid_value(
+                        "metadata.labels",
+                        key,
+                        "name part must consist of alphanumeric characters, "
+                        "'-', '_' or '.', and must start and end with an "
+                        "alphanumeric character",
+                    )
+                )
             if len(value) > 63 or not _LABEL_VALUE.match(value):
                 errors.append(invalid_value("metadata.labels", value, LABEL_VALUE_MSG))
         for key in meta.get("annotations") or {}:
             if not _QUALIFIED.match(key):
-                errors.append(invalid_value("metadata.annotations", key,
-                                            "name part must consist of alphanumeric characters, "
-                                            "'-', '_' or '.', and must start and end with an "
-                                            "alphanumeric character"))
+                errors.append(
+                    invalid_value(
+                        "metadata.annotations",
+                        key,
+                        "name part must consist of alphanumeric characters, "
+                        "'-', '_' or '.', and must start and end with an "
+                        "alphanumeric character",
+                    )
+                )
         for index, ref in enumerate(meta.get("ownerReferences") or []):
             if not isinstance(ref, dict):
-                errors.append(invalid_value(f"metadata.ownerReferences[{index}]", ref,
-                                            "must be an object"))
+                errors.append(
+                    invalid_value(f"metadata.ownerReferences[{index}]", ref, "must be an object")
+                )
                 continue
             for key in ("apiVersion", "kind", "name", "uid"):
                 if not ref.get(key):
-                    errors.append(required(f"metadata.ownerReferences[{index}].{key}"
-                                           if key != "uid" else
-                                           f"metadata.ownerReferences[{index}].uid", ""))
-        controllers = [r for r in meta.get("ownerReferences") or []
-                       if isinstance(r, dict) and r.get("controller")]
+                    errors.append(
+                        required(
+                            f"metadata.ownerReferences[{index}].{key}"
+                            if key != "uid"
+                            else f"metadata.ownerReferences[{index}].uid",
+                            "",
+                        )
+                    )
+        controllers = [
+            r
+            for r in meta.get("ownerReferences") or []
+            if isinstance(r, dict) and r.get("controller")
+        ]
         if len(controllers) > 1:
-            errors.append(invalid_value("metadata.ownerReferences", meta["ownerReferences"],
-                                        "Only one reference can have Controller set to true"))
+            errors.append(
+                invalid_value(
+                    "metadata.ownerReferences",
+                    meta["ownerReferences"],
+                    "Only one reference can have Controller set to true",
+                )
+            )
         return errors
 
     def _schema_pipeline(
-        self, rdef: ResourceDef, version: str, obj: dict[str, Any],
+        self,
+        rdef: ResourceDef,
+        version: str,
+        obj: dict[str, Any],
         old: dict[str, Any] | None,
     ) -> tuple[dict[str, Any], list[FieldError]]:
         schema = rdef.versions[version].schema
@@ -279,7 +328,11 @@ class Cluster:
     # ------------------------------------------------------------------------ create
 
     def create(
-        self, rdef: ResourceDef, version: str, namespace: str | None, body: Any,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        namespace: str | None,
+        body: Any,
         dry_run: bool = False,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -292,36 +345,52 @@ class Cluster:
             assert namespace is not None
             body_ns = meta.get("namespace")
             if body_ns and body_ns != namespace:
-                raise bad_request("the namespace of the provided object does not match the "
-                                  "namespace sent on the request")
+                raise bad_request(
+                    "the namespace of the provided object does not match the "
+                    "namespace sent on the request"
+                )
             meta["namespace"] = namespace
             ns_obj = self.store.get(NS_KEY, "", namespace)
             if ns_obj is None:
                 raise not_found("namespaces", "", namespace)
             if ns_obj["metadata"].get("deletionTimestamp"):
                 raise ApiError(
-                    403, f'{rdef.plural}{"." + rdef.group if rdef.group else ""} '
+                    403,
+                    f"{rdef.plural}{'.' + rdef.group if rdef.group else ''} "
                     f'"{meta.get("name") or meta.get("generateName", "")}" is forbidden: unable '
                     f"to create new content in namespace {namespace} because it is being "
-                    "terminated", "Forbidden",
-                    {"name": meta.get("name", ""), "kind": rdef.plural, "group": rdef.group})
+                    "terminated",
+                    "Forbidden",
+                    {"name": meta.get("name", ""), "kind": rdef.plural, "group": rdef.group},
+                )
         else:
             meta.pop("namespace", None)
         if rdef.crd_name:
             crd = self.store.get(CRD_KEY, "", rdef.crd_name)
             if crd is not None and crd["metadata"].get("deletionTimestamp"):
-                raise ApiError(405, "create not allowed while custom resource definition is "
-                               "terminating", "MethodNotAllowed", {})
+                raise ApiError(
+                    405,
+                    "create not allowed while custom resource definition is terminating",
+                    "MethodNotAllowed",
+                    {},
+                )
         if not meta.get("name"):
             if meta.get("generateName"):
                 meta["name"] = meta["generateName"] + "".join(
-                    random.choice(GENERATE_CHARS) for _ in range(5))
+                    random.choice(GENERATE_CHARS) for _ in range(5)
+                )
             else:
-                raise self._invalid(rdef, "", [required(
-                    "metadata.name", "name or generateName is required")])
+                raise self._invalid(
+                    rdef, "", [required("metadata.name", "name or generateName is required")]
+                )
         name = meta["name"]
-        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
-                    "managedFields", "selfLink"):
+        for key in (
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ):
             meta.pop(key, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_iso()
@@ -355,20 +424,30 @@ class Cluster:
         expected = rdef.api_version(version)
         api_version = obj.get("apiVersion")
         if api_version and api_version != expected:
-            raise bad_request(f"the API version in the data ({api_version}) does not match the "
-                              f"expected API version ({expected})")
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the "
+                f"expected API version ({expected})"
+            )
         kind = obj.get("kind")
         if kind and kind != rdef.kind:
-            raise bad_request(f"the object provided is unrecognized (must be of type "
-                              f"{rdef.kind}): couldn't get version/kind; json parse error")
+            raise bad_request(
+                f"the object provided is unrecognized (must be of type "
+                f"{rdef.kind}): couldn't get version/kind; json parse error"
+            )
         obj["apiVersion"] = expected
         obj["kind"] = rdef.kind
 
     # ------------------------------------------------------------------------ update/patch
 
     def update(
-        self, rdef: ResourceDef, version: str, namespace: str, name: str, body: Any,
-        subresource: str | None = None, dry_run: bool = False,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
@@ -378,22 +457,40 @@ class Cluster:
         self._check_meta_types(obj)
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != name:
-            raise bad_request(f"the name of the object ({meta['name']}) does not match the name "
-                              f"on the URL ({name})")
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name "
+                f"on the URL ({name})"
+            )
         if rdef.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
-            raise bad_request("the namespace of the provided object does not match the "
-                              "namespace sent on the request")
+            raise bad_request(
+                "the namespace of the provided object does not match the "
+                "namespace sent on the request"
+            )
         rv = meta.get("resourceVersion")
         if not rv and not rdef.builtin and subresource is None:
-            raise self._invalid(rdef, name, [invalid_value(
-                "metadata.resourceVersion", "0x0", "must be specified for an update")])
+            raise self._invalid(
+                rdef,
+                name,
+                [
+                    invalid_value(
+                        "metadata.resourceVersion", "0x0", "must be specified for an update"
+                    )
+                ],
+            )
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rdef.plural, rdef.group, name)
         return self._write(rdef, version, old, obj, subresource, dry_run)
 
     def patch(
-        self, rdef: ResourceDef, version: str, namespace: str, name: str, patch_type: str,
-        body: Any, subresource: str | None = None, dry_run: bool = False,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         old = self._existing(rdef, namespace, name)
         current = self.to_wire(rdef, version, copy.deepcopy(old))
@@ -419,11 +516,15 @@ class Cluster:
         self._check_meta_types(patched)
         meta = patched["metadata"]
         if meta.get("name") != name:
-            raise self._invalid(rdef, name, [invalid_value(
-                "metadata.name", meta.get("name"), "field is immutable")])
+            raise self._invalid(
+                rdef, name, [invalid_value("metadata.name", meta.get("name"), "field is immutable")]
+            )
         if rdef.namespaced and meta.get("namespace") != namespace:
-            raise self._invalid(rdef, name, [invalid_value(
-                "metadata.namespace", meta.get("namespace"), "field is immutable")])
+            raise self._invalid(
+                rdef,
+                name,
+                [invalid_value("metadata.namespace", meta.get("namespace"), "field is immutable")],
+            )
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rdef.plural, rdef.group, name)
@@ -432,8 +533,13 @@ class Cluster:
         return self._write(rdef, version, old, patched, subresource, dry_run)
 
     def _write(
-        self, rdef: ResourceDef, version: str, old: dict[str, Any], new: dict[str, Any],
-        subresource: str | None, dry_run: bool,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        subresource: str | None,
+        dry_run: bool,
     ) -> dict[str, Any]:
         """Common tail of update and patch: server-owned fields, subresources, validation."""
         old_meta = old["metadata"]
@@ -457,8 +563,13 @@ class Cluster:
         errors: list[FieldError] = []
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
             errors.append(invalid_value("metadata.uid", meta["uid"], "field is immutable"))
-        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                    "generation"):
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
             if key in old_meta:
                 meta[key] = old_meta[key]
             else:
@@ -475,9 +586,13 @@ class Cluster:
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
-                errors.append(forbidden("metadata.finalizers",
-                                        "no new finalizers can be added if the object is being "
-                                        "deleted, found new finalizers " + repr(sorted(added))))
+                errors.append(
+                    forbidden(
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being "
+                        "deleted, found new finalizers " + repr(sorted(added)),
+                    )
+                )
         errors.extend(self._validate_meta(rdef, new))
         new, schema_errors = self._schema_pipeline(rdef, version, new, old_wire)
         meta = new["metadata"]
@@ -506,8 +621,13 @@ class Cluster:
     # ------------------------------------------------------------------------ delete
 
     def delete(
-        self, rdef: ResourceDef, version: str, namespace: str, name: str,
-        options: dict[str, Any] | None = None, dry_run: bool = False,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        namespace: str,
+        name: str,
+        options: dict[str, Any] | None = None,
+        dry_run: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         """Delete (or mark for deletion); returns (object, removed_now)."""
         options = options or {}
@@ -515,22 +635,33 @@ class Cluster:
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
             raise ApiError(
-                409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                f"meta: {old['metadata']['uid']}", "Conflict",
-                {"name": name, "group": rdef.group, "kind": rdef.plural})
-        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"][
-            "resourceVersion"
-        ]:
+                409,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                f"meta: {old['metadata']['uid']}",
+                "Conflict",
+                {"name": name, "group": rdef.group, "kind": rdef.plural},
+            )
+        if (
+            pre.get("resourceVersion")
+            and pre["resourceVersion"] != old["metadata"]["resourceVersion"]
+        ):
             raise ApiError(
-                409, f"Precondition failed: ResourceVersion in precondition: "
+                409,
+                f"Precondition failed: ResourceVersion in precondition: "
                 f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                f"{old['metadata']['resourceVersion']}", "Conflict",
-                {"name": name, "group": rdef.group, "kind": rdef.plural})
+                f"{old['metadata']['resourceVersion']}",
+                "Conflict",
+                {"name": name, "group": rdef.group, "kind": rdef.plural},
+            )
         return self._delete_object(rdef, version, old, options, dry_run)
 
     def _delete_object(
-        self, rdef: ResourceDef, version: str, old: dict[str, Any],
-        options: dict[str, Any], dry_run: bool = False,
+        self,
+        rdef: ResourceDef,
+        version: str,
+        old: dict[str, Any],
+        options: dict[str, Any],
+        dry_run: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         policy = options.get("propagationPolicy")
         if policy is None and options.get("orphanDependents") is True:
@@ -567,18 +698,20 @@ class Cluster:
         result = self.store.commit(rdef.key, "MODIFIED", obj, old)
         return self.to_wire(rdef, version, result), False
 
-    def delete_internal(self, key: StorageKey, obj: dict[str, Any], policy: str = "Background",
-                        ) -> None:
+    def delete_internal(
+        self,
+        key: StorageKey,
+        obj: dict[str, Any],
+        policy: str = "Background",
+    ) -> None:
         rdef = self.registry.by_key(key)
         if rdef is None:
             self.store.commit(key, "DELETED", obj, obj)
             return
-        current = self.store.get(key, obj["metadata"].get("namespace", ""),
-                                 obj["metadata"]["name"])
+        current = self.store.get(key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
             return
-        self._delete_object(rdef, rdef.storage_version(), current,
-                            {"propagationPolicy": policy})
+        self._delete_object(rdef, rdef.storage_version(), current, {"propagationPolicy": policy})
 
     def _set_finalizers(self, key: StorageKey, obj: dict[str, Any], finalizers: list[str]) -> None:
         new = copy.deepcopy(obj)
@@ -588,8 +721,9 @@ class Cluster:
             new["metadata"].pop("finalizers", None)
         if new == obj:
             return
-        event = "DELETED" if new["metadata"].get("deletionTimestamp") and not finalizers \
-            else "MODIFIED"
+        event = (
+            "DELETED" if new["metadata"].get("deletionTimestamp") and not finalizers else "MODIFIED"
+        )
         self.store.commit(key, event, new, obj)
 
     # ------------------------------------------------------------------------ CRDs
@@ -600,8 +734,9 @@ class Cluster:
             if rdef.crd_name == crd["metadata"]["name"]:
                 continue
             if rdef.group == spec["group"] and rdef.plural == spec["names"]["plural"]:
-                raise already_exists("customresourcedefinitions", "apiextensions.k8s.io",
-                                     crd["metadata"]["name"])
+                raise already_exists(
+                    "customresourcedefinitions", "apiextensions.k8s.io", crd["metadata"]["name"]
+                )
 
     def _crd_prepare(self, crd: dict[str, Any]) -> dict[str, Any]:
         crd = copy.deepcopy(crd)
@@ -625,20 +760,37 @@ class Cluster:
         def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
             previous = old_conditions.get(kind)
             moved = previous is None or previous.get("status") != status
-            return {"type": kind, "status": status,
-                    "lastTransitionTime": stamp if moved else previous["lastTransitionTime"],
-                    "reason": reason, "message": message}
+            return {
+                "type": kind,
+                "status": status,
+                "lastTransitionTime": stamp if moved else previous["lastTransitionTime"],
+                "reason": reason,
+                "message": message,
+            }
 
         conditions = [
             condition("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
-            condition("Established", "True", "InitialNamesAccepted",
-                      "the initial names have been accepted"),
+            condition(
+                "Established",
+                "True",
+                "InitialNamesAccepted",
+                "the initial names have been accepted",
+            ),
         ]
         if crd["metadata"].get("deletionTimestamp"):
-            conditions.append(condition("Terminating", "True", "InstanceDeletionInProgress",
-                                        "CustomResource deletion is in progress"))
-        crd["status"] = {"conditions": conditions, "acceptedNames": names,
-                         "storedVersions": stored_versions}
+            conditions.append(
+                condition(
+                    "Terminating",
+                    "True",
+                    "InstanceDeletionInProgress",
+                    "CustomResource deletion is in progress",
+                )
+            )
+        crd["status"] = {
+            "conditions": conditions,
+            "acceptedNames": names,
+            "storedVersions": stored_versions,
+        }
         return crd
 
     # ------------------------------------------------------------------------ controllers
@@ -696,7 +848,8 @@ class Cluster:
             if "foregroundDeletion" in finalizers:
                 if not self._collect_dependents(meta["uid"], foreground=True):
                     self._set_finalizers(
-                        entry.key, obj, [f for f in finalizers if f != "foregroundDeletion"])
+                        entry.key, obj, [f for f in finalizers if f != "foregroundDeletion"]
+                    )
                 return
             if entry.key == NS_KEY:
                 self._namespace_progress(meta["name"])
@@ -754,8 +907,9 @@ class Cluster:
             if obj["metadata"].get("uid") == uid:
                 finalizers = obj["metadata"].get("finalizers") or []
                 if "foregroundDeletion" in finalizers and not self._dependents(uid):
-                    self._set_finalizers(key, obj,
-                                         [f for f in finalizers if f != "foregroundDeletion"])
+                    self._set_finalizers(
+                        key, obj, [f for f in finalizers if f != "foregroundDeletion"]
+                    )
 
     def _namespace_progress(self, namespace: str) -> None:
         ns = self.store.get(NS_KEY, "", namespace)
@@ -821,10 +975,12 @@ class Cluster:
         spec = obj.get("spec") or {}
         replicas = spec.get("replicas", 1)
         key = (meta.get("namespace", ""), meta["name"])
-        done = (status.get("observedGeneration") == meta.get("generation")
-                and status.get("updatedReplicas", 0) == replicas
-                and status.get("availableReplicas", 0) == replicas
-                and status.get("replicas", 0) == replicas)
+        done = (
+            status.get("observedGeneration") == meta.get("generation")
+            and status.get("updatedReplicas", 0) == replicas
+            and status.get("availableReplicas", 0) == replicas
+            and status.get("replicas", 0) == replicas
+        )
         if done:
             return
         if status.get("observedGeneration") != meta.get("generation"):
@@ -838,25 +994,34 @@ class Cluster:
                 "updatedReplicas": 0 if replicas else 0,
                 "readyReplicas": min(status.get("readyReplicas", 0), replicas),
                 "availableReplicas": min(status.get("availableReplicas", 0), replicas),
-                "unavailableReplicas": replicas - min(status.get("availableReplicas", 0),
-                                                      replicas),
+                "unavailableReplicas": replicas - min(status.get("availableReplicas", 0), replicas),
                 "conditions": [
-                    _condition(status, "Progressing", "True", "ReplicaSetUpdated",
-                               f'ReplicaSet "{meta["name"]}" is progressing.', stamp),
-                    _condition(status, "Available",
-                               "True" if status.get("availableReplicas", 0) >= replicas
-                               else "False",
-                               "MinimumReplicasAvailable"
-                               if status.get("availableReplicas", 0) >= replicas
-                               else "MinimumReplicasUnavailable",
-                               "Deployment has minimum availability.", stamp),
+                    _condition(
+                        status,
+                        "Progressing",
+                        "True",
+                        "ReplicaSetUpdated",
+                        f'ReplicaSet "{meta["name"]}" is progressing.',
+                        stamp,
+                    ),
+                    _condition(
+                        status,
+                        "Available",
+                        "True" if status.get("availableReplicas", 0) >= replicas else "False",
+                        "MinimumReplicasAvailable"
+                        if status.get("availableReplicas", 0) >= replicas
+                        else "MinimumReplicasUnavailable",
+                        "Deployment has minimum availability.",
+                        stamp,
+                    ),
                 ],
             }
             self._status_write(("apps", "deployments"), obj, new_status)
             if not spec.get("paused"):
                 loop = asyncio.get_running_loop()
                 self._rollouts[key] = loop.call_later(
-                    self.rollout_delay, self._finish_rollout, key, meta.get("generation"))
+                    self.rollout_delay, self._finish_rollout, key, meta.get("generation")
+                )
         elif key not in self._rollouts and not spec.get("paused"):
             self._finish_rollout(key, meta.get("generation"))
 
@@ -875,10 +1040,22 @@ class Cluster:
             "readyReplicas": replicas,
             "availableReplicas": replicas,
             "conditions": [
-                _condition(status, "Available", "True", "MinimumReplicasAvailable",
-                           "Deployment has minimum availability.", stamp),
-                _condition(status, "Progressing", "True", "NewReplicaSetAvailable",
-                           f'ReplicaSet "{key[1]}" has successfully progressed.', stamp),
+                _condition(
+                    status,
+                    "Available",
+                    "True",
+                    "MinimumReplicasAvailable",
+                    "Deployment has minimum availability.",
+                    stamp,
+                ),
+                _condition(
+                    status,
+                    "Progressing",
+                    "True",
+                    "NewReplicaSetAvailable",
+                    f'ReplicaSet "{key[1]}" has successfully progressed.',
+                    stamp,
+                ),
             ],
         }
         if not replicas:
@@ -898,9 +1075,14 @@ def _condition(
 ) -> dict[str, Any]:
     previous = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
     moved = previous is None or previous.get("status") != value
-    return {"type": kind, "status": value, "lastUpdateTime": stamp,
-            "lastTransitionTime": stamp if moved else previous.get("lastTransitionTime", stamp),
-            "reason": reason, "message": message}
+    return {
+        "type": kind,
+        "status": value,
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": stamp if moved else previous.get("lastTransitionTime", stamp),
+        "reason": reason,
+        "message": message,
+    }
 
 
 def _go_type(value: Any) -> str:

@@ -165,8 +165,9 @@ def invalid_value(field: str, value: Any, detail: str) -> FieldError:
 
 
 def type_invalid(field: str, value: Any, detail: str) -> FieldError:
-    return FieldError(field, "FieldValueTypeInvalid",
-                      f"Invalid value: {render_value(value)}: {detail}")
+    return FieldError(
+        field, "FieldValueTypeInvalid", f"Invalid value: {render_value(value)}: {detail}"
+    )
 
 
 def required(field: str, detail: str = "") -> FieldError:

@@ -71,21 +71,40 @@ class KubeAPI:
         return env
 
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30,
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 30,
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this server; raises AssertionError (with output) on failure."""
-        cmd = [kubectl_path(), "--kubeconfig", str(self.kubeconfig),
-               "--cache-dir", str(self.cache_dir), *args]
-        result = subprocess.run(cmd, input=input, capture_output=True, text=True,
-                                timeout=timeout, env=self.env, check=False)
+        cmd = [
+            kubectl_path(),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--cache-dir",
+            str(self.cache_dir),
+            *args,
+        ]
+        result = subprocess.run(
+            cmd,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            check=False,
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"kubectl {' '.join(args)} failed ({result.returncode}):\n"
-                f"stdout: {result.stdout}\nstderr: {result.stderr}")
+                f"stdout: {result.stdout}\nstderr: {result.stderr}"
+            )
         return result
 
-    def apply(self, *manifests: dict[str, Any] | str, check: bool = True,
-              extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def apply(
+        self, *manifests: dict[str, Any] | str, check: bool = True, extra: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         """``kubectl apply -f -`` of dicts or YAML texts."""
         docs = [m if isinstance(m, str) else yaml.safe_dump(m) for m in manifests]
         return self.kubectl("apply", "-f", "-", *extra, input="\n---\n".join(docs), check=check)
@@ -104,8 +123,12 @@ class KubeAPI:
         return self.server.get_object(group, plural, namespace, name)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
-             message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -26,15 +26,27 @@ class Http:
         self.url = url
         self.session = requests.Session()
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str | None = None,
-                **kwargs: Any) -> requests.Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str | None = None,
+        **kwargs: Any,
+    ) -> requests.Response:
         headers = dict(kwargs.pop("headers", {}))
         data = None
         if body is not None:
             data = body if isinstance(body, str | bytes) else json.dumps(body)
             headers["Content-Type"] = content_type or "application/json"
-        return self.session.request(method, self.url + path, data=data, headers=headers,
-                                    timeout=kwargs.pop("timeout", 10), **kwargs)
+        return self.session.request(
+            method,
+            self.url + path,
+            data=data,
+            headers=headers,
+            timeout=kwargs.pop("timeout", 10),
+            **kwargs,
+        )
 
     def get(self, path: str, **kwargs: Any) -> requests.Response:
         return self.request("GET", path, **kwargs)
@@ -46,8 +58,9 @@ class Http:
         return self.request("PUT", path, body, **kwargs)
 
     def patch(self, path: str, body: Any, kind: str = "merge", **kwargs: Any) -> requests.Response:
-        return self.request("PATCH", path, body, content_type=f"application/{kind}-patch+json",
-                            **kwargs)
+        return self.request(
+            "PATCH", path, body, content_type=f"application/{kind}-patch+json", **kwargs
+        )
 
     def delete(self, path: str, body: Any = None, **kwargs: Any) -> requests.Response:
         return self.request("DELETE", path, body, **kwargs)
@@ -60,8 +73,13 @@ class Http:
         assert response.status_code == 201, response.text
 
     def widget(self, name: str, size: int = 3, **extra: Any) -> dict[str, Any]:
-        body = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name},
-                "spec": {"size": size}, **extra}
+        body = {
+            "apiVersion": "example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": name},
+            "spec": {"size": size},
+            **extra,
+        }
         response = self.post(WIDGETS, body)
         assert response.status_code == 201, response.text
         return dict(response.json())

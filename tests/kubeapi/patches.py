@@ -51,7 +51,7 @@ def _index(container: list[Any], token: str, path: str, allow_end: bool) -> int:
     index = int(token)
     limit = len(container) if allow_end else len(container) - 1
     if index > limit:
-        raise PatchError(f"add operation does not apply: doc is missing path: \"{path}\"")
+        raise PatchError(f'add operation does not apply: doc is missing path: "{path}"')
     return index
 
 
@@ -82,9 +82,7 @@ def _remove(doc: Any, path: str) -> tuple[Any, Any]:
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise PatchError(
-                f'remove operation does not apply: doc is missing path: "{path}"'
-            )
+            raise PatchError(f'remove operation does not apply: doc is missing path: "{path}"')
         return doc, parent.pop(last)
     if isinstance(parent, list):
         try:
@@ -109,9 +107,7 @@ def _add(doc: Any, path: str, value: Any, replace: bool = False) -> Any:
     last = tokens[-1]
     if isinstance(parent, dict):
         if replace and last not in parent:
-            raise PatchError(
-                f'replace operation does not apply: doc is missing key: "{path}"'
-            )
+            raise PatchError(f'replace operation does not apply: doc is missing key: "{path}"')
         parent[last] = copy.deepcopy(value)
     elif isinstance(parent, list):
         if replace:
@@ -165,7 +161,7 @@ def json_patch(target: Any, operations: Any) -> Any:
             try:
                 actual = _get(doc, path)
             except PatchError as exc:
-                raise PatchError(f'testing value {path} failed: {exc.message}') from exc
+                raise PatchError(f"testing value {path} failed: {exc.message}") from exc
             if not _json_equal(actual, op.get("value")):
                 raise PatchError(f"testing value {path} failed: test failed")
         else:
@@ -228,8 +224,9 @@ def strategic_merge_patch(target: Any, patch: Any, parent_kind: str = "") -> Any
         if value is None:
             result.pop(key, None)
             continue
-        child_kind = "container" if key in ("containers", "initContainers",
-                                            "ephemeralContainers") else ""
+        child_kind = (
+            "container" if key in ("containers", "initContainers", "ephemeralContainers") else ""
+        )
         if isinstance(value, list):
             merge_key = _merge_key(key, parent_kind)
             current = result.get(key)
@@ -278,8 +275,11 @@ def _merge_list_by_key(
             result.append(_strip(item, child_kind))
             continue
         position = next(
-            (i for i, existing in enumerate(result)
-             if isinstance(existing, dict) and existing.get(key) == item[key]),
+            (
+                i
+                for i, existing in enumerate(result)
+                if isinstance(existing, dict) and existing.get(key) == item[key]
+            ),
             None,
         )
         if item.get("$patch") == "delete":
@@ -291,6 +291,9 @@ def _merge_list_by_key(
         else:
             result[position] = strategic_merge_patch(result[position], item, child_kind)
     if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
-        return [_strip(i, child_kind) for i in patch
-                if not (isinstance(i, dict) and i.get("$patch") == "replace")]
+        return [
+            _strip(i, child_kind)
+            for i in patch
+            if not (isinstance(i, dict) and i.get("$patch") == "replace")
+        ]
     return result

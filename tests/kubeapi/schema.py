@@ -29,9 +29,21 @@ Schema = dict[str, Any]
 
 #: ObjectMeta fields kept on custom resources (everything else in metadata is dropped)
 OBJECT_META_FIELDS = {
-    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
-    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
-    "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+    "selfLink",
 }
 
 
@@ -157,15 +169,22 @@ def _is_date(text: str) -> bool:
     return True
 
 
-_FORMATS.update({
-    "date-time": _is_datetime,
-    "date": _is_date,
-    "uuid": lambda t: re.fullmatch(
-        r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", t
-    ) is not None,
-    "ipv4": lambda t: re.fullmatch(r"((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)",
-                                   t) is not None,
-})
+_FORMATS.update(
+    {
+        "date-time": _is_datetime,
+        "date": _is_date,
+        "uuid": lambda t: (
+            re.fullmatch(
+                r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", t
+            )
+            is not None
+        ),
+        "ipv4": lambda t: (
+            re.fullmatch(r"((25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(25[0-5]|2[0-4]\d|1?\d?\d)", t)
+            is not None
+        ),
+    }
+)
 
 
 class Validator:
@@ -177,7 +196,11 @@ class Validator:
         self.rules = rules
 
     def validate(
-        self, value: Any, schema: Schema, path: list[str | int], old: Any = cel.MISSING,
+        self,
+        value: Any,
+        schema: Schema,
+        path: list[str | int],
+        old: Any = cel.MISSING,
         root: bool = False,
     ) -> None:
         if old is not cel.MISSING and old == value and not root:
@@ -192,24 +215,30 @@ class Validator:
                 return False  # null is fine; nothing below to check
             expected = schema.get("type")
             if expected:
-                self.errors.append(type_invalid(
-                    field, "null", f"{field} in body must be of type {expected}: \"null\""))
+                self.errors.append(
+                    type_invalid(
+                        field, "null", f'{field} in body must be of type {expected}: "null"'
+                    )
+                )
             return False
         if schema.get("x-kubernetes-int-or-string"):
             if isinstance(value, bool) or not isinstance(value, int | str):
                 actual = _json_type(value)
-                self.errors.append(type_invalid(
-                    field, actual,
-                    f"{field} in body must be of type integer,string: \"{actual}\""))
+                self.errors.append(
+                    type_invalid(
+                        field, actual, f'{field} in body must be of type integer,string: "{actual}"'
+                    )
+                )
                 return False
             return True
         expected = schema.get("type")
         actual = _json_type(value)
-        if expected and not (
-            expected == actual or (expected == "number" and actual == "integer")
-        ):
-            self.errors.append(type_invalid(
-                field, actual, f"{field} in body must be of type {expected}: \"{actual}\""))
+        if expected and not (expected == actual or (expected == "number" and actual == "integer")):
+            self.errors.append(
+                type_invalid(
+                    field, actual, f'{field} in body must be of type {expected}: "{actual}"'
+                )
+            )
             return False
         return True
 
@@ -235,18 +264,28 @@ class Validator:
         any_of = schema.get("anyOf")
         if any_of:
             if not any(self._quiet(value, sub, path) for sub in any_of):
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body must match at least one schema in anyOf"))
+                self.errors.append(
+                    invalid_value(
+                        field, value, f"{field} in body must match at least one schema in anyOf"
+                    )
+                )
         one_of = schema.get("oneOf")
         if one_of:
             count = sum(1 for sub in one_of if self._quiet(value, sub, path))
             if count != 1:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body must validate one and only one schema "
-                    "(oneOf)"))
+                self.errors.append(
+                    invalid_value(
+                        field,
+                        value,
+                        f"{field} in body must validate one and only one schema (oneOf)",
+                    )
+                )
         if "not" in schema and self._quiet(value, schema["not"], path):
-            self.errors.append(invalid_value(
-                field, value, f"{field} in body should not be valid against schema (not)"))
+            self.errors.append(
+                invalid_value(
+                    field, value, f"{field} in body should not be valid against schema (not)"
+                )
+            )
         return True
 
     def _quiet(self, value: Any, schema: Schema, path: list[str | int]) -> bool:
@@ -258,31 +297,44 @@ class Validator:
         if "maximum" in schema:
             limit = schema["maximum"]
             if schema.get("exclusiveMaximum") and value >= limit:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body should be less than {limit}"))
+                self.errors.append(
+                    invalid_value(field, value, f"{field} in body should be less than {limit}")
+                )
             elif value > limit:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body should be less than or equal to {limit}"))
+                self.errors.append(
+                    invalid_value(
+                        field, value, f"{field} in body should be less than or equal to {limit}"
+                    )
+                )
         if "minimum" in schema:
             limit = schema["minimum"]
             if schema.get("exclusiveMinimum") and value <= limit:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body should be greater than {limit}"))
+                self.errors.append(
+                    invalid_value(field, value, f"{field} in body should be greater than {limit}")
+                )
             elif value < limit:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body should be greater than or equal to {limit}"))
+                self.errors.append(
+                    invalid_value(
+                        field, value, f"{field} in body should be greater than or equal to {limit}"
+                    )
+                )
         multiple = schema.get("multipleOf")
         if multiple and (value / multiple) != int(value / multiple):
-            self.errors.append(invalid_value(
-                field, value, f"{field} in body should be a multiple of {multiple}"))
+            self.errors.append(
+                invalid_value(field, value, f"{field} in body should be a multiple of {multiple}")
+            )
 
     def _strings(self, value: str, schema: Schema, field: str) -> None:
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             self.errors.append(too_long(field, schema["maxLength"]))
         if "minLength" in schema and len(value) < schema["minLength"]:
-            self.errors.append(invalid_value(
-                field, value,
-                f"{field} in body should be at least {schema['minLength']} chars long"))
+            self.errors.append(
+                invalid_value(
+                    field,
+                    value,
+                    f"{field} in body should be at least {schema['minLength']} chars long",
+                )
+            )
         pattern = schema.get("pattern")
         if pattern:
             try:
@@ -290,23 +342,32 @@ class Validator:
             except re.error:
                 matched = True
             if not matched:
-                self.errors.append(invalid_value(
-                    field, value, f"{field} in body should match '{pattern}'"))
+                self.errors.append(
+                    invalid_value(field, value, f"{field} in body should match '{pattern}'")
+                )
         fmt = schema.get("format")
         check = _FORMATS.get(fmt or "")
         if check is not None and not check(value):
-            self.errors.append(invalid_value(
-                field, value, f"{field} in body must be of type {fmt}: {value!r}".replace(
-                    "'", '"')))
+            self.errors.append(
+                invalid_value(
+                    field,
+                    value,
+                    f"{field} in body must be of type {fmt}: {value!r}".replace("'", '"'),
+                )
+            )
 
     def _arrays(self, value: list[Any], schema: Schema, path: list[str | int], old: Any) -> None:
         field = _path_str(path)
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             self.errors.append(too_many(field, len(value), schema["maxItems"]))
         if "minItems" in schema and len(value) < schema["minItems"]:
-            self.errors.append(invalid_value(
-                field, len(value),
-                f"{field} in body should have at least {schema['minItems']} items"))
+            self.errors.append(
+                invalid_value(
+                    field,
+                    len(value),
+                    f"{field} in body should have at least {schema['minItems']} items",
+                )
+            )
         list_type = schema.get("x-kubernetes-list-type")
         if schema.get("uniqueItems") or list_type == "set":
             seen: list[Any] = []
@@ -336,12 +397,11 @@ class Validator:
             return [cel.MISSING] * len(value)
         if schema.get("x-kubernetes-list-type") == "map":
             keys = schema.get("x-kubernetes-list-map-keys") or []
-            by_key = {
-                tuple(o.get(k) for k in keys): o for o in old if isinstance(o, dict)
-            }
+            by_key = {tuple(o.get(k) for k in keys): o for o in old if isinstance(o, dict)}
             return [
                 by_key.get(tuple(v.get(k) for k in keys), cel.MISSING)
-                if isinstance(v, dict) else cel.MISSING
+                if isinstance(v, dict)
+                else cel.MISSING
                 for v in value
             ]
         return [cel.MISSING] * len(value)
@@ -356,9 +416,13 @@ class Validator:
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             self.errors.append(too_many(field, len(value), schema["maxProperties"]))
         if "minProperties" in schema and len(value) < schema["minProperties"]:
-            self.errors.append(invalid_value(
-                field, len(value),
-                f"{field} in body should have at least {schema['minProperties']} properties"))
+            self.errors.append(
+                invalid_value(
+                    field,
+                    len(value),
+                    f"{field} in body should have at least {schema['minProperties']} properties",
+                )
+            )
         props = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
         old_map = old if isinstance(old, dict) else {}
@@ -371,9 +435,7 @@ class Validator:
             if sub is not None:
                 self.validate(item, sub, [*path, key], old_map.get(key, cel.MISSING))
 
-    def _validate_rules(
-        self, value: Any, schema: Schema, path: list[str | int], old: Any
-    ) -> None:
+    def _validate_rules(self, value: Any, schema: Schema, path: list[str | int], old: Any) -> None:
         rules = schema.get("x-kubernetes-validations")
         if not rules or value is None:
             return
@@ -382,8 +444,10 @@ class Validator:
             if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
                 continue
             text = rule["rule"]
-            if old is cel.MISSING and cel.mentions_old_self(text) and not rule.get(
-                "optionalOldSelf"
+            if (
+                old is cel.MISSING
+                and cel.mentions_old_self(text)
+                and not rule.get("optionalOldSelf")
             ):
                 continue  # transition rules only run on updates
             try:
@@ -393,9 +457,13 @@ class Validator:
                     self.cel_log(f"CEL rule not supported, accepted: {text!r} ({exc})")
                 continue
             except cel.EvalError as exc:
-                self.errors.append(invalid_value(
-                    _rule_field(field, rule), _type_name(value),
-                    f"{exc} evaluating rule: {text}"))
+                self.errors.append(
+                    invalid_value(
+                        _rule_field(field, rule),
+                        _type_name(value),
+                        f"{exc} evaluating rule: {text}",
+                    )
+                )
                 continue
             if ok is not True:
                 message = rule.get("message")
@@ -416,8 +484,11 @@ class Validator:
                 elif reason == "FieldValueForbidden":
                     self.errors.append(FieldError(target, reason, f"Forbidden: {message}"))
                 elif reason == "FieldValueDuplicate":
-                    self.errors.append(FieldError(
-                        target, reason, f"Duplicate value: {_type_name(value)}: {message}"))
+                    self.errors.append(
+                        FieldError(
+                            target, reason, f"Duplicate value: {_type_name(value)}: {message}"
+                        )
+                    )
                 else:
                     self.errors.append(invalid_value(target, _type_name(value), message))
 
@@ -437,7 +508,9 @@ BLOCKING = ("FieldValueTypeInvalid", "FieldValueNotSupported")
 
 
 def validate_object(
-    obj: dict[str, Any], schema: Schema, old: dict[str, Any] | None = None,
+    obj: dict[str, Any],
+    schema: Schema,
+    old: dict[str, Any] | None = None,
     cel_log: Callable[[str], None] | None = None,
 ) -> list[FieldError]:
     """Schema validation, then CEL rules unless a type/enum error blocks them (as upstream)."""
@@ -445,10 +518,16 @@ def validate_object(
     plain = Validator(rules=False)
     plain.validate(obj, schema, [], previous, root=True)
     if any(e.kind in BLOCKING for e in plain.errors):
-        return [*plain.errors, FieldError(
-            "<nil>", "FieldValueInvalid", 'Invalid value: "null": some validation rules were '
-            "not checked because the object was invalid; correct the existing errors to "
-            "complete validation")]
+        return [
+            *plain.errors,
+            FieldError(
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "null": some validation rules were '
+                "not checked because the object was invalid; correct the existing errors to "
+                "complete validation",
+            ),
+        ]
     validator = Validator(cel_log)
     validator.validate(obj, schema, [], previous, root=True)
     return validator.errors

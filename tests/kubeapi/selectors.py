@@ -11,7 +11,8 @@ from .errors import bad_request
 Matcher = Callable[[dict[str, Any]], bool]
 
 _LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -37,15 +38,14 @@ def _split_top(text: str) -> list[str]:
 def _check_key(key: str, whole: str) -> None:
     if not key or not _LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
         raise bad_request(
-            f"unable to parse requirement: invalid label key \"{key}\" in selector \"{whole}\""
+            f'unable to parse requirement: invalid label key "{key}" in selector "{whole}"'
         )
 
 
 def _check_value(value: str, whole: str) -> None:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
         raise bad_request(
-            f"unable to parse requirement: invalid label value: \"{value}\" in selector "
-            f"\"{whole}\""
+            f'unable to parse requirement: invalid label value: "{value}" in selector "{whole}"'
         )
 
 

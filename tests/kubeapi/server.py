@@ -43,9 +43,15 @@ T = TypeVar("T")
 
 ADMIN_PREFIX = "/_kubeapi/"
 VERSION_INFO = {
-    "major": "1", "minor": "37", "gitVersion": "v1.37.0", "gitCommit": "0",
-    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.26",
-    "compiler": "gc", "platform": "linux/amd64",
+    "major": "1",
+    "minor": "37",
+    "gitVersion": "v1.37.0",
+    "gitCommit": "0",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.26",
+    "compiler": "gc",
+    "platform": "linux/amd64",
 }
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -64,8 +70,9 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None
-                  ) -> web.Response:
+def json_response(
+    obj: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     return web.Response(body=dumps(obj).encode(), status=status, headers=all_headers)
 
@@ -91,8 +98,12 @@ def write_kubeconfig(path: str | Path, url: str, namespace: str = "default") -> 
         "kind": "Config",
         "clusters": [{"name": "kubeapi", "cluster": {"server": url}}],
         "users": [{"name": "kubeapi", "user": {"token": "kubeapi-test-token"}}],
-        "contexts": [{"name": "kubeapi", "context": {"cluster": "kubeapi", "user": "kubeapi",
-                                                     "namespace": namespace}}],
+        "contexts": [
+            {
+                "name": "kubeapi",
+                "context": {"cluster": "kubeapi", "user": "kubeapi", "namespace": namespace},
+            }
+        ],
         "current-context": "kubeapi",
         "preferences": {},
     }
@@ -122,8 +133,9 @@ class KubeAPIServer:
         self.port = port
         self.bookmark_interval = bookmark_interval
         self.verbose = verbose
-        self.cluster = Cluster(rollout_delay=rollout_delay,
-                               deployment_controller=deployment_controller)
+        self.cluster = Cluster(
+            rollout_delay=rollout_delay, deployment_controller=deployment_controller
+        )
         self.faults = Faults()
         self.requests = RequestLog()
         self.faults.bind("drop_watches", lambda: self.call(self.cluster.store.close_watchers))
@@ -148,8 +160,9 @@ class KubeAPIServer:
         self.cluster.start()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
-                                     handle_signals=False)
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=1.0, handle_signals=False
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -223,12 +236,15 @@ class KubeAPIServer:
 
     # ------------------------------------------------------------------------ convenience
 
-    def get_object(self, group: str, plural: str, namespace: str, name: str
-                   ) -> dict[str, Any] | None:
+    def get_object(
+        self, group: str, plural: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
         """A copy of a stored object (storage form), for assertions."""
+
         def read() -> dict[str, Any] | None:
             obj = self.cluster.store.get((group, plural), namespace, name)
             return json.loads(dumps(obj)) if obj is not None else None
+
         return self.call(read)
 
     @property
@@ -260,31 +276,44 @@ class KubeAPIServer:
             raise
         except Exception as exc:  # noqa: BLE001 - never a traceback to the client
             log.exception("internal error on %s %s", request.method, request.path_qs)
-            response = error_response(ApiError(500, f"Internal error occurred: {exc}",
-                                               "InternalError"))
+            response = error_response(
+                ApiError(500, f"Internal error occurred: {exc}", "InternalError")
+            )
         if not path.startswith(ADMIN_PREFIX) and not record.get("logged"):
             self._record(request, record, response.status)
         if self.verbose:
-            access_log.info("%s %s %d %.1fms", request.method, request.path_qs,
-                            response.status, (time.monotonic() - started) * 1000)
+            access_log.info(
+                "%s %s %d %.1fms",
+                request.method,
+                request.path_qs,
+                response.status,
+                (time.monotonic() - started) * 1000,
+            )
         return response
 
     def _record(self, request: web.Request, record: dict[str, Any], code: int) -> None:
         record["logged"] = True
-        self.requests.add(RequestRecord(
-            verb=record.get("verb", request.method.lower()),
-            group=record.get("group", ""), version=record.get("version", ""),
-            resource=record.get("resource", ""), namespace=record.get("namespace", ""),
-            subresource=record.get("subresource", ""), name=record.get("name", ""),
-            method=request.method, path=request.path_qs, code=code,
-            user_agent=request.headers.get("User-Agent", ""),
-        ))
+        self.requests.add(
+            RequestRecord(
+                verb=record.get("verb", request.method.lower()),
+                group=record.get("group", ""),
+                version=record.get("version", ""),
+                resource=record.get("resource", ""),
+                namespace=record.get("namespace", ""),
+                subresource=record.get("subresource", ""),
+                name=record.get("name", ""),
+                method=request.method,
+                path=request.path_qs,
+                code=code,
+                user_agent=request.headers.get("User-Agent", ""),
+            )
+        )
 
     def _fault_response(self, rule: FaultRule) -> web.Response:
         code = rule.status or 500
         message = rule.message or {
             409: "Operation cannot be fulfilled: the object has been modified; please apply "
-                 "your changes to the latest version and try again (injected)",
+            "your changes to the latest version and try again (injected)",
             429: "Too many requests, please try again later. (injected)",
             500: "Internal error occurred: injected fault",
             503: "The server is currently unable to handle the request (injected)",
@@ -299,17 +328,27 @@ class KubeAPIServer:
 
     def _describe(self, request: web.Request, record: dict[str, Any]) -> None:
         """Fill the RBAC-style description of a request (best effort, before dispatch)."""
-        record["verb"] = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-                          "DELETE": "delete"}.get(request.method, request.method.lower())
+        record["verb"] = {
+            "GET": "get",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete",
+        }.get(request.method, request.method.lower())
         try:
             target = self._route(request.path)
         except ApiError:
             return
         if target is None:
             return
-        record.update(group=target.rdef.group, version=target.version,
-                      resource=target.rdef.plural, namespace=target.namespace or "",
-                      subresource=target.subresource or "", name=target.name or "")
+        record.update(
+            group=target.rdef.group,
+            version=target.version,
+            resource=target.rdef.plural,
+            namespace=target.namespace or "",
+            subresource=target.subresource or "",
+            name=target.name or "",
+        )
         if target.name is None:
             if request.method == "GET":
                 record["verb"] = "watch" if parse_bool(request.query.get("watch")) else "list"
@@ -327,15 +366,24 @@ class KubeAPIServer:
         if path == "/version":
             return json_response(VERSION_INFO)
         if path == "/":
-            return json_response({"paths": sorted(
-                ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3"]
-                + [f"/apis/{g}" for g in self.cluster.registry.groups() if g])})
+            return json_response(
+                {
+                    "paths": sorted(
+                        ["/api", "/api/v1", "/apis", "/version", "/healthz", "/openapi/v3"]
+                        + [f"/apis/{g}" for g in self.cluster.registry.groups() if g]
+                    )
+                }
+            )
         if path == "/api":
-            return json_response({
-                "kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}],
-            })
+            return json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                    ],
+                }
+            )
         if path == "/apis":
             return json_response(self._group_list())
         if path.startswith("/openapi/"):
@@ -366,8 +414,13 @@ class KubeAPIServer:
         if not versions or not name:
             return None
         entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-        return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
-                "preferredVersion": entries[0]}
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": name,
+            "versions": entries,
+            "preferredVersion": entries[0],
+        }
 
     def _group_list(self) -> dict[str, Any]:
         groups = []
@@ -381,35 +434,63 @@ class KubeAPIServer:
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
         resources: list[dict[str, Any]] = []
-        for rdef in sorted(self.cluster.registry.resources_in(group, version),
-                           key=lambda r: r.plural):
+        for rdef in sorted(
+            self.cluster.registry.resources_in(group, version), key=lambda r: r.plural
+        ):
             entry: dict[str, Any] = {
-                "name": rdef.plural, "singularName": rdef.singular,
-                "namespaced": rdef.namespaced, "kind": rdef.kind, "verbs": list(rdef.verbs),
+                "name": rdef.plural,
+                "singularName": rdef.singular,
+                "namespaced": rdef.namespaced,
+                "kind": rdef.kind,
+                "verbs": list(rdef.verbs),
             }
             if rdef.short_names:
                 entry["shortNames"] = list(rdef.short_names)
             if rdef.categories:
                 entry["categories"] = list(rdef.categories)
             entry["storageVersionHash"] = base64.b64encode(
-                hashlib.sha256(f"{rdef.group}/{rdef.plural}".encode()).digest()[:8]).decode()
+                hashlib.sha256(f"{rdef.group}/{rdef.plural}".encode()).digest()[:8]
+            ).decode()
             resources.append(entry)
             vdef = rdef.versions[version]
             if vdef.status:
-                resources.append({"name": f"{rdef.plural}/status", "singularName": "",
-                                  "namespaced": rdef.namespaced, "kind": rdef.kind,
-                                  "verbs": list(SUB_VERBS)})
+                resources.append(
+                    {
+                        "name": f"{rdef.plural}/status",
+                        "singularName": "",
+                        "namespaced": rdef.namespaced,
+                        "kind": rdef.kind,
+                        "verbs": list(SUB_VERBS),
+                    }
+                )
             if vdef.scale is not None or "scale" in rdef.extra_subresources:
-                resources.append({"name": f"{rdef.plural}/scale", "singularName": "",
-                                  "namespaced": rdef.namespaced, "group": "autoscaling",
-                                  "version": "v1", "kind": "Scale", "verbs": list(SUB_VERBS)})
+                resources.append(
+                    {
+                        "name": f"{rdef.plural}/scale",
+                        "singularName": "",
+                        "namespaced": rdef.namespaced,
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "kind": "Scale",
+                        "verbs": list(SUB_VERBS),
+                    }
+                )
             if "finalize" in rdef.extra_subresources:
-                resources.append({"name": f"{rdef.plural}/finalize", "singularName": "",
-                                  "namespaced": rdef.namespaced, "kind": rdef.kind,
-                                  "verbs": ["update"]})
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version,
-                "resources": resources}
+                resources.append(
+                    {
+                        "name": f"{rdef.plural}/finalize",
+                        "singularName": "",
+                        "namespaced": rdef.namespaced,
+                        "kind": rdef.kind,
+                        "verbs": ["update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
 
     # ------------------------------------------------------------------------ OpenAPI v3
 
@@ -440,10 +521,12 @@ class KubeAPIServer:
         prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
         for rdef in self.cluster.registry.resources_in(group, version):
             gvk = {"group": group, "version": version, "kind": rdef.kind}
-            body = {"content": {
-                "application/json-patch+json": {"schema": {"type": "object"}},
-                "application/merge-patch+json": {"schema": {"type": "object"}},
-            }}
+            body = {
+                "content": {
+                    "application/json-patch+json": {"schema": {"type": "object"}},
+                    "application/merge-patch+json": {"schema": {"type": "object"}},
+                }
+            }
             op = {
                 "x-kubernetes-group-version-kind": gvk,
                 "x-kubernetes-action": "patch",
@@ -455,26 +538,53 @@ class KubeAPIServer:
                 "requestBody": body,
                 "responses": {"200": {"description": "OK"}},
             }
-            item = f"{prefix}/namespaces/{{namespace}}/{rdef.plural}/{{name}}" if (
-                rdef.namespaced) else f"{prefix}/{rdef.plural}/{{name}}"
+            item = (
+                f"{prefix}/namespaces/{{namespace}}/{rdef.plural}/{{name}}"
+                if (rdef.namespaced)
+                else f"{prefix}/{rdef.plural}/{{name}}"
+            )
             paths[item] = {"patch": op}
             schema_name = ".".join(
-                [*reversed((group or "io.k8s.api.core").split(".")), version, rdef.kind])
+                [*reversed((group or "io.k8s.api.core").split(".")), version, rdef.kind]
+            )
             schema = rdef.versions[version].schema
-            component: dict[str, Any] = dict(schema) if schema else {
-                "type": "object", "description": f"{rdef.kind} (schema not served by kubeapi)"}
+            component: dict[str, Any] = (
+                dict(schema)
+                if schema
+                else {
+                    "type": "object",
+                    "description": f"{rdef.kind} (schema not served by kubeapi)",
+                }
+            )
             props = dict(component.get("properties") or {})
-            props.setdefault("apiVersion", {"type": "string", "description": "APIVersion "
-                             "defines the versioned schema of this representation of an object."})
-            props.setdefault("kind", {"type": "string", "description": "Kind is a string value "
-                             "representing the REST resource this object represents."})
-            props.setdefault("metadata", {"type": "object", "description": "Standard object's "
-                             "metadata."})
+            props.setdefault(
+                "apiVersion",
+                {
+                    "type": "string",
+                    "description": "APIVersion "
+                    "defines the versioned schema of this representation of an object.",
+                },
+            )
+            props.setdefault(
+                "kind",
+                {
+                    "type": "string",
+                    "description": "Kind is a string value "
+                    "representing the REST resource this object represents.",
+                },
+            )
+            props.setdefault(
+                "metadata", {"type": "object", "description": "Standard object's metadata."}
+            )
             component["properties"] = props
             component["x-kubernetes-group-version-kind"] = [gvk]
             schemas[schema_name] = component
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.0"},
-                "paths": paths, "components": {"schemas": schemas}}
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.37.0"},
+            "paths": paths,
+            "components": {"schemas": schemas},
+        }
 
     # ------------------------------------------------------------------------ routing
 
@@ -541,8 +651,14 @@ class KubeAPIServer:
 
     def _check_write_type(self, request: web.Request) -> None:
         ctype = request.content_type
-        if ctype in ("application/json", "application/yaml", "application/octet-stream", "",
-                     "text/plain", "*/*"):
+        if ctype in (
+            "application/json",
+            "application/yaml",
+            "application/octet-stream",
+            "",
+            "text/plain",
+            "*/*",
+        ):
             return
         raise unsupported_media_type(ctype, ["application/json", "application/yaml"])
 
@@ -550,12 +666,14 @@ class KubeAPIServer:
         values = request.query.getall("dryRun", [])
         for value in values:
             if value != "All":
-                raise invalid("DryRun", "", "", [invalid_value(
-                    "dryRun", value, 'supported values: "All"')])
+                raise invalid(
+                    "DryRun", "", "", [invalid_value("dryRun", value, 'supported values: "All"')]
+                )
         return bool(values)
 
-    async def _resource(self, request: web.Request, target: Target, record: dict[str, Any]
-                        ) -> web.StreamResponse:
+    async def _resource(
+        self, request: web.Request, target: Target, record: dict[str, Any]
+    ) -> web.StreamResponse:
         method = request.method
         rdef = target.rdef
         cluster = self.cluster
@@ -571,8 +689,9 @@ class KubeAPIServer:
                     raise method_not_allowed()
                 self._check_write_type(request)
                 body = await self._body(request)
-                obj = cluster.create(rdef, target.version, target.namespace, body,
-                                     self._dry_run(request))
+                obj = cluster.create(
+                    rdef, target.version, target.namespace, body, self._dry_run(request)
+                )
                 return json_response(obj, 201)
             if method == "DELETE":
                 if "deletecollection" not in rdef.verbs:
@@ -587,35 +706,52 @@ class KubeAPIServer:
             if method != "PUT":
                 raise method_not_allowed()
             body = await self._body(request)
-            obj = cluster.update(rdef, target.version, namespace, name, body, None,
-                                 self._dry_run(request))
+            obj = cluster.update(
+                rdef, target.version, namespace, name, body, None, self._dry_run(request)
+            )
             return json_response(obj)
         if method == "GET":
             if parse_bool(request.query.get("watch")):
                 return await self._watch(request, target, record)
-            obj = cluster.to_wire(rdef, target.version,
-                                  cluster._existing(rdef, namespace, name))  # noqa: SLF001
+            obj = cluster.to_wire(rdef, target.version, cluster._existing(rdef, namespace, name))  # noqa: SLF001
             if self._wants_table(request) and target.subresource is None:
                 return json_response(self._table(request, target, [obj]))
             return json_response(obj)
         if method == "PUT":
             self._check_write_type(request)
             body = await self._body(request)
-            obj = cluster.update(rdef, target.version, namespace, name, body,
-                                 target.subresource, self._dry_run(request))
+            obj = cluster.update(
+                rdef,
+                target.version,
+                namespace,
+                name,
+                body,
+                target.subresource,
+                self._dry_run(request),
+            )
             return json_response(obj)
         if method == "PATCH":
             patch_type = PATCH_TYPES.get(request.content_type)
             accepted = ["application/json-patch+json", "application/merge-patch+json"]
             if rdef.builtin:
                 accepted.append("application/strategic-merge-patch+json")
-            if patch_type is None or patch_type == "apply" or (
-                patch_type == "strategic" and not rdef.builtin
+            if (
+                patch_type is None
+                or patch_type == "apply"
+                or (patch_type == "strategic" and not rdef.builtin)
             ):
                 raise unsupported_media_type(request.content_type, accepted)
             body = await self._body(request)
-            obj = cluster.patch(rdef, target.version, namespace, name, patch_type, body,
-                                target.subresource, self._dry_run(request))
+            obj = cluster.patch(
+                rdef,
+                target.version,
+                namespace,
+                name,
+                patch_type,
+                body,
+                target.subresource,
+                self._dry_run(request),
+            )
             return json_response(obj)
         if method == "DELETE" and target.subresource is None:
             body = await self._body(request)
@@ -627,22 +763,41 @@ class KubeAPIServer:
             for key in ("uid", "resourceVersion"):
                 if f"preconditions.{key}" in request.query:
                     options.setdefault("preconditions", {})[key] = request.query[
-                        f"preconditions.{key}"]
+                        f"preconditions.{key}"
+                    ]
             policy = options.get("propagationPolicy")
             if policy not in (None, "Background", "Foreground", "Orphan"):
-                raise invalid("DeleteOptions", "", "", [invalid_value(
-                    "propagationPolicy", policy,
-                    'supported values: "Background", "Foreground", "Orphan"')])
+                raise invalid(
+                    "DeleteOptions",
+                    "",
+                    "",
+                    [
+                        invalid_value(
+                            "propagationPolicy",
+                            policy,
+                            'supported values: "Background", "Foreground", "Orphan"',
+                        )
+                    ],
+                )
             dry_run = self._dry_run(request) or "All" in (options.get("dryRun") or [])
-            obj, removed = cluster.delete(rdef, target.version, namespace, name, options,
-                                          dry_run)
+            obj, removed = cluster.delete(rdef, target.version, namespace, name, options, dry_run)
             if removed and rdef.key not in (("", "pods"), ("", "services"), NS_KEY):
-                details: dict[str, Any] = {"name": name, "kind": rdef.plural,
-                                           "uid": obj["metadata"]["uid"]}
+                details: dict[str, Any] = {
+                    "name": name,
+                    "kind": rdef.plural,
+                    "uid": obj["metadata"]["uid"],
+                }
                 if rdef.group:
                     details["group"] = rdef.group
-                return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                      "status": "Success", "details": details})
+                return json_response(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": details,
+                    }
+                )
             return json_response(obj)
         raise method_not_allowed()
 
@@ -652,9 +807,11 @@ class KubeAPIServer:
         namespace = target.namespace or ""
         assert target.name is not None
         vdef = rdef.versions[target.version]
-        paths = vdef.scale or {"specReplicasPath": ".spec.replicas",
-                               "statusReplicasPath": ".status.replicas",
-                               "labelSelectorPath": ".status.selector"}
+        paths = vdef.scale or {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
 
         def dig(obj: dict[str, Any], path: str | None) -> Any:
             current: Any = obj
@@ -673,12 +830,17 @@ class KubeAPIServer:
                 selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
             if selector:
                 status["selector"] = selector
-            return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                    "metadata": {k: meta[k] for k in ("name", "namespace", "uid",
-                                                      "resourceVersion", "creationTimestamp")
-                                 if k in meta},
-                    "spec": {"replicas": dig(obj, paths.get("specReplicasPath")) or 0},
-                    "status": status}
+            return {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {
+                    k: meta[k]
+                    for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if k in meta
+                },
+                "spec": {"replicas": dig(obj, paths.get("specReplicasPath")) or 0},
+                "status": status,
+            }
 
         current = cluster._existing(rdef, namespace, target.name)  # noqa: SLF001
         if request.method == "GET":
@@ -692,13 +854,20 @@ class KubeAPIServer:
         else:
             patch_type = PATCH_TYPES.get(request.content_type)
             if patch_type not in ("json", "merge", "strategic"):
-                raise unsupported_media_type(request.content_type, [
-                    "application/json-patch+json", "application/merge-patch+json",
-                    "application/strategic-merge-patch+json"])
+                raise unsupported_media_type(
+                    request.content_type,
+                    [
+                        "application/json-patch+json",
+                        "application/merge-patch+json",
+                        "application/strategic-merge-patch+json",
+                    ],
+                )
             from .patches import PatchError, json_patch, merge_patch
+
             try:
-                new_scale = json_patch(scale, body) if patch_type == "json" else merge_patch(
-                    scale, body)
+                new_scale = (
+                    json_patch(scale, body) if patch_type == "json" else merge_patch(scale, body)
+                )
             except PatchError as exc:
                 raise ApiError(422, exc.message, "Invalid", {}) from exc
         if not isinstance(new_scale, dict):
@@ -706,8 +875,12 @@ class KubeAPIServer:
         rv = (new_scale.get("metadata") or {}).get("resourceVersion")
         replicas = (new_scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise invalid("Scale", "autoscaling", target.name, [invalid_value(
-                "spec.replicas", replicas, "must be greater than or equal to 0")])
+            raise invalid(
+                "Scale",
+                "autoscaling",
+                target.name,
+                [invalid_value("spec.replicas", replicas, "must be greater than or equal to 0")],
+            )
         wire = cluster.to_wire(rdef, target.version, current)
         spec_path = (paths.get("specReplicasPath") or ".spec.replicas").strip(".").split(".")
         patch: dict[str, Any] = {"metadata": {"resourceVersion": rv}} if rv else {}
@@ -716,8 +889,16 @@ class KubeAPIServer:
             node = node.setdefault(key, {})
         node[spec_path[-1]] = replicas
         del wire
-        updated = cluster.patch(rdef, target.version, namespace, target.name, "merge", patch,
-                                None, self._dry_run(request))
+        updated = cluster.patch(
+            rdef,
+            target.version,
+            namespace,
+            target.name,
+            "merge",
+            patch,
+            None,
+            self._dry_run(request),
+        )
         stored = cluster.store.get(rdef.key, namespace, target.name) or current
         result = scale_of(stored)
         result["metadata"]["resourceVersion"] = updated["metadata"]["resourceVersion"]
@@ -733,7 +914,7 @@ class KubeAPIServer:
             for part in field_text.split(","):
                 label = part.split("!=")[0].split("=")[0].strip()
                 if label and not target.rdef.supported_field(label):
-                    raise bad_request(f'field label not supported: {label}')
+                    raise bad_request(f"field label not supported: {label}")
         if target.name is not None:
             name = target.name
             fields = combine(fields, lambda o: o["metadata"].get("name") == name)
@@ -743,14 +924,22 @@ class KubeAPIServer:
     def _wants_table(self, request: web.Request) -> bool:
         accept = request.headers.get("Accept", "")
         for part in accept.split(","):
-            params = {p.split("=", 1)[0].strip(): p.split("=", 1)[1].strip()
-                      for p in part.split(";")[1:] if "=" in p}
+            params = {
+                p.split("=", 1)[0].strip(): p.split("=", 1)[1].strip()
+                for p in part.split(";")[1:]
+                if "=" in p
+            }
             if params.get("as") == "Table" and params.get("g") == "meta.k8s.io":
                 return True
         return False
 
-    def _table(self, request: web.Request, target: Target, objects: list[dict[str, Any]],
-               meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _table(
+        self,
+        request: web.Request,
+        target: Target,
+        objects: list[dict[str, Any]],
+        meta: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         columns = target.rdef.versions[target.version].columns
         include = request.query.get("includeObject", "Metadata")
         return make_table(columns, objects, str(self.cluster.store.rv), meta, include)
@@ -764,15 +953,40 @@ class KubeAPIServer:
         rv_text = query.get("resourceVersion")
         match = query.get("resourceVersionMatch")
         if match and not rv_text:
-            raise invalid("ListOptions", "meta.k8s.io", "", [invalid_value(
-                "resourceVersionMatch", match,
-                "resourceVersionMatch is forbidden unless resourceVersion is provided")])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    invalid_value(
+                        "resourceVersionMatch",
+                        match,
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )
+                ],
+            )
         if match and match not in ("Exact", "NotOlderThan"):
-            raise invalid("ListOptions", "meta.k8s.io", "", [invalid_value(
-                "resourceVersionMatch", match, 'supported values: "Exact", "NotOlderThan"')])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    invalid_value(
+                        "resourceVersionMatch", match, 'supported values: "Exact", "NotOlderThan"'
+                    )
+                ],
+            )
         if parse_bool(query.get("sendInitialEvents")):
-            raise invalid("ListOptions", "meta.k8s.io", "", [invalid_value(
-                "sendInitialEvents", True, "sendInitialEvents is forbidden for list")])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    invalid_value(
+                        "sendInitialEvents", True, "sendInitialEvents is forbidden for list"
+                    )
+                ],
+            )
         continue_token = query.get("continue")
         start_after: tuple[str, str] | None = None
         list_rv = store.rv
@@ -785,9 +999,11 @@ class KubeAPIServer:
                 raise bad_request("continue key is not valid: " + str(exc)) from exc
             if list_rv < store.expired_before:
                 raise ApiError(
-                    410, "The provided continue parameter is too old to display a consistent "
+                    410,
+                    "The provided continue parameter is too old to display a consistent "
                     "list result. You can start a new list without the continue parameter.",
-                    "Expired")
+                    "Expired",
+                )
             items = store.snapshot_at(rdef.key, list_rv, target.namespace)
         elif rv_text and match == "Exact":
             try:
@@ -795,19 +1011,27 @@ class KubeAPIServer:
             except ValueError as exc:
                 raise bad_request(f'invalid resource version "{rv_text}"') from exc
             if list_rv < store.expired_before:
-                raise ApiError(410, f"too old resource version: {list_rv} "
-                               f"({store.expired_before})", "Expired")
+                raise ApiError(
+                    410, f"too old resource version: {list_rv} ({store.expired_before})", "Expired"
+                )
             if list_rv > store.rv:
-                raise ApiError(504, f"Too large resource version: {list_rv}, current: "
-                               f"{store.rv}", "Timeout", {"retryAfterSeconds": 1})
+                raise ApiError(
+                    504,
+                    f"Too large resource version: {list_rv}, current: {store.rv}",
+                    "Timeout",
+                    {"retryAfterSeconds": 1},
+                )
             items = store.snapshot_at(rdef.key, list_rv, target.namespace)
         else:
             items = store.items(rdef.key, target.namespace)
         wire = [cluster.to_wire(rdef, target.version, o) for o in items]
         wire = [o for o in wire if matcher(o)]
         if start_after is not None:
-            wire = [o for o in wire if (o["metadata"].get("namespace", ""),
-                                        o["metadata"]["name"]) > start_after]
+            wire = [
+                o
+                for o in wire
+                if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start_after
+            ]
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         limit_text = query.get("limit")
         if limit_text:
@@ -823,8 +1047,14 @@ class KubeAPIServer:
                 wire = wire[:limit]
         if self._wants_table(request):
             return json_response(self._table(request, target, wire, meta))
-        return json_response({"kind": rdef.list_kind, "apiVersion": rdef.api_version(
-            target.version), "metadata": meta, "items": wire})
+        return json_response(
+            {
+                "kind": rdef.list_kind,
+                "apiVersion": rdef.api_version(target.version),
+                "metadata": meta,
+                "items": wire,
+            }
+        )
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         cluster = self.cluster
@@ -840,17 +1070,29 @@ class KubeAPIServer:
             wire = cluster.to_wire(rdef, target.version, obj)
             if not matcher(wire):
                 continue
-            result, _ = cluster.delete(rdef, target.version, obj["metadata"].get("namespace", ""),
-                                       obj["metadata"]["name"], options, dry_run)
+            result, _ = cluster.delete(
+                rdef,
+                target.version,
+                obj["metadata"].get("namespace", ""),
+                obj["metadata"]["name"],
+                options,
+                dry_run,
+            )
             deleted.append(result)
-        return json_response({"kind": rdef.list_kind, "apiVersion": rdef.api_version(
-            target.version), "metadata": {"resourceVersion": str(cluster.store.rv)},
-            "items": deleted})
+        return json_response(
+            {
+                "kind": rdef.list_kind,
+                "apiVersion": rdef.api_version(target.version),
+                "metadata": {"resourceVersion": str(cluster.store.rv)},
+                "items": deleted,
+            }
+        )
 
     # ------------------------------------------------------------------------ watch
 
-    async def _watch(self, request: web.Request, target: Target, record: dict[str, Any]
-                     ) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, target: Target, record: dict[str, Any]
+    ) -> web.StreamResponse:
         cluster = self.cluster
         store = cluster.store
         rdef = target.rdef
@@ -871,20 +1113,37 @@ class KubeAPIServer:
         if send_initial_text is not None:
             errors = []
             if match != "NotOlderThan":
-                errors.append(invalid_value(
-                    "resourceVersionMatch", match or "",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+                errors.append(
+                    invalid_value(
+                        "resourceVersionMatch",
+                        match or "",
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    )
+                )
             if send_initial and not bookmarks:
-                errors.append(invalid_value(
-                    "allowWatchBookmarks", False,
-                    "sendInitialEvents requires setting allowWatchBookmarks to true"))
+                errors.append(
+                    invalid_value(
+                        "allowWatchBookmarks",
+                        False,
+                        "sendInitialEvents requires setting allowWatchBookmarks to true",
+                    )
+                )
             if errors:
                 raise invalid("ListOptions", "meta.k8s.io", "", errors)
         elif match:
-            raise invalid("ListOptions", "meta.k8s.io", "", [invalid_value(
-                "resourceVersionMatch", match,
-                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
-                "provided")])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    invalid_value(
+                        "resourceVersionMatch",
+                        match,
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                        "provided",
+                    )
+                ],
+            )
         since: int | None = None
         if rv_text not in ("", "0") and not send_initial:
             try:
@@ -919,15 +1178,17 @@ class KubeAPIServer:
             await response.prepare(request)
             self._record(request, record, 200)
             if expired:
-                status = status_body(410, f"too old resource version: {since} "
-                                     f"({store.expired_before})", "Expired")
+                status = status_body(
+                    410, f"too old resource version: {since} ({store.expired_before})", "Expired"
+                )
                 await self._send(response, "ERROR", status)
                 await response.write_eof()
                 return response
             assert watcher is not None
             for kind, obj in events:
-                await self._send(response, kind, self._maybe_table(request, target, obj, kind,
-                                                                   as_table))
+                await self._send(
+                    response, kind, self._maybe_table(request, target, obj, kind, as_table)
+                )
             deadline = time.monotonic() + timeout if timeout else None
             while not self._stopping:
                 wait = self.bookmark_interval if bookmarks else None
@@ -939,19 +1200,23 @@ class KubeAPIServer:
                 try:
                     item = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
-                    if bookmarks and watcher.queue.empty() and (
-                        deadline is None or deadline - time.monotonic() > 0
+                    if (
+                        bookmarks
+                        and watcher.queue.empty()
+                        and (deadline is None or deadline - time.monotonic() > 0)
                     ):
-                        await self._send(response, "BOOKMARK",
-                                         self._bookmark(rdef, target.version, False))
+                        await self._send(
+                            response, "BOOKMARK", self._bookmark(rdef, target.version, False)
+                        )
                     continue
                 if item is CLOSE:
                     break
                 event = self._translate(item, rdef, target.version, matcher)
                 if event is not None:
                     kind, obj = event
-                    await self._send(response, kind,
-                                     self._maybe_table(request, target, obj, kind, as_table))
+                    await self._send(
+                        response, kind, self._maybe_table(request, target, obj, kind, as_table)
+                    )
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -963,8 +1228,9 @@ class KubeAPIServer:
                 self._streams.discard(task)
         return response
 
-    def _maybe_table(self, request: web.Request, target: Target, obj: dict[str, Any], kind: str,
-                     as_table: bool) -> dict[str, Any]:
+    def _maybe_table(
+        self, request: web.Request, target: Target, obj: dict[str, Any], kind: str, as_table: bool
+    ) -> dict[str, Any]:
         if not as_table or kind in ("BOOKMARK", "ERROR"):
             return obj
         return self._table(request, target, [obj])
@@ -975,9 +1241,13 @@ class KubeAPIServer:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return {"kind": rdef.kind, "apiVersion": rdef.api_version(version), "metadata": meta}
 
-    def _translate(self, entry: LogEntry, rdef: ResourceDef, version: str,
-                   matcher: Callable[[dict[str, Any]], bool]
-                   ) -> tuple[str, dict[str, Any]] | None:
+    def _translate(
+        self,
+        entry: LogEntry,
+        rdef: ResourceDef,
+        version: str,
+        matcher: Callable[[dict[str, Any]], bool],
+    ) -> tuple[str, dict[str, Any]] | None:
         obj = self.cluster.to_wire(rdef, version, entry.object)
         now = matcher(obj)
         if entry.type == "MODIFIED" and entry.old is not None:
@@ -994,7 +1264,7 @@ class KubeAPIServer:
     # ------------------------------------------------------------------------ admin API
 
     async def _admin(self, request: web.Request) -> web.Response:
-        action = request.path[len(ADMIN_PREFIX):].strip("/")
+        action = request.path[len(ADMIN_PREFIX) :].strip("/")
         method = request.method
         if action == "requests":
             if method == "GET":
@@ -1014,18 +1284,28 @@ class KubeAPIServer:
                     raise bad_request("a fault is a JSON object")
                 times = body.get("times", 1)
                 if body.get("status") is not None:
-                    rule = self.faults.fail(int(body["status"]), body.get("method", "*"),
-                                            body.get("path", ".*"), times, body.get("message"),
-                                            body.get("retryAfter"))
+                    rule = self.faults.fail(
+                        int(body["status"]),
+                        body.get("method", "*"),
+                        body.get("path", ".*"),
+                        times,
+                        body.get("message"),
+                        body.get("retryAfter"),
+                    )
                 else:
-                    rule = self.faults.delay(float(body.get("delay", 0)), body.get("method", "*"),
-                                             body.get("path", ".*"), times)
+                    rule = self.faults.delay(
+                        float(body.get("delay", 0)),
+                        body.get("method", "*"),
+                        body.get("path", ".*"),
+                        times,
+                    )
                 return json_response(vars(rule), 201)
         elif action == "drop-watches" and method == "POST":
             return json_response({"dropped": self.cluster.store.close_watchers()})
         elif action == "expire" and method == "POST":
             return json_response({"expiredBefore": str(self.cluster.store.expire())})
         elif action == "crds" and method == "GET":
-            return json_response({"items": [c["metadata"]["name"]
-                                            for c in self.cluster.store.items(CRD_KEY)]})
+            return json_response(
+                {"items": [c["metadata"]["name"] for c in self.cluster.store.items(CRD_KEY)]}
+            )
         raise resource_not_found()

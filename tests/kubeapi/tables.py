@@ -134,8 +134,13 @@ class Column:
     format: str = ""
 
     def definition(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "format": self.format,
-                "description": self.description, "priority": self.priority}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": self.format,
+            "description": self.description,
+            "priority": self.priority,
+        }
 
 
 @dataclass
@@ -145,15 +150,22 @@ class TableSpec:
 
 def age_column() -> Column:
     return Column(
-        "Age", "date", lambda o: human_age((o.get("metadata") or {}).get("creationTimestamp")),
+        "Age",
+        "date",
+        lambda o: human_age((o.get("metadata") or {}).get("creationTimestamp")),
         description="CreationTimestamp is a timestamp representing the server time when this "
         "object was created.",
     )
 
 
 def name_column() -> Column:
-    return Column("Name", "string", lambda o: (o.get("metadata") or {}).get("name"),
-                  format="name", description="Name must be unique within a namespace.")
+    return Column(
+        "Name",
+        "string",
+        lambda o: (o.get("metadata") or {}).get("name"),
+        format="name",
+        description="Name must be unique within a namespace.",
+    )
 
 
 def printer_columns(definitions: list[dict[str, Any]]) -> list[Column]:
@@ -164,19 +176,25 @@ def printer_columns(definitions: list[dict[str, Any]]) -> list[Column]:
     for spec in definitions:
         kind = spec.get("type", "string")
         path = spec.get("jsonPath", "")
-        columns.append(Column(
-            spec.get("name", ""), kind,
-            (lambda o, p=path, k=kind: cell_value(o, p, k)),
-            priority=int(spec.get("priority", 0) or 0),
-            description=spec.get("description", ""),
-            format=spec.get("format", ""),
-        ))
+        columns.append(
+            Column(
+                spec.get("name", ""),
+                kind,
+                (lambda o, p=path, k=kind: cell_value(o, p, k)),
+                priority=int(spec.get("priority", 0) or 0),
+                description=spec.get("description", ""),
+                format=spec.get("format", ""),
+            )
+        )
     return columns
 
 
 def make_table(
-    columns: list[Column], objects: list[dict[str, Any]], resource_version: str,
-    metadata_extra: dict[str, Any] | None = None, include_object: str = "Metadata",
+    columns: list[Column],
+    objects: list[dict[str, Any]],
+    resource_version: str,
+    metadata_extra: dict[str, Any] | None = None,
+    include_object: str = "Metadata",
 ) -> dict[str, Any]:
     rows = []
     for obj in objects:

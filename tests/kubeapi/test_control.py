@@ -73,10 +73,13 @@ def test_request_log_against_rbac_rules(kubeapi: KubeAPI) -> None:
     kubeapi.requests.clear()
     http.widget("w1")
     http.get("/apis/example.com/v1/widgets")
-    http.patch("/apis/example.com/v1/namespaces/default/widgets/w1/status",
-               {"status": {"phase": "x"}})
-    http.post("/api/v1/namespaces/default/events", {"metadata": {"generateName": "e-"},
-                                                    "involvedObject": {"name": "w1"}})
+    http.patch(
+        "/apis/example.com/v1/namespaces/default/widgets/w1/status", {"status": {"phase": "x"}}
+    )
+    http.post(
+        "/api/v1/namespaces/default/events",
+        {"metadata": {"generateName": "e-"}, "involvedObject": {"name": "w1"}},
+    )
     http.get("/api")
     records = kubeapi.requests.resource_requests()
     assert [(r.verb, r.group, r.resource, r.subresource, r.namespace) for r in records] == [
@@ -85,22 +88,38 @@ def test_request_log_against_rbac_rules(kubeapi: KubeAPI) -> None:
         ("patch", "example.com", "widgets", "status", "default"),
         ("create", "", "events", "", "default"),
     ]
-    role = [{"apiGroups": ["example.com"], "resources": ["widgets"],
-             "verbs": ["create", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    role = [
+        {
+            "apiGroups": ["example.com"],
+            "resources": ["widgets"],
+            "verbs": ["create", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
     assert kubeapi.requests.not_allowed_by(role) == {("example.com", "widgets/status", "patch")}
-    role.append({"apiGroups": ["example.com"], "resources": ["widgets/status"],
-                 "verbs": ["patch"]})
+    role.append({"apiGroups": ["example.com"], "resources": ["widgets/status"], "verbs": ["patch"]})
     assert kubeapi.requests.not_allowed_by(role) == set()
 
 
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.kubeapi", "--port", "0",
-                             "--kubeconfig", str(kubeconfig), "-v"],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.kubeapi",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-v",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         wait_for(kubeconfig.exists, message="the kubeconfig")
         yield proc, kubeconfig
@@ -116,14 +135,19 @@ def test_standalone_server_admin_api_and_sigterm(
     proc, kubeconfig = standalone
     url = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     assert requests.get(f"{url}/readyz", timeout=5).text == "ok"
-    rule = requests.post(f"{url}/_kubeapi/faults", json={
-        "status": 503, "method": "GET", "path": "/api/v1/namespaces$", "times": 1}, timeout=5)
+    rule = requests.post(
+        f"{url}/_kubeapi/faults",
+        json={"status": 503, "method": "GET", "path": "/api/v1/namespaces$", "times": 1},
+        timeout=5,
+    )
     assert rule.status_code == 201
     assert requests.get(f"{url}/api/v1/namespaces", timeout=5).status_code == 503
     assert requests.get(f"{url}/api/v1/namespaces", timeout=5).status_code == 200
     log = requests.get(f"{url}/_kubeapi/requests", timeout=5).json()["items"]
     assert [(r["verb"], r["resource"], r["code"]) for r in log if r["resource"]] == [
-        ("list", "namespaces", 503), ("list", "namespaces", 200)]
+        ("list", "namespaces", 503),
+        ("list", "namespaces", 200),
+    ]
     assert requests.post(f"{url}/_kubeapi/expire", timeout=5).status_code == 200
     stream = requests.get(f"{url}/api/v1/namespaces?watch=true&resourceVersion=1", timeout=5)
     assert '"code":410' in stream.text

@@ -29,12 +29,16 @@ def _status(response: object, code: int, reason: str) -> dict:
 
 def test_400_bad_requests(http: Http) -> None:
     _status(http.post(CM, "{not json"), 400, "BadRequest")
-    mismatch = _status(http.post(CM, {"metadata": {"name": "a", "namespace": "other"}}),
-                       400, "BadRequest")
+    mismatch = _status(
+        http.post(CM, {"metadata": {"name": "a", "namespace": "other"}}), 400, "BadRequest"
+    )
     assert "does not match the namespace" in mismatch["message"]
     _status(http.get(f"{CM}?labelSelector=a%20in%20("), 400, "BadRequest")
-    _status(http.post(CM, {"apiVersion": "v2", "kind": "ConfigMap",
-                           "metadata": {"name": "a"}}), 400, "BadRequest")
+    _status(
+        http.post(CM, {"apiVersion": "v2", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+        400,
+        "BadRequest",
+    )
 
 
 def test_404_not_found_shapes(http: Http) -> None:
@@ -43,8 +47,11 @@ def test_404_not_found_shapes(http: Http) -> None:
     assert body["details"] == {"name": "missing", "group": "example.com", "kind": "widgets"}
     body = _status(http.get("/apis/nothing.io/v1/things"), 404, "NotFound")
     assert body["message"] == "the server could not find the requested resource"
-    body = _status(http.post("/api/v1/namespaces/absent/configmaps", {"metadata": {"name": "a"}}),
-                   404, "NotFound")
+    body = _status(
+        http.post("/api/v1/namespaces/absent/configmaps", {"metadata": {"name": "a"}}),
+        404,
+        "NotFound",
+    )
     assert body["message"] == 'namespaces "absent" not found'
     _status(http.get("/api/v1/configmaps/a"), 404, "NotFound")  # namespaced without namespace
     _status(http.get("/api/v1/namespaces/default/nodes"), 404, "NotFound")  # cluster type
@@ -55,21 +62,28 @@ def test_405_method_not_allowed(http: Http) -> None:
     http.widget("w1")
     _status(http.post(f"{WIDGETS}/w1", {"metadata": {"name": "w1"}}), 405, "MethodNotAllowed")
     _status(http.put(WIDGETS, {"metadata": {"name": "w1"}}), 405, "MethodNotAllowed")
-    _status(http.post("/apis/example.com/v1/widgets", {"metadata": {"name": "x"}}), 405,
-            "MethodNotAllowed")
+    _status(
+        http.post("/apis/example.com/v1/widgets", {"metadata": {"name": "x"}}),
+        405,
+        "MethodNotAllowed",
+    )
 
 
 def test_409_already_exists_and_conflict(http: Http) -> None:
     created = http.widget("w1")
-    body = _status(http.post(WIDGETS, {"metadata": {"name": "w1"}, "spec": {"size": 1}}),
-                   409, "AlreadyExists")
+    body = _status(
+        http.post(WIDGETS, {"metadata": {"name": "w1"}, "spec": {"size": 1}}), 409, "AlreadyExists"
+    )
     assert body["message"] == 'widgets.example.com "w1" already exists'
     stale = dict(created)
     http.patch(f"{WIDGETS}/w1", {"spec": {"size": 2}})
     body = _status(http.put(f"{WIDGETS}/w1", stale), 409, "Conflict")
     assert "the object has been modified" in body["message"]
-    _status(http.patch(f"{WIDGETS}/w1", {"metadata": {"resourceVersion": "1"}, "spec": {
-        "size": 5}}), 409, "Conflict")
+    _status(
+        http.patch(f"{WIDGETS}/w1", {"metadata": {"resourceVersion": "1"}, "spec": {"size": 5}}),
+        409,
+        "Conflict",
+    )
     _status(http.delete(f"{WIDGETS}/w1", {"preconditions": {"uid": "nope"}}), 409, "Conflict")
 
 
@@ -89,48 +103,74 @@ def test_410_expired_continue_token(kubeapi: KubeAPI, http: Http) -> None:
 
 def test_415_unsupported_media_types(http: Http) -> None:
     http.widget("w1")
-    body = _status(http.patch(f"{WIDGETS}/w1", {"spec": {}}, kind="strategic-merge"),
-                   415, "UnsupportedMediaType")
+    body = _status(
+        http.patch(f"{WIDGETS}/w1", {"spec": {}}, kind="strategic-merge"),
+        415,
+        "UnsupportedMediaType",
+    )
     assert "application/merge-patch+json" in body["message"]
-    _status(http.request("PATCH", f"{WIDGETS}/w1", "spec: {}",
-                         content_type="application/apply-patch+yaml"), 415,
-            "UnsupportedMediaType")
-    _status(http.request("POST", CM, b"k8s\x00",
-                         content_type="application/vnd.kubernetes.protobuf"),
-            415, "UnsupportedMediaType")
+    _status(
+        http.request(
+            "PATCH", f"{WIDGETS}/w1", "spec: {}", content_type="application/apply-patch+yaml"
+        ),
+        415,
+        "UnsupportedMediaType",
+    )
+    _status(
+        http.request("POST", CM, b"k8s\x00", content_type="application/vnd.kubernetes.protobuf"),
+        415,
+        "UnsupportedMediaType",
+    )
 
 
 def test_422_invalid(http: Http) -> None:
-    body = _status(http.post(WIDGETS, {"metadata": {"name": "Bad_Name"}, "spec": {"size": 1}}),
-                   422, "Invalid")
+    body = _status(
+        http.post(WIDGETS, {"metadata": {"name": "Bad_Name"}, "spec": {"size": 1}}), 422, "Invalid"
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.name"
-    body = _status(http.post(WIDGETS, {"metadata": {"name": "w"}, "spec": {"size": "big"}}),
-                   422, "Invalid")
+    body = _status(
+        http.post(WIDGETS, {"metadata": {"name": "w"}, "spec": {"size": "big"}}), 422, "Invalid"
+    )
     assert body["message"].startswith(
         'Widget.example.com "w" is invalid: [spec.size: Invalid value: "string": spec.size in '
         'body must be of type integer: "string", <nil>: Invalid value: "null": some validation '
-        "rules were not checked because the object was invalid")
+        "rules were not checked because the object was invalid"
+    )
     assert body["details"]["causes"][0] == {
-        "reason": "FieldValueTypeInvalid", "field": "spec.size",
-        "message": 'Invalid value: "string": spec.size in body must be of type integer: '
-                   '"string"'}
+        "reason": "FieldValueTypeInvalid",
+        "field": "spec.size",
+        "message": 'Invalid value: "string": spec.size in body must be of type integer: "string"',
+    }
     body = _status(http.post(WIDGETS, {"metadata": {"name": "w"}, "spec": {}}), 422, "Invalid")
-    assert body["message"].startswith('Widget.example.com "w" is invalid: [spec.size: Required '
-                                      "value, spec: Invalid value: \"object\": no such key: size")
+    assert body["message"].startswith(
+        'Widget.example.com "w" is invalid: [spec.size: Required '
+        'value, spec: Invalid value: "object": no such key: size'
+    )
     http.widget("w1")
-    _status(http.patch(f"{WIDGETS}/w1", [{"op": "remove", "path": "/spec/nothing"}],
-                       kind="json"), 422, "Invalid")
+    _status(
+        http.patch(f"{WIDGETS}/w1", [{"op": "remove", "path": "/spec/nothing"}], kind="json"),
+        422,
+        "Invalid",
+    )
     _status(http.patch(f"{WIDGETS}/w1", {"metadata": {"name": "other"}}), 422, "Invalid")
     put = http.get(f"{WIDGETS}/w1").json()
     del put["metadata"]["resourceVersion"]
     body = _status(http.put(f"{WIDGETS}/w1", put), 422, "Invalid")
     assert "must be specified for an update" in body["message"]
-    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-           "metadata": {"name": "wrong.example.com"},
-           "spec": {"group": "example.com", "scope": "Namespaced",
-                    "names": {"plural": "things", "kind": "Thing"}, "versions": []}}
-    _status(http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd), 422,
-            "Invalid")
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "wrong.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "things", "kind": "Thing"},
+            "versions": [],
+        },
+    }
+    _status(
+        http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd), 422, "Invalid"
+    )
 
 
 def test_internal_errors_are_status_500(kubeapi: KubeAPI) -> None:

@@ -19,14 +19,26 @@ OPERATOR = HERE / "manifests" / "kopf_operator.py"
 @pytest.fixture
 def kopf_operator(kubeapi: KubeAPI, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     kubeapi.apply(CRD)
-    kubeapi.kubectl("wait", "--for=condition=Established", "crd/widgets.example.com",
-                    "--timeout=10s")
+    kubeapi.kubectl(
+        "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=10s"
+    )
     log_path = tmp_path / "kopf.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-             "--verbose", str(OPERATOR)],
-            env=kubeapi.env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                "--all-namespaces",
+                "--verbose",
+                str(OPERATOR),
+            ],
+            env=kubeapi.env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
     proc.log_path = log_path  # type: ignore[attr-defined]
     yield proc
@@ -48,11 +60,20 @@ def _status(kubeapi: KubeAPI, name: str) -> dict:
 def test_kopf_handles_create_update_timer_and_delete(
     kubeapi: KubeAPI, kopf_operator: subprocess.Popen[str]
 ) -> None:
-    kubeapi.apply({"apiVersion": "example.com/v1", "kind": "Widget",
-                   "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": 2}})
+    kubeapi.apply(
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "default"},
+            "spec": {"size": 2},
+        }
+    )
 
-    status = wait_for(lambda: _status(kubeapi, "w1").get("created") and _status(kubeapi, "w1"),
-                      timeout=20, message="the create handler")
+    status = wait_for(
+        lambda: _status(kubeapi, "w1").get("created") and _status(kubeapi, "w1"),
+        timeout=20,
+        message="the create handler",
+    )
     assert status["created"] == {"size": 2}
     assert status["phase"] == "Created"
     widget = kubeapi.object("example.com", "widgets", "w1", "default")
@@ -62,18 +83,27 @@ def test_kopf_handles_create_update_timer_and_delete(
     assert pdb["metadata"]["ownerReferences"][0]["uid"] == widget["metadata"]["uid"]
 
     kubeapi.kubectl("patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"size":5}}')
-    wait_for(lambda: _status(kubeapi, "w1").get("seenSize") == 5, timeout=15,
-             message="the update handler")
-    wait_for(lambda: int(_status(kubeapi, "w1").get("ticks") or 0) >= 2, timeout=15,
-             message="two timer ticks")
+    wait_for(
+        lambda: _status(kubeapi, "w1").get("seenSize") == 5,
+        timeout=15,
+        message="the update handler",
+    )
+    wait_for(
+        lambda: int(_status(kubeapi, "w1").get("ticks") or 0) >= 2,
+        timeout=15,
+        message="two timer ticks",
+    )
 
     # resilience: all watches dropped and every known resourceVersion expired -> Kopf gets an
     # in-stream 410 on its re-watch, relists, and keeps handling changes
     kubeapi.faults.expire()
     assert kubeapi.faults.drop_watches() >= 1
     kubeapi.kubectl("patch", "widget", "w1", "--type=merge", "-p", '{"spec":{"size":6}}')
-    wait_for(lambda: _status(kubeapi, "w1").get("seenSize") == 6, timeout=15,
-             message="the update handler after a forced 410")
+    wait_for(
+        lambda: _status(kubeapi, "w1").get("seenSize") == 6,
+        timeout=15,
+        message="the update handler after a forced 410",
+    )
     expired_rewatch = [r for r in kubeapi.requests.filter(verb="watch", resource="widgets")]
     assert len(expired_rewatch) >= 3  # initial watch, the expired resume, the fresh one
 
@@ -84,8 +114,11 @@ def test_kopf_handles_create_update_timer_and_delete(
     assert kubeapi.object("example.com", "widgets", "w1", "default") is None
     configmap = kubeapi.get_json("configmap", "deleted-w1")
     assert configmap["data"] == {"widget": "w1"}
-    wait_for(lambda: kubeapi.object("policy", "poddisruptionbudgets", "w1-pdb", "default")
-             is None, timeout=5, message="the owned PodDisruptionBudget to be collected")
+    wait_for(
+        lambda: kubeapi.object("policy", "poddisruptionbudgets", "w1-pdb", "default") is None,
+        timeout=5,
+        message="the owned PodDisruptionBudget to be collected",
+    )
 
     kopf_operator.terminate()
     kopf_operator.wait(15)

@@ -75,9 +75,12 @@ def test_2_python_client_watch_raises_410_after_expiry(kubeapi: KubeAPI) -> None
     cm = api.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
     kubeapi.faults.expire()
     with pytest.raises(ApiException) as info:
-        for _ in watch.Watch().stream(api.list_namespaced_config_map, "default",
-                                      resource_version=cm.metadata.resource_version,
-                                      timeout_seconds=5):
+        for _ in watch.Watch().stream(
+            api.list_namespaced_config_map,
+            "default",
+            resource_version=cm.metadata.resource_version,
+            timeout_seconds=5,
+        ):
             pass
     assert info.value.status == 410
 
@@ -88,11 +91,16 @@ def test_2_python_client_watch_raises_410_after_expiry(kubeapi: KubeAPI) -> None
 def test_3_send_initial_events_ends_with_the_marked_bookmark(http: Http) -> None:
     http.widget("w1")
     http.widget("w2")
-    watch = WatchReader(http, f"{WIDGETS}?watch=true&sendInitialEvents=true"
-                        "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+    watch = WatchReader(
+        http,
+        f"{WIDGETS}?watch=true&sendInitialEvents=true"
+        "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+    )
     events = watch.take(3)
     assert [(e["type"], e["object"]["metadata"].get("name")) for e in events[:2]] == [
-        ("ADDED", "w1"), ("ADDED", "w2")]
+        ("ADDED", "w1"),
+        ("ADDED", "w2"),
+    ]
     assert events[2]["type"] == "BOOKMARK"
     assert events[2]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     http.patch(f"{WIDGETS}/w1", {"spec": {"size": 8}})
@@ -110,11 +118,19 @@ def test_3_kubectl_wait_uses_watch_list(kubeapi: KubeAPI, http: Http) -> None:
     http.widget("w1")
     waiter = subprocess.Popen(
         [kubectl_path(), "wait", "--for=jsonpath={.spec.size}=4", "widget/w1", "--timeout=10s"],
-        env=kubeapi.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=kubeapi.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: any("sendInitialEvents=true" in r.path
-                             for r in kubeapi.requests.filter(verb="watch", resource="widgets")),
-                 message="kubectl's watch-list request")
+        wait_for(
+            lambda: any(
+                "sendInitialEvents=true" in r.path
+                for r in kubeapi.requests.filter(verb="watch", resource="widgets")
+            ),
+            message="kubectl's watch-list request",
+        )
         http.patch(f"{WIDGETS}/w1", {"spec": {"size": 4}})
         out, err = waiter.communicate(timeout=10)
     finally:
@@ -135,8 +151,7 @@ def test_4_openapi_v3_declares_field_validation_and_v2_is_404(kubeapi: KubeAPI) 
     namespace_patch = doc["paths"]["/api/v1/namespaces/{name}"]["patch"]
     assert namespace_patch["x-kubernetes-group-version-kind"]["kind"] == "Namespace"
     assert "fieldValidation" in [p["name"] for p in namespace_patch["parameters"]]
-    assert "application/strategic-merge-patch+json" not in namespace_patch["requestBody"][
-        "content"]
+    assert "application/strategic-merge-patch+json" not in namespace_patch["requestBody"]["content"]
     assert http.get("/openapi/v2").status_code == 404
     # kubectl apply with default (strict) validation works against it
     out = kubeapi.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
@@ -154,8 +169,9 @@ def test_5_status_subresource_separates_spec_and_status(http: Http) -> None:
     assert "status" not in created  # create drops status
     main = http.patch(f"{WIDGETS}/w1", {"status": {"phase": "Main"}}).json()
     assert "status" not in main  # main-resource writes keep the (absent) status
-    status = http.patch(f"{WIDGETS}/w1/status",
-                        {"spec": {"size": 99}, "status": {"phase": "Ready"}}).json()
+    status = http.patch(
+        f"{WIDGETS}/w1/status", {"spec": {"size": 99}, "status": {"phase": "Ready"}}
+    ).json()
     assert status["status"] == {"phase": "Ready"} and status["spec"]["size"] == 3
     assert status["metadata"]["generation"] == 1  # status does not bump generation
     labelled = http.patch(f"{WIDGETS}/w1", {"metadata": {"labels": {"x": "y"}}}).json()
@@ -169,17 +185,35 @@ def test_5_status_subresource_separates_spec_and_status(http: Http) -> None:
 
 def test_5_without_status_subresource_status_is_ordinary(kubeapi: KubeAPI) -> None:
     http = Http(kubeapi.url)
-    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-           "metadata": {"name": "gadgets.example.com"},
-           "spec": {"group": "example.com", "scope": "Cluster",
-                    "names": {"plural": "gadgets", "kind": "Gadget"},
-                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                        "openAPIV3Schema": {"type": "object",
-                                            "x-kubernetes-preserve-unknown-fields": True}}}]}}
-    assert http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                     crd).status_code == 201
-    made = http.post("/apis/example.com/v1/gadgets", {"metadata": {"name": "g"},
-                                                      "status": {"a": 1}}).json()
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Cluster",
+            "names": {"plural": "gadgets", "kind": "Gadget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    assert (
+        http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd).status_code == 201
+    )
+    made = http.post(
+        "/apis/example.com/v1/gadgets", {"metadata": {"name": "g"}, "status": {"a": 1}}
+    ).json()
     assert made["status"] == {"a": 1}
     changed = http.patch("/apis/example.com/v1/gadgets/g", {"status": {"a": 2}}).json()
     assert changed["metadata"]["generation"] == 2  # status is part of the spec-like content
@@ -196,14 +230,18 @@ def test_6_merge_patch_null_deletes_and_json_patch_test_is_422(http: Http) -> No
     merged = http.patch(f"{WIDGETS}/w1", {"metadata": {"annotations": {"a": None}}}).json()
     assert merged["metadata"]["annotations"] == {"b": "2"}
     rv = merged["metadata"]["resourceVersion"]
-    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-           {"op": "add", "path": "/metadata/finalizers", "value": ["x.io/f"]}]
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["x.io/f"]},
+    ]
     assert http.patch(f"{WIDGETS}/w1", ops, kind="json").status_code == 200
     stale = http.patch(f"{WIDGETS}/w1", ops, kind="json")
     assert stale.status_code == 422 and stale.json()["reason"] == "Invalid"
-    escaped = http.patch(f"{WIDGETS}/w1", [
-        {"op": "add", "path": "/metadata/annotations/example.com~1key", "value": "v"}],
-        kind="json").json()
+    escaped = http.patch(
+        f"{WIDGETS}/w1",
+        [{"op": "add", "path": "/metadata/annotations/example.com~1key", "value": "v"}],
+        kind="json",
+    ).json()
     assert escaped["metadata"]["annotations"]["example.com/key"] == "v"
     smp = http.patch(f"{WIDGETS}/w1", {"spec": {"size": 1}}, kind="strategic-merge")
     assert smp.status_code == 415 and smp.json()["reason"] == "UnsupportedMediaType"
@@ -211,17 +249,36 @@ def test_6_merge_patch_null_deletes_and_json_patch_test_is_422(http: Http) -> No
 
 def test_6_strategic_merge_on_builtins(kubeapi: KubeAPI) -> None:
     http = Http(kubeapi.url)
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": "a:1", "env": [{"name": "A", "value": "1"}],
-         "ports": [{"containerPort": 80}]},
-        {"name": "b", "image": "b:1"}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "image": "a:1",
+                    "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 80}],
+                },
+                {"name": "b", "image": "b:1"},
+            ]
+        },
+    }
     assert http.post("/api/v1/namespaces/default/pods", pod).status_code == 201
-    patch = {"$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
-             "spec": {"containers": [
-                 {"name": "a", "image": "a:2", "env": [{"name": "B", "value": "2"}],
-                  "ports": [{"containerPort": 81}]},
-                 {"name": "b", "$patch": "delete"}]},
-             "metadata": {"labels": {"x": "1"}}}
+    patch = {
+        "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "image": "a:2",
+                    "env": [{"name": "B", "value": "2"}],
+                    "ports": [{"containerPort": 81}],
+                },
+                {"name": "b", "$patch": "delete"},
+            ]
+        },
+        "metadata": {"labels": {"x": "1"}},
+    }
     response = http.patch("/api/v1/namespaces/default/pods/p", patch, kind="strategic-merge")
     assert response.status_code == 200, response.text
     result = response.json()
@@ -238,11 +295,11 @@ def test_6_python_client_patch_flavours(kubeapi: KubeAPI) -> None:
 
     api_client = kubeapi.api_client()
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_config_map("default", {"metadata": {"name": "c"},
-                                                  "data": {"a": "1"}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "c"}, "data": {"a": "1"}})
     core.patch_namespaced_config_map("c", "default", {"data": {"b": "2"}})  # SMP
-    core.patch_namespaced_config_map("c", "default",
-                                     [{"op": "remove", "path": "/data/a"}])  # JSON patch
+    core.patch_namespaced_config_map(
+        "c", "default", [{"op": "remove", "path": "/data/a"}]
+    )  # JSON patch
     assert core.read_namespaced_config_map("c", "default").data == {"b": "2"}
     kinds = {r.path.split("?")[0]: r for r in kubeapi.requests.filter(verb="patch")}
     assert kinds, "patches were recorded"
@@ -260,13 +317,15 @@ def test_7_finalizers_mark_then_last_removal_deletes(http: Http) -> None:
     assert http.delete(f"{WIDGETS}/w1").status_code == 200  # repeated: no change
     event = watch.next()
     assert event["type"] == "MODIFIED" and event["object"]["metadata"]["deletionTimestamp"]
-    added = http.patch(f"{WIDGETS}/w1", {"metadata": {"finalizers": ["x.io/a", "x.io/b",
-                                                                     "x.io/c"]}})
+    added = http.patch(
+        f"{WIDGETS}/w1", {"metadata": {"finalizers": ["x.io/a", "x.io/b", "x.io/c"]}}
+    )
     assert added.status_code == 422  # no new finalizers on a deleting object
     http.patch(f"{WIDGETS}/w1", {"metadata": {"finalizers": ["x.io/b"]}})
     assert watch.next()["type"] == "MODIFIED"
-    final = http.patch(f"{WIDGETS}/w1", [{"op": "remove", "path": "/metadata/finalizers"}],
-                       kind="json")
+    final = http.patch(
+        f"{WIDGETS}/w1", [{"op": "remove", "path": "/metadata/finalizers"}], kind="json"
+    )
     assert final.status_code == 200
     event = watch.next()
     assert event["type"] == "DELETED"
@@ -276,14 +335,23 @@ def test_7_finalizers_mark_then_last_removal_deletes(http: Http) -> None:
 
 def test_7_propagation_policies_do_not_leave_objects_hanging(kubeapi: KubeAPI) -> None:
     http = Http(kubeapi.url)
-    owner = http.post("/api/v1/namespaces/default/configmaps",
-                      {"metadata": {"name": "owner"}}).json()
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-           "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}
-    http.post("/api/v1/namespaces/default/configmaps",
-              {"metadata": {"name": "child", "ownerReferences": [ref]}})
-    response = http.delete("/api/v1/namespaces/default/configmaps/owner",
-                           {"propagationPolicy": "Foreground"})
+    owner = http.post(
+        "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "owner"}}
+    ).json()
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": True,
+    }
+    http.post(
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "child", "ownerReferences": [ref]}},
+    )
+    response = http.delete(
+        "/api/v1/namespaces/default/configmaps/owner", {"propagationPolicy": "Foreground"}
+    )
     assert response.status_code == 200
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and (
@@ -293,11 +361,14 @@ def test_7_propagation_policies_do_not_leave_objects_hanging(kubeapi: KubeAPI) -
     assert http.get("/api/v1/namespaces/default/configmaps/owner").status_code == 404
     assert http.get("/api/v1/namespaces/default/configmaps/child").status_code == 404
     # Orphan keeps dependents, without the owner reference
-    owner = http.post("/api/v1/namespaces/default/configmaps",
-                      {"metadata": {"name": "owner2"}}).json()
+    owner = http.post(
+        "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "owner2"}}
+    ).json()
     ref["uid"], ref["name"] = owner["metadata"]["uid"], "owner2"
-    http.post("/api/v1/namespaces/default/configmaps",
-              {"metadata": {"name": "child2", "ownerReferences": [ref]}})
+    http.post(
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "child2", "ownerReferences": [ref]}},
+    )
     http.delete("/api/v1/namespaces/default/configmaps/owner2?propagationPolicy=Orphan")
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and (
@@ -310,10 +381,22 @@ def test_7_propagation_policies_do_not_leave_objects_hanging(kubeapi: KubeAPI) -
 
 def test_7_owner_reference_gc_of_pdb_owned_by_custom_resource(http: Http) -> None:
     owner = http.widget("w1")
-    pdb = {"metadata": {"name": "w1-pdb", "ownerReferences": [{
-        "apiVersion": "example.com/v1", "kind": "Widget", "name": "w1",
-        "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
-        "spec": {"maxUnavailable": 1}}
+    pdb = {
+        "metadata": {
+            "name": "w1-pdb",
+            "ownerReferences": [
+                {
+                    "apiVersion": "example.com/v1",
+                    "kind": "Widget",
+                    "name": "w1",
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"maxUnavailable": 1},
+    }
     path = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
     assert http.post(path, pdb).status_code == 201
     http.delete(f"{WIDGETS}/w1")
@@ -328,8 +411,13 @@ def test_7_owner_reference_gc_of_pdb_owned_by_custom_resource(http: Http) -> Non
 
 def test_8_discovery_shapes_and_crd_registration_before_event(kubeapi: KubeAPI) -> None:
     http = Http(kubeapi.url)
-    apis = http.get("/apis", headers={"Accept": "application/json;g=apidiscovery.k8s.io;v=v2;"
-                                      "as=APIGroupDiscoveryList,application/json"})
+    apis = http.get(
+        "/apis",
+        headers={
+            "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;"
+            "as=APIGroupDiscoveryList,application/json"
+        },
+    )
     assert apis.headers["Content-Type"].split(";")[0] == "application/json"
     assert "g=" not in apis.headers["Content-Type"]
     for group in apis.json()["groups"]:
@@ -341,10 +429,13 @@ def test_8_discovery_shapes_and_crd_registration_before_event(kubeapi: KubeAPI) 
     assert {"list", "watch", "patch"} <= set(namespaces["verbs"])
     assert http.get("/apis/example.com/v1").status_code == 404
 
-    rv = http.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()[
-        "metadata"]["resourceVersion"]
-    watch = WatchReader(http, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-                        f"?watch=true&resourceVersion={rv}")
+    rv = http.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["metadata"][
+        "resourceVersion"
+    ]
+    watch = WatchReader(
+        http,
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions?watch=true&resourceVersion={rv}",
+    )
     from .helpers import CRD_PATH
 
     kubeapi.kubectl("create", "-f", str(CRD_PATH))
@@ -387,8 +478,9 @@ def test_9_types_shapes_generate_name_and_noop_patches(kubeapi: KubeAPI, http: H
     events = http.get(f"{WIDGETS}?watch=true&resourceVersion={before}&timeoutSeconds=0.3")
     assert events.text == ""
     assert http.post(WIDGETS, {"metadata": {}, "spec": {"size": 1}}).status_code == 422
-    strict = http.post("/api/v1/namespaces/default/configmaps",
-                       {"metadata": {"name": "c", "labels": {"a": 1}}})
+    strict = http.post(
+        "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "c", "labels": {"a": 1}}}
+    )
     assert strict.status_code == 400
 
 
@@ -401,17 +493,22 @@ def test_10_headers_flush_timeout_closes_and_no_unasked_bookmarks(
     api = kubeapi_factory(bookmark_interval=0.1)  # type: ignore[operator]
     http = Http(api.url)
     started = time.monotonic()
-    response = http.session.get(api.url + "/api/v1/namespaces/default/configmaps"
-                                "?watch=true&resourceVersion=1&timeoutSeconds=1", stream=True,
-                                timeout=5)
+    response = http.session.get(
+        api.url + "/api/v1/namespaces/default/configmaps"
+        "?watch=true&resourceVersion=1&timeoutSeconds=1",
+        stream=True,
+        timeout=5,
+    )
     assert response.status_code == 200  # headers before any event
     assert time.monotonic() - started < 0.5
     assert response.headers["Content-Type"] == "application/json"
     body = response.content  # ends cleanly after timeoutSeconds, without bookmarks
     assert 0.9 <= time.monotonic() - started < 3
     assert b"BOOKMARK" not in body and b"ERROR" not in body
-    with_bookmarks = http.get("/api/v1/namespaces/default/configmaps?watch=true"
-                              "&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=0.5")
+    with_bookmarks = http.get(
+        "/api/v1/namespaces/default/configmaps?watch=true"
+        "&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=0.5"
+    )
     events = [json.loads(line) for line in with_bookmarks.text.splitlines()]
     assert events and all(e["type"] == "BOOKMARK" for e in events)
     assert all(e["object"]["kind"] == "ConfigMap" for e in events)

@@ -54,11 +54,17 @@ def test_json_patch_failures_raise() -> None:
 
 def test_strategic_merge_directives() -> None:
     doc = {"finalizers": ["a"], "ports": [{"port": 80, "name": "x"}], "m": {"k": 1}}
-    patch = {"finalizers": ["b"], "ports": [{"port": 80, "name": "y"}, {"port": 81}],
-             "m": {"$patch": "replace", "z": 2}, "$retainKeys": ["finalizers", "ports", "m"]}
+    patch = {
+        "finalizers": ["b"],
+        "ports": [{"port": 80, "name": "y"}, {"port": 81}],
+        "m": {"$patch": "replace", "z": 2},
+        "$retainKeys": ["finalizers", "ports", "m"],
+    }
     assert strategic_merge_patch(doc, patch) == {
-        "finalizers": ["a", "b"], "ports": [{"port": 80, "name": "y"}, {"port": 81}],
-        "m": {"z": 2}}
+        "finalizers": ["a", "b"],
+        "ports": [{"port": 80, "name": "y"}, {"port": 81}],
+        "m": {"z": 2},
+    }
 
 
 SCHEMA = {
@@ -70,11 +76,18 @@ SCHEMA = {
             "properties": {
                 "a": {"type": "integer", "minimum": 0, "exclusiveMaximum": True, "maximum": 5},
                 "b": {"type": "string", "default": "x", "enum": ["x", "y"]},
-                "list": {"type": "array", "x-kubernetes-list-type": "map",
-                         "x-kubernetes-list-map-keys": ["name"],
-                         "items": {"type": "object", "properties": {
-                             "name": {"type": "string"}, "v": {"type": "integer",
-                                                               "default": 7}}}},
+                "list": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "v": {"type": "integer", "default": 7},
+                        },
+                    },
+                },
                 "free": {"type": "object", "additionalProperties": {"type": "string"}},
                 "ios": {"x-kubernetes-int-or-string": True},
             },
@@ -88,9 +101,19 @@ SCHEMA = {
 
 
 def test_prune_default_validate_pipeline() -> None:
-    obj = {"apiVersion": "v", "kind": "K", "metadata": {"name": "n", "junk": 1},
-           "spec": {"a": 5, "unknown": 1, "list": [{"name": "p", "zz": 1}, {"name": "p"}],
-                    "free": {"k": "3"}, "ios": "10%"}, "top": 1}
+    obj = {
+        "apiVersion": "v",
+        "kind": "K",
+        "metadata": {"name": "n", "junk": 1},
+        "spec": {
+            "a": 5,
+            "unknown": 1,
+            "list": [{"name": "p", "zz": 1}, {"name": "p"}],
+            "free": {"k": "3"},
+            "ios": "10%",
+        },
+        "top": 1,
+    }
     pruned = apply_defaults(prune(obj, SCHEMA, root=True), SCHEMA)
     assert "top" not in pruned and "junk" not in pruned["metadata"]
     assert pruned["spec"]["b"] == "x" and "unknown" not in pruned["spec"]
@@ -102,10 +125,13 @@ def test_prune_default_validate_pipeline() -> None:
     assert len(logged) == 1 and "quantity" in logged[0]  # unsupported rule: accepted, logged
     pruned["spec"]["free"]["k"] = 3
     errors = [e.message() for e in validate_object(pruned, SCHEMA)]
-    assert 'spec.free.k: Invalid value: "integer": spec.free.k in body must be of type ' \
-           'string: "integer"' in errors
-    assert errors[-1].startswith("<nil>: Invalid value: \"null\": some validation rules were "
-                                 "not checked")  # type errors block CEL rules, as upstream
+    assert (
+        'spec.free.k: Invalid value: "integer": spec.free.k in body must be of type '
+        'string: "integer"' in errors
+    )
+    assert errors[-1].startswith(
+        '<nil>: Invalid value: "null": some validation rules were not checked'
+    )  # type errors block CEL rules, as upstream
 
 
 def test_ratcheting_keeps_unchanged_invalid_values() -> None:
@@ -114,20 +140,23 @@ def test_ratcheting_keeps_unchanged_invalid_values() -> None:
     assert validate_object({"spec": {"a": 8}}, SCHEMA, old) != []
 
 
-@pytest.mark.parametrize(("rule", "value", "expected"), [
-    ("self.a <= self.b", {"a": 1, "b": 2}, True),
-    ("self.a <= self.b", {"a": 3, "b": 2}, False),
-    ("has(self.x) || has(self.y)", {"y": 1}, True),
-    ("has(self.x) || has(self.y)", {}, False),
-    ("self.x in ['a', 'b']", {"x": "b"}, True),
-    ("self.x in ['a', 'b']", {"x": "c"}, False),
-    ("self.items.all(i, i.size() <= 3) && size(self.items) == 2", {"items": ["ab", "c"]}, True),
-    ("self.items.exists(i, i.startsWith('z'))", {"items": ["ab", "c"]}, False),
-    ("self.n % 2 == 0 ? self.s.matches('^[a-z]+$') : false", {"n": 4, "s": "abc"}, True),
-    ("!(self.n > 1.5) || self.m == 'x'", {"n": 2, "m": "x"}, True),
-    ("self.map.k == 'v' && 'k' in self.map", {"map": {"k": "v"}}, True),
-    ("self.l.filter(x, x > 1).map(x, x * 2) == [4, 6]", {"l": [1, 2, 3]}, True),
-])
+@pytest.mark.parametrize(
+    ("rule", "value", "expected"),
+    [
+        ("self.a <= self.b", {"a": 1, "b": 2}, True),
+        ("self.a <= self.b", {"a": 3, "b": 2}, False),
+        ("has(self.x) || has(self.y)", {"y": 1}, True),
+        ("has(self.x) || has(self.y)", {}, False),
+        ("self.x in ['a', 'b']", {"x": "b"}, True),
+        ("self.x in ['a', 'b']", {"x": "c"}, False),
+        ("self.items.all(i, i.size() <= 3) && size(self.items) == 2", {"items": ["ab", "c"]}, True),
+        ("self.items.exists(i, i.startsWith('z'))", {"items": ["ab", "c"]}, False),
+        ("self.n % 2 == 0 ? self.s.matches('^[a-z]+$') : false", {"n": 4, "s": "abc"}, True),
+        ("!(self.n > 1.5) || self.m == 'x'", {"n": 2, "m": "x"}, True),
+        ("self.map.k == 'v' && 'k' in self.map", {"map": {"k": "v"}}, True),
+        ("self.l.filter(x, x > 1).map(x, x * 2) == [4, 6]", {"l": [1, 2, 3]}, True),
+    ],
+)
 def test_cel_rules(rule: str, value: Any, expected: bool) -> None:
     assert cel.evaluate(rule, value) is expected
 

@@ -1,4 +1,6 @@
-"""Fault injection and request recording (thread-safe: used from tests and the server loop)."""
+"""Fault injection and request recording, thread-safe: the fault proxy in front of the real
+kube-apiserver (``tests/realk8s/proxy.py``) and the in-memory emulator (``tests/kubeapi``) use
+them."""
 
 from __future__ import annotations
 
@@ -117,6 +119,13 @@ class RequestRecord:
     path: str = ""
     code: int = 0
     user_agent: str = field(default="", compare=False)
+    message: str = field(default="", compare=False)  # the Status message of an error answer
+
+    @property
+    def rbac_denied(self) -> bool:
+        """A 403 from the authorizer (RBAC), not from admission: NamespaceLifecycle answers 403
+        too when an object is created in a namespace being deleted."""
+        return self.code == 403 and "being terminated" not in self.message
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

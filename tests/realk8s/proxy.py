@@ -210,18 +210,19 @@ class FaultProxy:
             self._record(record, 502, request)
             return web.Response(status=502, text=json.dumps(_status(503, str(exc))))
         async with upstream:
-            self._record(record, upstream.status, request)
             resp = web.StreamResponse(status=upstream.status)
             for k, v in upstream.headers.items():
                 if k.lower() not in _HOP:
                     resp.headers[k] = v
             if not watch:
                 data = await upstream.read()
+                self._record(record, upstream.status, request, _message(upstream.status, data))
                 resp.content_length = len(data)
                 await resp.prepare(request)
                 await resp.write(data)
                 await resp.write_eof()
                 return resp
+            self._record(record, upstream.status, request)
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             w = _Watch(path, resp)
@@ -269,16 +270,27 @@ class FaultProxy:
         await resp.write_eof()
         return resp
 
-    def _record(self, record: RequestRecord, code: int, request: web.Request) -> None:
+    def _record(
+        self, record: RequestRecord, code: int, request: web.Request, message: str = ""
+    ) -> None:
         self.requests.add(
             RequestRecord(
                 verb=record.verb, group=record.group, version=record.version,
                 resource=record.resource, namespace=record.namespace,
                 subresource=record.subresource, name=record.name, method=record.method,
                 path=request.path_qs, code=code,
-                user_agent=request.headers.get("User-Agent", ""),
+                user_agent=request.headers.get("User-Agent", ""), message=message,
             )
         )  # fmt: skip
+
+
+def _message(code: int, data: bytes) -> str:
+    if code < 400:
+        return ""
+    try:
+        return str(json.loads(data).get("message", ""))
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")
 
 
 def _expired_event() -> bytes:

@@ -41,7 +41,8 @@ def resized(old: Any, new: Any, patch: Any, **_: Any) -> None:
 @kopf.on.delete("example.com", "v1", "widgets")
 def deleted(name: str, namespace: str, **_: Any) -> None:
     kubernetes.client.CoreV1Api().create_namespaced_config_map(
-        namespace, {"metadata": {"name": f"deleted-{name}"}, "data": {"widget": name}})
+        namespace, {"metadata": {"name": f"deleted-{name}"}, "data": {"widget": name}}
+    )
 
 
 @kopf.timer("example.com", "v1", "widgets", interval=0.3)
