@@ -322,7 +322,7 @@ mode targetRef.kind targetRef.name targetRef.container
 model.name model.configMapRef.name model.configMapRef.key model.config model.dtype
 model.quantization model.kvCacheDtype model.maxLoras model.maxLoraRank
 hardware.gpu hardware.gpuMemoryGiB hardware.tensorParallel hardware.pipelineParallel
-hardware.gpuResourceName
+hardware.gpuResourceName hardware.hbmEfficiency
 engine.name engine.version engine.blockSize engine.maxNumBatchedTokens engine.maxNumSeqsCap
 engine.enforceEager
 workload.maxModelLen workload.cohorts[].name workload.cohorts[].weight
@@ -335,11 +335,12 @@ workload.fromPrometheus.bearerTokenSecretRef.name workload.fromPrometheus.bearer
 workload.fromPrometheus.insecureSkipVerify workload.fromPrometheus.caConfigMapRef.name
 workload.fromPrometheus.caConfigMapRef.key workload.fromPrometheus.selector
 workload.fromPrometheus.mode workload.fromPrometheus.refreshSeconds
+workload.cohorts[].n workload.burst.weights
 headroom.operationalFraction headroom.kvSafetyFraction headroom.recoveryReplicas
 rollout.minReplicas rollout.maxReplicas rollout.manageReplicas rollout.manageStrategy
 rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
-policy.hysteresisPercent policy.useKvCacheMemoryBytes
+policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 """
 
 STATUS_CONTRACT = """
@@ -363,7 +364,10 @@ observed.promptTokens.p50 observed.promptTokens.p95 observed.promptTokens.p99
 observed.outputTokens.p50 observed.outputTokens.p95 observed.outputTokens.p99
 observed.peakConcurrency observed.preemptionsPerHour observed.prefixCacheHitRate
 observed.predictedNumGpuBlocks observed.predictionErrorPercent observed.samples observed.window
-observed.at
+observed.at sizing.rule sizing.maxNumSeqs sizing.preemptionProbability
+sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemptionTarget
+sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
+latency.itlLimit latency.hbmEfficiency
 """
 
 
@@ -383,6 +387,7 @@ def test_field_names_match_the_contract() -> None:
         "spec.workload.fromPrometheus",
         "spec.workload.fromPrometheus.bearerTokenSecretRef",
         "spec.workload.fromPrometheus.caConfigMapRef",
+        "spec.workload.burst",
         "spec.headroom",
         "spec.rollout",
         "spec.policy",
@@ -714,6 +719,13 @@ REJECTED: list[tuple[str, Any]] = [
     ("spec.rollout.maxReplicas", 0),
     ("spec.rollout.spareGpuNodeSelector", {"pool": 1}),
     ("spec.policy.hysteresisPercent", 51),
+    ("spec.policy.sizing", "Optimistic"),
+    ("spec.policy.preemptionTarget", 0.5),
+    ("spec.policy.preemptionTarget", 0),
+    ("spec.hardware.hbmEfficiency", 1.2),
+    ("spec.workload.cohorts[0].n", 0),
+    ("spec.workload.burst", {"weights": {"batch": 1.0}}),  # not a cohort
+    ("spec.workload.burst", {"weights": {"chat": 1.5}}),
     ("spec.hardware.tensorParalel", 2),
     ("spec", DELETE),
 ]
@@ -747,6 +759,11 @@ ACCEPTED: list[tuple[str, Any]] = [
     ("spec.rollout.spareGpuNodeSelector", {"nvidia.com/gpu.product": "H100"}),
     ("spec.headroom", {"operationalFraction": 0, "kvSafetyFraction": 0.9, "recoveryReplicas": 0}),
     ("spec.policy.hysteresisPercent", 0),
+    ("spec.policy.sizing", "Conservative"),
+    ("spec.policy.preemptionTarget", 0.05),
+    ("spec.hardware.hbmEfficiency", 0.7),
+    ("spec.workload.cohorts[0].n", 4),
+    ("spec.workload.burst", {"weights": {"chat": 1.0}}),
 ]
 
 
@@ -782,6 +799,7 @@ def test_cel_rules_compile_and_hold_on_a_valid_object() -> None:
     assert {p for p, _ in rules} == {
         "spec.model",
         "spec.hardware",
+        "spec.workload",
         "spec.workload.cohorts[].promptTokens",
         "spec.workload.cohorts[].outputTokens",
         "spec.rollout",
@@ -821,5 +839,6 @@ def test_crd_reference_doc_is_generated_from_the_schema() -> None:
     doc = Path(__file__).resolve().parent.parent / "docs" / "crd-reference.md"
     assert doc.read_text() == render(), (
         "docs/crd-reference.md is stale: python -m inference_capacity.api.reference "
-        "> docs/crd-reference.md")
+        "> docs/crd-reference.md"
+    )
     assert "`spec.hardware.tensorParallel`" in doc.read_text()

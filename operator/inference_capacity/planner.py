@@ -6,13 +6,17 @@ Order of work:
    (CUDA context, graphs before 0.20, fragmentation, post-KV workspaces, operational headroom);
    or, when a KV pool is asked for, the utilization that makes vLLM allocate exactly it;
 2. vLLM's startup at that utilization: the KV pool, blocks, tokens, and whether it starts;
-3. a safe ``max-num-seqs`` for the workload; the profile's activation depends on it, so the
-   prediction is redone once at the chosen value (a smaller batch only frees memory);
+3. a safe ``max-num-seqs`` for the workload, by the sizing rule (``distribution``: the largest
+   batch whose preemption probability is below the target, :mod:`.sizing.distribution`;
+   ``conservative``: per-sequence reservations at a quantile, :mod:`.sizing.workload`), capped by
+   the ITL target; the profile's activation depends on it, so the prediction is redone at the
+   chosen value (a smaller batch only frees memory);
 4. replicas, maxSurge / maxUnavailable and the PDB.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -21,14 +25,25 @@ from .engines.vllm import (
     GiB,
     SettingsError,
     StartupPrediction,
+    batch_defaults,
     predict_startup,
 )
 from .hardware import Gpu
 from .ledger.kv import kv_bytes_per_token
 from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
+from .sizing.distribution import (
+    DEFAULT_PREEMPTION_TARGET,
+    DistributionSizing,
+    size_by_distribution,
+)
+from .sizing.latency import BatchLatency, LatencyPoint, build_latency_model
 from .sizing.rollout import RolloutPlan, plan_rollout
 from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
+
+#: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn
+#: from the length distributions) or "conservative" (every sequence at the sizing quantile).
+SIZING_RULES = ("distribution", "conservative")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +75,9 @@ class PlanInput:
     kv_pool_bytes: int | None = None  # a KV pool asked for explicitly (per rank)
     choose_utilization: bool = True  # False: keep engine.gpu_memory_utilization (what-if)
     choose_max_num_seqs: bool = True  # False: keep engine.max_num_seqs (what-if)
+    sizing_rule: str = "distribution"  # one of SIZING_RULES
+    preemption_target: float = DEFAULT_PREEMPTION_TARGET
+    hbm_efficiency: float | None = None  # None: hardware.DEFAULT_HBM_EFFICIENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +117,17 @@ class Recommendation:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyReport:
+    """Decode-step latency at the chosen max-num-seqs, the ITL-limited batch and the curve."""
+
+    at_max_num_seqs: LatencyPoint | None
+    itl_limit: int | None  # largest N meeting workload.itlTargetMs (None: no target)
+    curve: tuple[LatencyPoint, ...]
+    hbm_efficiency: float
+    bandwidth_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     input: PlanInput
     prediction: StartupPrediction
@@ -111,6 +140,8 @@ class Plan:
     kv_bytes_per_token_rank: int
     kv_bytes_per_token_model: int
     notes: tuple[str, ...] = ()
+    distribution: DistributionSizing | None = None  # the distribution rule's numbers
+    latency: LatencyReport | None = None
 
     @property
     def kv_token_capacity(self) -> int:
@@ -206,18 +237,25 @@ def make_plan(inp: PlanInput) -> Plan:
         # than one scheduler step can hold
         cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
 
+        if inp.sizing_rule not in SIZING_RULES:
+            raise SettingsError(
+                f"policy.sizing: {inp.sizing_rule!r} is not one of {', '.join(SIZING_RULES)}"
+            )
+
         def size(p: StartupPrediction) -> SeqSizing:
             r = p.ranks[p.binding_rank]
-            return size_max_num_seqs(
-                workload,
-                r.layout,
-                p.num_gpu_blocks,
-                p.settings.max_model_len,
-                h.kv_safety_fraction,
-                cap,
-                r.weights.total,
-                hbm,
-            )
+            if inp.sizing_rule == "conservative":
+                return size_max_num_seqs(
+                    workload,
+                    r.layout,
+                    p.num_gpu_blocks,
+                    p.settings.max_model_len,
+                    h.kv_safety_fraction,
+                    cap,
+                    r.weights.total,
+                    hbm,
+                )
+            return _size_distribution(inp, workload, p, cap)
 
         for _ in range(4):
             seqs = size(pred)
@@ -245,6 +283,15 @@ def make_plan(inp: PlanInput) -> Plan:
         )
     rs = pred.settings
     r = pred.ranks[pred.binding_rank]
+    distribution: DistributionSizing | None = None
+    latency: LatencyReport | None = None
+    if inp.workload is not None and inp.workload.cohorts and pred.starts:
+        # the distribution's numbers are published under either rule (for the conservative
+        # rule: the preemption risk of the batch it chose), with the latency at the chosen N
+        cap = min(inp.max_num_seqs_cap or 1 << 20, rs.max_num_batched_tokens)
+        distribution = _distribution(inp, inp.workload, pred, cap)
+        chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
+        latency = _latency(inp, pred, distribution, chosen)
     ledger = build_ledger(pred, h.operational_fraction)
     per_replica = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
@@ -287,10 +334,7 @@ def make_plan(inp: PlanInput) -> Plan:
         )
     elif seqs is not None and seqs.max_num_seqs <= 0:
         fits, reason = False, "WorkloadDoesNotFit"
-        message = (
-            f"not one {inp.workload.quantile if inp.workload else ''} sequence fits: "
-            + seqs.message
-        )
+        message = f"not one {_rule_words(inp)} sequence fits: " + seqs.message
     elif not rollout.fits_max_replicas:
         fits, reason, message = False, "ExceedsMaxReplicas", rollout.message
     else:
@@ -312,4 +356,83 @@ def make_plan(inp: PlanInput) -> Plan:
         kv_bytes_per_token_rank=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp, stage=r.stage),
         kv_bytes_per_token_model=kv_bytes_per_token(inp.model, inp.tp, kvb, inp.pp) * inp.tp,
         notes=inp.model.notes + tuple(notes) + pred.notes,
+        distribution=distribution,
+        latency=latency,
+    )
+
+
+def _rule_words(inp: PlanInput) -> str:
+    if inp.sizing_rule == "conservative" and inp.workload is not None:
+        return inp.workload.quantile
+    return "workload"
+
+
+def default_max_num_seqs(pred: StartupPrediction, inp: PlanInput) -> int:
+    """vLLM's own --max-num-seqs default for this version, GPU and usage context."""
+    rs = pred.settings
+    return batch_defaults(
+        rs.version, rs.era, inp.gpu.total_bytes, inp.gpu.name, inp.engine.usage_context
+    )[1]
+
+
+def _distribution(
+    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+) -> DistributionSizing:
+    r = p.ranks[p.binding_rank]
+    return _cached_distribution(
+        workload.cohorts,
+        workload.burst_weights,
+        r.layout,
+        p.num_gpu_blocks,
+        p.settings.max_model_len,
+        inp.headroom.kv_safety_fraction,
+        cap,
+        inp.preemption_target,
+        default_max_num_seqs(p, inp),
+    )
+
+
+#: the planner re-sizes on each prediction of its fixed-point loop; equal inputs, equal answer
+_cached_distribution = functools.lru_cache(maxsize=64)(size_by_distribution)
+
+
+def _latency(
+    inp: PlanInput, p: StartupPrediction, d: DistributionSizing, chosen: int
+) -> LatencyReport | None:
+    model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
+    if model is None:
+        return None
+    batches = BatchLatency(model, d, max(d.max_num_seqs, chosen, d.default_max_num_seqs))
+    target = inp.workload.itl_target_ms if inp.workload is not None else None
+    limit = None
+    if target:
+        limit = batches.largest_meeting(target, max(d.max_num_seqs, chosen, 1))
+    at = batches.point(chosen) if 0 < chosen <= batches.max_n else None
+    extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
+    return LatencyReport(at, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth)
+
+
+def _size_distribution(
+    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+) -> SeqSizing:
+    """The distribution rule as a :class:`SeqSizing`: the largest batch below the preemption
+    target, then the ITL target (from the latency model), then the cap."""
+    d = _distribution(inp, workload, p, cap)
+    n, limited = d.binding.max_num_seqs, "kv"
+    msg = (
+        f"{n} sequences keep P(preemption) at {d.probability(n):.2%} (target "
+        f"{d.target:.0%}; {d.budget_blocks:,.0f} usable blocks, mean "
+        f"{d.blocks_per_seq:.1f} blocks per sequence, {d.binding_mix} mix)"
+    )
+    if workload.itl_target_ms:
+        lat = _latency(inp, p, d, min(n, cap))
+        if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
+            n, limited = lat.itl_limit, "itl"
+            msg += f"; an ITL p95 of {workload.itl_target_ms} ms allows {n}"
+    if n > cap:
+        n, limited = cap, "cap"
+        msg += f"; capped at {cap}"
+    usable = max(0, p.num_gpu_blocks - 1)
+    return SeqSizing(
+        n, d.blocks_per_seq, d.tokens_per_seq, usable, d.shared_prefix_blocks, limited, msg
     )

@@ -7,6 +7,129 @@ from typing import Any
 
 from .engines.vllm import GiB
 from .planner import Plan, format_utilization
+from .sizing.distribution import PATHS, Z95, Z99, LogNormal
+from .sizing.latency import LatencyPoint
+
+
+def _point_json(pt: LatencyPoint) -> dict[str, Any]:
+    return {
+        "max_num_seqs": pt.max_num_seqs,
+        "itl_ms_p50": round(pt.itl_ms_p50, 3),
+        "itl_ms_p95": round(pt.itl_ms_p95, 3),
+        "output_tokens_per_s": round(pt.output_tokens_per_s, 1),
+        "preemption_probability": round(pt.preemption_probability, 5),
+    }
+
+
+def _fit_json(q: Any) -> dict[str, Any]:
+    ln = LogNormal.fit(q)
+    return {
+        "given": {"p50": q.p50, "p95": q.p95, "p99": q.p99},
+        "mu": round(ln.mu, 6),
+        "sigma": round(ln.sigma, 6),
+        "fitted": {"p95": round(ln.quantile(Z95)), "p99": round(ln.quantile(Z99))},
+    }
+
+
+def sizing_json(plan: Plan) -> dict[str, Any]:
+    """``sizing`` of ``plan -o json`` (snake_case keys are the contract)."""
+    n = plan.recommendation.max_num_seqs
+    d = plan.distribution
+    out: dict[str, Any] = {
+        "rule": plan.input.sizing_rule,
+        "max_num_seqs": n,
+        "preemption_probability": None,
+        "preemption_probability_standard_error": None,
+        "preemption_probability_at_default": None,
+        "default_max_num_seqs": None,
+        "preemption_target": plan.input.preemption_target,
+        "limited_by": plan.seqs.limited_by if plan.seqs is not None else "engine",
+    }
+    if d is None:
+        return out
+    p = d.probability(n)
+    out.update(
+        {
+            "preemption_probability": round(p, 5),
+            "preemption_probability_standard_error": round((p * (1 - p) / PATHS) ** 0.5, 5),
+            "preemption_probability_at_default": round(d.preemption_probability_at_default, 5),
+            "default_max_num_seqs": d.default_max_num_seqs,
+            "distribution_max_num_seqs": d.max_num_seqs,
+            "binding_mix": d.binding_mix,
+            "usable_blocks": round(d.budget_blocks, 1),
+            "shared_prefix_blocks": d.shared_prefix_blocks,
+            "mean_blocks_per_seq": round(d.blocks_per_seq, 2),
+            "mean_tokens_per_seq": round(d.tokens_per_seq, 1),
+            "by_mix": {m.name: m.max_num_seqs for m in d.mixes},
+        }
+    )
+    wl = plan.input.workload
+    if wl is not None:
+        out["fit"] = [
+            {
+                "cohort": c.name,
+                "prompt_tokens": _fit_json(c.prompt),
+                "output_tokens": _fit_json(c.output),
+            }
+            for c in wl.cohorts
+        ]
+    return out
+
+
+def latency_json(plan: Plan) -> dict[str, Any]:
+    """``latency`` of ``plan -o json``."""
+    lat = plan.latency
+    wl = plan.input.workload
+    out: dict[str, Any] = {
+        "itl_ms_p50": None,
+        "itl_ms_p95": None,
+        "output_tokens_per_s": None,
+        "itl_target_ms": wl.itl_target_ms if wl is not None else None,
+        "itl_limit": None,
+    }
+    if lat is None:
+        return out
+    if lat.at_max_num_seqs is not None:
+        pt = _point_json(lat.at_max_num_seqs)
+        out.update({k: pt[k] for k in ("itl_ms_p50", "itl_ms_p95", "output_tokens_per_s")})
+    out["itl_limit"] = lat.itl_limit
+    out["hbm_efficiency"] = lat.hbm_efficiency
+    out["achievable_bandwidth_bytes_per_s"] = lat.bandwidth_bytes_per_s
+    out["curve"] = [_point_json(pt) for pt in lat.curve]
+    return out
+
+
+def sizing_status(plan: Plan) -> dict[str, Any] | None:
+    """``status.sizing`` (camelCase), or None without a workload distribution."""
+    d = plan.distribution
+    if d is None:
+        return None
+    n = plan.recommendation.max_num_seqs
+    return {
+        "rule": plan.input.sizing_rule,
+        "maxNumSeqs": n,
+        "preemptionProbability": round(d.probability(n), 5),
+        "preemptionProbabilityAtDefault": round(d.preemption_probability_at_default, 5),
+        "defaultMaxNumSeqs": d.default_max_num_seqs,
+        "preemptionTarget": plan.input.preemption_target,
+        "limitedBy": plan.seqs.limited_by if plan.seqs is not None else "engine",
+        "bindingMix": d.binding_mix,
+    }
+
+
+def latency_status(plan: Plan) -> dict[str, Any] | None:
+    """``status.latency`` (camelCase), or None when the model has no numbers."""
+    lat = plan.latency
+    if lat is None:
+        return None
+    at = lat.at_max_num_seqs
+    return {
+        "itlMsP50": round(at.itl_ms_p50, 3) if at else None,
+        "itlMsP95": round(at.itl_ms_p95, 3) if at else None,
+        "outputTokensPerS": round(at.output_tokens_per_s, 1) if at else None,
+        "itlLimit": lat.itl_limit,
+        "hbmEfficiency": lat.hbm_efficiency,
+    }
 
 
 def ledger_json(plan: Plan) -> dict[str, Any]:
@@ -120,6 +243,8 @@ def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]
             "message": plan.recommendation.rollout.message,
         },
         "notes": list(plan.notes),
+        "sizing": sizing_json(plan),
+        "latency": latency_json(plan),
     }
     if extra:
         out.update(extra)
@@ -192,10 +317,48 @@ def table(plan: Plan, title: str = "") -> str:
         f"{ro.pdb_min_available}"
     )
     lines.append(f"  fits: {'yes' if plan.fits else 'NO'} ({plan.reason}) {plan.message}")
+    lines.extend(_sizing_lines(plan))
     lines.append(f"  rollout: {'safe' if ro.safe else 'NOT SAFE'} ({ro.reason}) {ro.message}")
     for n in plan.notes:
         lines.append(f"  note: {n}")
     return "\n".join(lines)
+
+
+def _sizing_lines(plan: Plan) -> list[str]:
+    d = plan.distribution
+    if d is None:
+        return []
+    n = plan.recommendation.max_num_seqs
+    lines = [
+        f"  sizing: {plan.input.sizing_rule}; P(preemption) {d.probability(n):.2%} at "
+        f"max-num-seqs {n}, {d.preemption_probability_at_default:.2%} at vLLM's default "
+        f"{d.default_max_num_seqs} (target {d.target:.1%}; distribution rule allows "
+        f"{d.max_num_seqs}, {d.binding_mix} mix binds)"
+    ]
+    lat = plan.latency
+    if lat is None:
+        return lines
+    if lat.at_max_num_seqs is not None:
+        at = lat.at_max_num_seqs
+        lines.append(
+            f"  latency: ITL p50 {at.itl_ms_p50:.1f} ms, p95 {at.itl_ms_p95:.1f} ms, "
+            f"{at.output_tokens_per_s:,.0f} output tokens/s per replica (HBM at "
+            f"{lat.hbm_efficiency:.0%} of peak)"
+            + (f"; ITL target allows {lat.itl_limit}" if lat.itl_limit is not None else "")
+        )
+    lines.append("")
+    lines.append("Batch curve (per replica)")
+    lines.append(
+        f"  {'max-num-seqs':>12} {'ITL p50 ms':>11} {'ITL p95 ms':>11} "
+        f"{'tokens/s':>10} {'P(preempt)':>11}"
+    )
+    for pt in lat.curve:
+        mark = " <" if pt.max_num_seqs == n else ""
+        lines.append(
+            f"  {pt.max_num_seqs:>12} {pt.itl_ms_p50:>11.2f} {pt.itl_ms_p95:>11.2f} "
+            f"{pt.output_tokens_per_s:>10,.0f} {pt.preemption_probability:>11.2%}{mark}"
+        )
+    return lines
 
 
 _COLOURS = {
