@@ -60,7 +60,7 @@ Z99 = 2.3263478740408408
 #: The Monte Carlo's fixed seed (deterministic plans), batches per estimate and request pool.
 SEED = 14
 PATHS = 2048
-POOL = 16384
+POOL = 65536
 #: The default preemption target (``spec.policy.preemptionTarget``).
 DEFAULT_PREEMPTION_TARGET = 0.01
 
@@ -125,9 +125,11 @@ def _blocks_of(layout: KvLayout, tokens: IntArray) -> IntArray:
     the one scalar formula is evaluated once per distinct block count."""
     bs = layout.block_size
     k = -(-tokens // bs)
-    uniq, inverse = np.unique(k, return_inverse=True)
-    table = np.array([layout.blocks_per_request(int(u) * bs, 0) for u in uniq], dtype=np.int64)
-    out: IntArray = table[inverse]
+    present = np.flatnonzero(np.bincount(k))
+    table = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=np.int64)
+    for u in present.tolist():
+        table[u] = layout.blocks_per_request(u * bs, 0)
+    out: IntArray = table[k]
     return out
 
 
@@ -174,9 +176,8 @@ def draw_pool(
                 np.full(m, aligned, dtype=np.int64),
             )
         )
-    cols = [np.concatenate([p[j] for p in parts]) for j in range(6)]
-    order = rng.permutation(len(cols[0]))
-    return RequestPool(*(col[order] for col in cols))
+    # paths draw pool entries uniformly at random, so the order of the pool does not matter
+    return RequestPool(*(np.concatenate([p[j] for p in parts]) for j in range(6)))
 
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
