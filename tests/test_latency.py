@@ -47,12 +47,16 @@ def test_seed_003_decode_example() -> None:
     assert decode_step_seconds(LLAMA8B_WEIGHTS, kv, 3.35e12) == pytest.approx(9.81e-3, abs=5e-6)
     # the model's step at 64 × 2,000 (decode only) is that bound: the compute bound
     # (2 × 8.03e9 × 64 + attention) / (989 TFLOP/s × 0.5) ≈ 6 ms is below it
-    step = model.step_seconds(64, np.array([[kv]]), 0.0, 2000.0)[0]
+    step = float(
+        model.step_seconds(np.array([64.0]), np.array([[[kv]]]), np.zeros(1), 2000.0)[0, 0]
+    )
     assert step == pytest.approx((LLAMA8B_WEIGHTS + kv) / 3.35e12)
     # ... and scales by the efficiency factor: at the default 0.80, 9.81 / 0.80 = 12.27 ms
     default = build_latency_model(LLAMA8B, H100, pred)  # type: ignore[arg-type]
     assert default is not None and default.hbm_efficiency == DEFAULT_HBM_EFFICIENCY == 0.80
-    step80 = default.step_seconds(64, np.array([[kv]]), 0.0, 2000.0)[0]
+    step80 = float(
+        default.step_seconds(np.array([64.0]), np.array([[[kv]]]), np.zeros(1), 2000.0)[0, 0]
+    )
     assert step80 == pytest.approx(step / 0.80)
     assert step80 == pytest.approx(12.27e-3, abs=5e-6)
 
@@ -93,10 +97,10 @@ def test_mamba_state_is_read_and_written_once_per_step() -> None:
 
 def test_moe_reads_the_experts_a_step_touches() -> None:
     # uniform top-k routing: one token touches k experts; many tokens touch them all
-    assert experts_touched(128, 8, 1) == pytest.approx(8)
-    assert experts_touched(128, 8, 10_000) == pytest.approx(128)
+    assert float(experts_touched(128, 8, 1)) == pytest.approx(8)
+    assert float(experts_touched(128, 8, 10_000)) == pytest.approx(128)
     # 2 tokens: 128 × (1 − (1 − 8/128)²) = 15.5
-    assert experts_touched(128, 8, 2) == pytest.approx(15.5)
+    assert float(experts_touched(128, 8, 2)) == pytest.approx(15.5)
     qwen = load_model("Qwen/Qwen3-30B-A3B")
     pred = predict_startup(qwen, H100.total_bytes, H100.name, 1, 1, ENGINE)
     model = build_latency_model(qwen, H100, pred)
@@ -104,9 +108,9 @@ def test_moe_reads_the_experts_a_step_touches() -> None:
     [stage] = model.stages
     resident = stage.dense_weight_bytes + stage.expert_weight_bytes
     assert resident == pred.ranks[0].weights.total
-    one = model.weight_bytes(stage, 1)
+    one = float(model.weight_bytes(stage, 1))
     assert one == pytest.approx(stage.dense_weight_bytes + stage.expert_weight_bytes * 8 / 128)
-    assert model.weight_bytes(stage, 4096) == pytest.approx(resident)
+    assert float(model.weight_bytes(stage, 4096)) == pytest.approx(resident)
 
 
 def test_itl_target_caps_max_num_seqs_by_the_latency_p95() -> None:

@@ -37,7 +37,7 @@ from .sizing.distribution import (
     DistributionSizing,
     size_by_distribution,
 )
-from .sizing.latency import BatchLatency, LatencyPoint, build_latency_model
+from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
 from .sizing.rollout import RolloutPlan, plan_rollout
 from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
 
@@ -121,6 +121,7 @@ class LatencyReport:
     """Decode-step latency at the chosen max-num-seqs, the ITL-limited batch and the curve."""
 
     at_max_num_seqs: LatencyPoint | None
+    at_peak: LatencyPoint | None  # a replica's share of the peak with the recovery replicas down
     itl_limit: int | None  # largest N meeting workload.itlTargetMs (None: no target)
     curve: tuple[LatencyPoint, ...]
     hbm_efficiency: float
@@ -396,20 +397,48 @@ def _distribution(
 _cached_distribution = functools.lru_cache(maxsize=64)(size_by_distribution)
 
 
+_BATCHES: dict[tuple[object, ...], tuple[object, BatchLatency]] = {}
+
+
+def _batches(model: LatencyModel, d: DistributionSizing) -> BatchLatency:
+    """The latency of batches along the simulation's paths; the planner asks again at each
+    step of its loop with the same model and simulation, so the last few are kept."""
+    sim = d.binding.paths.sim
+    key = (model, id(sim), sim.length, d.binding_mix)
+    hit = _BATCHES.get(key)
+    if hit is not None and hit[0] is sim:
+        return hit[1]
+    batches = BatchLatency(model, d)
+    _BATCHES[key] = (sim, batches)
+    while len(_BATCHES) > 4:
+        del _BATCHES[next(iter(_BATCHES))]
+    return batches
+
+
 def _latency(
-    inp: PlanInput, p: StartupPrediction, d: DistributionSizing, chosen: int
+    inp: PlanInput, p: StartupPrediction, d: DistributionSizing, chosen: int, full: bool = True
 ) -> LatencyReport | None:
+    """The latency report; ``full`` False: only the ITL limit (inside the sizing loop)."""
     model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
     if model is None:
         return None
-    batches = BatchLatency(model, d, max(d.max_num_seqs, chosen, d.default_max_num_seqs))
+    batches = _batches(model, d)
     target = inp.workload.itl_target_ms if inp.workload is not None else None
     limit = None
     if target:
         limit = batches.largest_meeting(target, max(d.max_num_seqs, chosen, 1))
+    if not full:
+        return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth)
     at = batches.point(chosen) if 0 < chosen <= batches.max_n else None
+    peak = inp.workload.peak_concurrency if inp.workload is not None else None
+    at_peak = None
+    if peak and chosen > 0:
+        share = math.ceil(peak / math.ceil(peak / chosen))  # ≤ chosen
+        at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
-    return LatencyReport(at, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth)
+    return LatencyReport(
+        at, at_peak, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth
+    )
 
 
 def _size_distribution(
@@ -425,7 +454,7 @@ def _size_distribution(
         f"{d.blocks_per_seq:.1f} blocks per sequence, {d.binding_mix} mix)"
     )
     if workload.itl_target_ms:
-        lat = _latency(inp, p, d, min(n, cap))
+        lat = _latency(inp, p, d, min(n, cap), full=False)
         if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
             n, limited = lat.itl_limit, "itl"
             msg += f"; an ITL p95 of {workload.itl_target_ms} ms allows {n}"

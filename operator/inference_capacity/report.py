@@ -433,3 +433,138 @@ def chart(plan: Plan, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def sweep_table(options: list[dict[str, Any]], priced: bool) -> str:
+    """The ranked options of ``plan --sweep``."""
+    lines = [f"Sweep: {len(options)} options that fit, ranked"]
+    lines.append(
+        f"  {'#':>3} {'gpu':<16} {'tp':>2} {'kv':<5} {'replicas':>8} {'gpus':>5} "
+        f"{'seqs':>5} {'P(pre)':>7} {'ITL p95':>8} {'tok/s fleet':>11} {'$/h':>8} "
+        f"{'$/Mtok':>8} {'ITL ok':>6}"
+    )
+    for i, o in enumerate(options, 1):
+        itl = f"{o['itl_ms_p95']:.1f}" if o["itl_ms_p95"] is not None else "-"
+        tput = o["fleet_output_tokens_per_s"]
+        cost = o["cost_per_hour"]
+        per_m = o["cost_per_million_output_tokens"]
+        pre = o["preemption_probability"]
+        lines.append(
+            f"  {i:>3} {o['gpu']:<16} {o['tp']:>2} {o['kv_cache_dtype']:<5} {o['replicas']:>8} "
+            f"{o['gpus']:>5} {o['max_num_seqs']:>5} "
+            f"{(f'{pre:.2%}' if pre is not None else '-'):>7} {itl:>8} "
+            f"{(f'{tput:,.0f}' if tput is not None else '-'):>11} "
+            f"{(f'{cost:.2f}' if cost is not None else '-'):>8} "
+            f"{(f'{per_m:.3f}' if per_m is not None else '-'):>8} "
+            f"{ ({True: 'yes', False: 'NO', None: '-'}[o['meets_itl']]):>6}"
+        )
+    if not priced:
+        lines.append("  (no prices: ranked by GPUs; give --gpu-price NAME=PRICE to rank by cost)")
+    return "\n".join(lines)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _check_chart_path(path: str, flag: str) -> None:
+    if not (path.endswith(".svg") or path.endswith(".png")):
+        raise ValueError(f"{flag}: {path!r} must end in .svg or .png")
+
+
+def latency_chart(plan: Plan, path: str) -> None:
+    """N → ITL p50/p95 (left axis) and output tokens/s (right), with P(preemption) marked."""
+    _check_chart_path(path, "--latency-chart")
+    lat = plan.latency
+    if lat is None or not lat.curve:
+        raise ValueError("--latency-chart: no latency curve (give a workload and a catalog GPU)")
+    plt = _pyplot()
+    xs = [p.max_num_seqs for p in lat.curve]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.plot(xs, [p.itl_ms_p50 for p in lat.curve], "o-", color="#4C72B0", label="ITL p50")
+    ax.plot(xs, [p.itl_ms_p95 for p in lat.curve], "s--", color="#4C72B0", label="ITL p95")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("running sequences per replica (max-num-seqs)")
+    ax.set_ylabel("inter-token latency (ms)", color="#4C72B0")
+    ax2 = ax.twinx()
+    ax2.plot(
+        xs, [p.output_tokens_per_s for p in lat.curve], "^-", color="#55A868", label="tokens/s"
+    )
+    ax2.set_ylabel("output tokens/s per replica", color="#55A868")
+    n = plan.recommendation.max_num_seqs
+    ax.axvline(n, color="black", linestyle=":", linewidth=1)
+    d = plan.distribution
+    p_n = d.probability(n) if d is not None else 0.0
+    ax.text(
+        n,
+        ax.get_ylim()[1] * 0.95,
+        f" max-num-seqs {n}\n P(preempt) {p_n:.2%}",
+        fontsize=8,
+        va="top",
+    )
+    wl = plan.input.workload
+    if wl is not None and wl.itl_target_ms:
+        ax.axhline(wl.itl_target_ms, color="#C44E52", linestyle="--", linewidth=1)
+        ax.text(
+            xs[0],
+            wl.itl_target_ms,
+            f" ITL target {wl.itl_target_ms} ms",
+            color="#C44E52",
+            fontsize=8,
+            va="bottom",
+        )
+    for p in lat.curve:
+        if p.preemption_probability > 0:
+            ax.annotate(
+                f"{p.preemption_probability:.0%}",
+                (p.max_num_seqs, p.itl_ms_p95),
+                fontsize=7,
+                color="#C44E52",
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    ax.set_title(
+        f"{plan.input.model.name} on {plan.input.gpu.name} TP{plan.input.tp}: decode step "
+        f"(HBM at {lat.hbm_efficiency:.0%} of peak); red % = P(preemption)",
+        fontsize=9,
+    )
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(lines, labels, fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.85))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def sweep_chart(options: list[dict[str, Any]], path: str, top: int = 15) -> None:
+    """Horizontal bars of the best options: GPUs needed (and cost per hour when priced)."""
+    _check_chart_path(path, "--sweep-chart")
+    if not options:
+        raise ValueError("--sweep-chart: no option fits")
+    plt = _pyplot()
+    shown = options[:top][::-1]
+    priced = shown[0]["cost_per_hour"] is not None
+    values = [o["cost_per_hour"] if priced else o["gpus"] for o in shown]
+    labels = [f"{o['gpu']} TP{o['tp']} KV {o['kv_cache_dtype']}" for o in shown]
+    colours = ["#55A868" if o["meets_itl"] is not False else "#C44E52" for o in shown]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(shown) + 1.5))
+    bars = ax.barh(range(len(shown)), values, color=colours)
+    for bar, o in zip(bars, shown, strict=True):
+        text = f" {o['replicas']} × {o['tp']} = {o['gpus']} GPUs"
+        if priced:
+            text += f", ${o['cost_per_hour']:.2f}/h"
+            if o["cost_per_million_output_tokens"] is not None:
+                text += f", ${o['cost_per_million_output_tokens']:.3f}/M tokens"
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, text, va="center", fontsize=8)
+    ax.set_yticks(range(len(shown)), labels, fontsize=8)
+    ax.set_xlabel("cost per hour" if priced else "GPUs for the peak (+ recovery)")
+    ax.set_xlim(0, max(values) * 1.6)
+    ax.set_title("Fleet options, best at the top (red: misses the ITL target)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

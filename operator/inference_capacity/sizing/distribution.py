@@ -42,7 +42,6 @@ resampled along the paths (a bootstrap of the request distribution).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -200,6 +199,11 @@ class Simulation:
         self.index = np.zeros((min(paths, KEPT_PATHS), 0), dtype=np.int32)
         self.cum_blocks = np.zeros((paths, 0), dtype=np.int32)
         self.cum_seqs: IntArray | None = None if self.uniform_n else np.zeros((paths, 0), np.int64)
+        # per column: the smallest and largest prefix sum over the paths (both non-decreasing)
+        self.col_min = np.zeros(0, dtype=np.int32)
+        self.col_max = np.zeros(0, dtype=np.int32)
+        self._kept: dict[object, FloatArray] = {}
+        self._mid: FloatArray | None = None
 
     @property
     def length(self) -> int:
@@ -216,6 +220,9 @@ class Simulation:
         base_b = self.cum_blocks[:, -1:] if self.length else np.zeros((self.paths, 1), np.int32)
         cum_b = np.cumsum(self.blocks32[idx], axis=1, dtype=np.int32) + base_b
         self.cum_blocks = np.concatenate([self.cum_blocks, cum_b], axis=1)
+        self.col_min = np.concatenate([self.col_min, cum_b.min(axis=0)])
+        self.col_max = np.concatenate([self.col_max, cum_b.max(axis=0)])
+        self._kept.clear()
         if self.cum_seqs is not None:
             base_s = self.cum_seqs[:, -1:] if self.cum_seqs.shape[1] else 0
             cum_s = np.cumsum(self.pool.seqs[idx], axis=1) + base_s
@@ -250,7 +257,10 @@ class Simulation:
         """N_m: sequences of the requests that fit ``budget`` blocks, per path (at least ``cap``
         where a path never outgrows it)."""
         self.ensure(budget, cap)
-        fitting = (self.cum_blocks <= budget).sum(axis=1)
+        # columns below `lo` fit on every path, from `hi` on on none: count only between
+        lo = int(np.searchsorted(self.col_max, budget, side="right"))
+        hi = int(np.searchsorted(self.col_min, budget, side="right"))
+        fitting = lo + (self.cum_blocks[:, lo:hi] <= budget).sum(axis=1)
         if self.uniform_n:
             out: IntArray = fitting.astype(np.int64) * self.uniform_n
             return out
@@ -259,16 +269,55 @@ class Simulation:
         result: IntArray = padded[np.arange(self.paths), fitting]
         return result
 
+    def mid_context(self) -> FloatArray:
+        """Each pool request's context at a uniformly random point of its decode
+        (prompt + U × output; seeded), for the latency model."""
+        if self._mid is None:
+            u = np.random.default_rng(SEED + 1).random(len(self.pool.prompt))
+            self._mid = self.pool.prompt + u * self.pool.output
+        return self._mid
 
-@functools.lru_cache(maxsize=2)
+    def kept_cumsum(self, key: object, values: FloatArray) -> FloatArray:
+        """Prefix sums of a per-request ``values`` along the kept paths (memoised by ``key``
+        until the simulation grows)."""
+        out = self._kept.get(key)
+        if out is None:
+            out = np.cumsum(values[self.index], axis=1)
+            self._kept[key] = out
+        return out
+
+
+def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:
+    """What :meth:`KvLayout.blocks_per_request` depends on: each group's kind, block size and
+    window (not its bytes), so layouts that differ only in bytes per block (another TP, KV dtype
+    or GPU) share one simulation."""
+    return tuple((g.kind, g.block_size, g.window) for g in layout.groups)
+
+
+_SIMULATIONS: dict[tuple[object, ...], Simulation] = {}
+#: simulations kept (a plan uses one or two; a sweep of one model one per block signature)
+_KEEP = 2
+
+
 def _simulation(
     cohorts: tuple[Cohort, ...],
     weights: tuple[float, ...],
     layout: KvLayout,
     max_model_len: int,
 ) -> Simulation:
-    pool = draw_pool(cohorts, weights, layout, max_model_len, np.random.default_rng(SEED))
-    return Simulation(pool)
+    key = (cohorts, weights, block_signature(layout), max_model_len)
+    sim = _SIMULATIONS.pop(key, None)
+    if sim is None:
+        pool = draw_pool(cohorts, weights, layout, max_model_len, np.random.default_rng(SEED))
+        sim = Simulation(pool)
+    _SIMULATIONS[key] = sim  # most recently used last
+    while len(_SIMULATIONS) > _KEEP:
+        del _SIMULATIONS[next(iter(_SIMULATIONS))]
+    return sim
+
+
+def clear_cache() -> None:
+    _SIMULATIONS.clear()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,9 @@ overlap micro-batches (an upper bound on ITL); FP8 weights use the BF16 compute 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -42,9 +44,10 @@ from ..engines.vllm import StartupPrediction
 from ..hardware import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops
 from ..ledger.kv import layers_on_rank
 from ..model.shapes import AttnKind, ModelShape
-from .distribution import SEED, DistributionSizing, MixSizing
+from .distribution import DistributionSizing, MixSizing
 
 FloatArray = npt.NDArray[np.float64]
+T = TypeVar("T")
 
 
 def decode_step_seconds(weight_bytes: float, kv_bytes: float, bandwidth: float) -> float:
@@ -52,11 +55,13 @@ def decode_step_seconds(weight_bytes: float, kv_bytes: float, bandwidth: float) 
     return (weight_bytes + kv_bytes) / bandwidth
 
 
-def experts_touched(num_experts: int, per_token: int, tokens: float) -> float:
+def experts_touched(num_experts: int, per_token: int, tokens: FloatArray | float) -> FloatArray:
     """Distinct experts a step of ``tokens`` touches with uniform top-k routing."""
+    t = np.maximum(np.asarray(tokens, dtype=np.float64), 0.0)
     if num_experts <= 0 or per_token <= 0:
-        return 0.0
-    return float(num_experts * (1.0 - (1.0 - per_token / num_experts) ** max(tokens, 0.0)))
+        return np.zeros_like(t)
+    out: FloatArray = num_experts * (1.0 - (1.0 - per_token / num_experts) ** t)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +94,22 @@ class LatencyModel:
     hbm_efficiency: float
     max_num_batched_tokens: int
 
-    def weight_bytes(self, stage: StageModel, tokens: float) -> float:
+    def weight_bytes(self, stage: StageModel, tokens: FloatArray | float) -> FloatArray:
+        """Weight bytes a step of ``tokens`` reads on one rank of the stage."""
+        t = np.asarray(tokens, dtype=np.float64)
         if self.num_experts <= 0 or stage.expert_weight_bytes == 0:
-            return float(stage.dense_weight_bytes + stage.expert_weight_bytes)
-        share = experts_touched(self.num_experts, self.experts_per_token, tokens) / self.num_experts
-        return stage.dense_weight_bytes + stage.expert_weight_bytes * share
+            return np.full_like(t, float(stage.dense_weight_bytes + stage.expert_weight_bytes))
+        share = experts_touched(self.num_experts, self.experts_per_token, t) / self.num_experts
+        out: FloatArray = stage.dense_weight_bytes + stage.expert_weight_bytes * share
+        return out
 
     def step_seconds(
-        self, n: int, kv_per_stage: FloatArray, prefill_tokens: float, mean_ctx: float
+        self, n: FloatArray, kv_per_stage: FloatArray, prefill_tokens: FloatArray, mean_ctx: float
     ) -> FloatArray:
-        """Step time of batches of ``n`` sequences; ``kv_per_stage[s]`` = Σ KV bytes read on
-        stage s per batch (one row per batch)."""
-        tokens = n + prefill_tokens
-        total = np.zeros(kv_per_stage.shape[1], dtype=np.float64)
+        """Step times (batches × columns) for batches of ``n[c]`` sequences carrying
+        ``prefill_tokens[c]``; ``kv_per_stage[s, b, c]`` = KV bytes read on stage s."""
+        tokens = np.asarray(n, dtype=np.float64) + prefill_tokens
+        total = np.zeros(kv_per_stage.shape[1:], dtype=np.float64)
         for s, stage in enumerate(self.stages):
             mem = (self.weight_bytes(stage, tokens) + kv_per_stage[s]) / self.bandwidth
             if self.flops:
@@ -109,6 +117,60 @@ class LatencyModel:
                 mem = np.maximum(mem, fl / self.flops)
             total = total + mem
         return total
+
+
+#: per model object (by identity: a sweep plans one model many times)
+_BY_MODEL: dict[tuple[int, object], tuple[ModelShape, object]] = {}
+
+
+def _memo(shape: ModelShape, key: object, make: Callable[[], T]) -> T:
+    hit = _BY_MODEL.get((id(shape), key))
+    if hit is not None and hit[0] is shape:
+        return cast(T, hit[1])
+    value = make()
+    if len(_BY_MODEL) > 256:
+        _BY_MODEL.clear()
+    _BY_MODEL[(id(shape), key)] = (shape, value)
+    return value
+
+
+def _active_parameters(shape: ModelShape) -> float:
+    """Parameters one token uses: all but the routed experts, plus k of E of them."""
+
+    def make() -> float:
+        by_group = shape.parameters_by_group()
+        experts = by_group.get("experts", 0)
+        active = float(sum(by_group.values()) - experts)
+        if shape.num_experts > 0:
+            active += experts * shape.experts_per_token / shape.num_experts
+        return active
+
+    return _memo(shape, "active", make)
+
+
+def _stage_reads(
+    shape: ModelShape, tp: int, pp: int, stage: int, kv_bytes: int, dtype_bytes: int
+) -> tuple[int, tuple[tuple[int, int], ...], int, int]:
+    """(full-attention bytes/token, (window, bytes/token) of windowed layers, state bytes per
+    sequence, full-attention layers) of one rank of a stage."""
+
+    def make() -> tuple[int, tuple[tuple[int, int], ...], int, int]:
+        full = 0
+        windowed: dict[int, int] = {}
+        state = 0
+        attn_layers = 0
+        for layer in layers_on_rank(shape, pp, stage):
+            tb = layer.token_bytes(tp, kv_bytes)
+            if layer.kind in (AttnKind.FULL, AttnKind.MLA):
+                full += tb
+                attn_layers += 1
+            elif layer.kind in (AttnKind.SLIDING, AttnKind.CHUNKED):
+                windowed[layer.window] = windowed.get(layer.window, 0) + tb
+            elif layer.mamba is not None:
+                state += layer.mamba.bytes_per_sequence(tp, dtype_bytes)
+        return full, tuple(sorted(windowed.items())), state, attn_layers
+
+    return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)
 
 
 def build_latency_model(
@@ -126,36 +188,21 @@ def build_latency_model(
         raise ValueError(f"hardware.hbmEfficiency must be in (0, 1], got {eff}")
     tp, pp = pred.tp, pred.pp
     rs = pred.settings
-    by_group = shape.parameters_by_group()
-    expert_params = by_group.get("experts", 0)
-    total_params = sum(by_group.values())
-    active = float(total_params - expert_params)
-    if shape.num_experts > 0:
-        active += expert_params * shape.experts_per_token / shape.num_experts
+    active = _active_parameters(shape)
     stages: list[StageModel] = []
     for stage in range(pp):
         r = next(x for x in pred.ranks if x.stage == stage)
         experts = r.weights.by_group.get("experts", 0)
-        full = 0
-        windowed: dict[int, int] = {}
-        state = 0
-        attn_layers = 0
-        for layer in layers_on_rank(shape, pp, stage):
-            tb = layer.token_bytes(tp, rs.kv_bytes)
-            if layer.kind in (AttnKind.FULL, AttnKind.MLA):
-                full += tb
-                attn_layers += 1
-            elif layer.kind in (AttnKind.SLIDING, AttnKind.CHUNKED):
-                windowed[layer.window] = windowed.get(layer.window, 0) + tb
-            elif layer.mamba is not None:
-                state += layer.mamba.bytes_per_sequence(tp, rs.dtype_bytes)
+        full, windowed, state, attn_layers = _stage_reads(
+            shape, tp, pp, stage, rs.kv_bytes, rs.dtype_bytes
+        )
         heads = max(1, shape.num_attention_heads // tp)
         stages.append(
             StageModel(
                 dense_weight_bytes=r.weights.total - experts,
                 expert_weight_bytes=experts,
                 full_bytes_per_token=full,
-                windowed=tuple(sorted(windowed.items())),
+                windowed=windowed,
                 state_bytes=state,
                 params=active / (tp * pp),
                 attn_flops_per_ctx=4.0 * heads * shape.head_dim * attn_layers,
@@ -183,68 +230,68 @@ class LatencyPoint:
 
 
 class BatchLatency:
-    """ITL of batches of N drawn along the sizing's Monte Carlo paths (binding mix), for
-    N up to ``upto``."""
+    """ITL of batches of N drawn along the sizing's Monte Carlo paths (binding mix). Per path,
+    the KV read of its first j requests is a prefix sum of per-request features (context,
+    windowed context, sequences) that do not depend on the model, so the simulation keeps them
+    for every plan of the same workload; a point combines one column of them."""
 
-    def __init__(self, model: LatencyModel, sizing: DistributionSizing, upto: int) -> None:
+    def __init__(self, model: LatencyModel, sizing: DistributionSizing) -> None:
         self.model = model
         self.sizing = sizing
         mix: MixSizing = sizing.binding
-        pool = mix.pool
-        rng = np.random.default_rng(SEED + 1)
-        u = rng.random(len(pool.prompt))
-        ctx = pool.prompt + u * pool.output
-        self.mean_ctx = float((ctx * pool.seqs).sum() / pool.seqs.sum())
+        sim = mix.paths.sim
+        pool = sim.pool
+        seqs = pool.seqs.astype(np.float64)
+        ctx = sim.mid_context()
+        self.mean_ctx = float((ctx * seqs).sum() / seqs.sum())
         uncached = np.maximum(pool.prompt - pool.cached, 0)  # a shared prefix is cached
         self.prefill_per_seq = float(uncached.mean() / max(pool.output.mean(), 1.0))
-        sim = mix.paths.sim
-        kept = sim.index.shape[0]
         self.uniform_n = sim.uniform_n
-        if sim.cum_seqs is not None:
-            cum_seqs = sim.cum_seqs[:kept]
-        else:
-            steps = np.arange(1, sim.length + 1, dtype=np.int64) * self.uniform_n
-            cum_seqs = np.broadcast_to(steps, (kept, sim.length))
-        # columns (requests) needed to hold `upto` sequences on every path
-        cols = int(cum_seqs.shape[1])
-        if cols:
-            reach = cum_seqs >= upto
-            if reach[:, -1].all():
-                cols = int(reach.argmax(axis=1).max()) + 1
-        self.cum_seqs = cum_seqs[:, :cols]
-        index = sim.index[:, :cols]
-        self.cum_kv = [
-            np.cumsum((stage.kv_bytes(ctx) * pool.seqs)[index], axis=1) for stage in model.stages
-        ]
+        self.count = sim.kept_cumsum("seqs", seqs)
+        self.full = sim.kept_cumsum("ctx", ctx * seqs)
+        windows = sorted({w for stage in model.stages for w, _ in stage.windowed})
+        self.windowed = {
+            w: sim.kept_cumsum(("window", w), np.minimum(ctx, w) * seqs) for w in windows
+        }
 
     @property
     def max_n(self) -> int:
         """Largest batch the paths are long enough to evaluate."""
-        if self.cum_seqs.shape[1] == 0:
+        if self.count.shape[1] == 0:
             return 0
-        return int(self.cum_seqs[:, -1].min())
+        return int(self.count[:, -1].min())
 
-    def _kv(self, n: int) -> FloatArray:
-        # the request holding the n-th sequence, per path
+    def _column(self, a: FloatArray, n: int) -> FloatArray:
+        """``a`` at the request holding each path's n-th sequence."""
         if self.uniform_n:
-            return np.stack([c[:, -(-n // self.uniform_n) - 1] for c in self.cum_kv])
-        j = np.argmax(self.cum_seqs >= n, axis=1)
-        rows = np.arange(self.cum_seqs.shape[0])
-        return np.stack([c[rows, j] for c in self.cum_kv])
+            out: FloatArray = a[:, -(-n // self.uniform_n) - 1]
+            return out
+        j = np.argmax(self.count >= n, axis=1)
+        picked: FloatArray = a[np.arange(a.shape[0]), j]
+        return picked
 
     def point(self, n: int) -> LatencyPoint:
         if n <= 0 or n > self.max_n:
             raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
+        full = self._column(self.full, n)
+        count = self._column(self.count, n)
+        win = {w: self._column(a, n) for w, a in self.windowed.items()}
+        kv = []
+        for stage in self.model.stages:
+            k = stage.full_bytes_per_token * full + 2.0 * stage.state_bytes * count
+            for window, per_token in stage.windowed:
+                k = k + per_token * win[window]
+            kv.append(k[:, None])
         prefill = min(max(self.model.max_num_batched_tokens - n, 0), n * self.prefill_per_seq)
-        steps = self.model.step_seconds(n, self._kv(n), prefill, self.mean_ctx)
-        p50, p95 = np.quantile(steps, [0.5, 0.95])
-        return LatencyPoint(
-            n,
-            float(p50) * 1e3,
-            float(p95) * 1e3,
-            float(n / steps.mean()),
-            self.sizing.probability(n),
-        )
+        steps = self.model.step_seconds(
+            np.array([float(n)]), np.stack(kv), np.array([prefill]), self.mean_ctx
+        )[:, 0]
+        # nearest-rank quantiles (the (M − 1)·q-th smallest of the M batches)
+        k50, k95 = (int(q * (len(steps) - 1)) for q in (0.5, 0.95))
+        part = np.partition(steps, (k50, k95))
+        p50, p95 = float(part[k50]), float(part[k95])
+        mean = float(steps.mean())
+        return LatencyPoint(n, p50 * 1e3, p95 * 1e3, n / mean, self.sizing.probability(n))
 
     def largest_meeting(self, itl_ms: float, upper: int) -> int:
         """Largest N ≤ upper whose ITL p95 meets ``itl_ms`` (0 when even one sequence misses).
