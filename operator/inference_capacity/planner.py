@@ -16,7 +16,6 @@ Order of work:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +33,7 @@ from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
 from .sizing.distribution import (
     DEFAULT_PREEMPTION_TARGET,
+    MAX_REQUESTS,
     DistributionSizing,
     size_by_distribution,
 )
@@ -380,7 +380,7 @@ def _distribution(
     inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
 ) -> DistributionSizing:
     r = p.ranks[p.binding_rank]
-    return _cached_distribution(
+    return size_by_distribution(
         workload.cohorts,
         workload.burst_weights,
         r.layout,
@@ -391,10 +391,6 @@ def _distribution(
         inp.preemption_target,
         default_max_num_seqs(p, inp),
     )
-
-
-#: the planner re-sizes on each prediction of its fixed-point loop; equal inputs, equal answer
-_cached_distribution = functools.lru_cache(maxsize=64)(size_by_distribution)
 
 
 _BATCHES: dict[tuple[object, ...], tuple[object, BatchLatency]] = {}
@@ -458,6 +454,8 @@ def _size_distribution(
         if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
             n, limited = lat.itl_limit, "itl"
             msg += f"; an ITL p95 of {workload.itl_target_ms} ms allows {n}"
+    if d.binding.paths.sim.truncated and n >= d.binding.paths.sim.seqs_at(MAX_REQUESTS).min():
+        msg += f" (at least: the simulation stops at {MAX_REQUESTS:,} requests)"
     if n > cap:
         n, limited = cap, "cap"
         msg += f"; capped at {cap}"

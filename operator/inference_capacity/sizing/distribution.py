@@ -184,6 +184,10 @@ def draw_pool(
 CHUNK = 64
 #: Paths whose request indices are kept for the latency model (its ITL quantiles).
 KEPT_PATHS = 512
+#: Longest path simulated (requests): bounds memory (PATHS × this × 4 B = 16 MiB). A batch
+#: larger than this is far beyond vLLM's defaults (256/1,024); paths that still fit there
+#: count as fitting MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
+MAX_REQUESTS = 2048
 
 
 class Simulation:
@@ -239,11 +243,19 @@ class Simulation:
         out: IntArray = self.cum_seqs[:, column - 1]
         return out
 
+    @property
+    def truncated(self) -> bool:
+        """Paths stopped at MAX_REQUESTS (constant pools are one exact path, never cut)."""
+        return self.paths > 1 and self.length >= MAX_REQUESTS
+
     def ensure(self, budget: float, cap: int) -> None:
-        """Grow until every path outgrows ``budget`` or holds ``cap`` sequences."""
+        """Grow until every path outgrows ``budget`` or holds ``cap`` sequences (or, for a
+        random pool, reaches MAX_REQUESTS)."""
         while True:
             if self.length and (
-                (self.cum_blocks[:, -1] > budget).all() or self.seqs_at(self.length).min() >= cap
+                (self.cum_blocks[:, -1] > budget).all()
+                or self.seqs_at(self.length).min() >= cap
+                or self.truncated
             ):
                 return
             mean = float(self.blocks32.mean())
@@ -251,6 +263,8 @@ class Simulation:
             chunks = cdiv(max(want, 1), CHUNK)
             if self.length:  # past the estimate: double
                 chunks = max(1, min(chunks, self.length // CHUNK))
+            if self.paths > 1:
+                chunks = max(1, min(chunks, (MAX_REQUESTS - self.length) // CHUNK))
             self._grow(chunks)
 
     def fit(self, budget: float, cap: int) -> IntArray:
@@ -309,7 +323,9 @@ def _simulation(
     sim = _SIMULATIONS.pop(key, None)
     if sim is None:
         pool = draw_pool(cohorts, weights, layout, max_model_len, np.random.default_rng(SEED))
-        sim = Simulation(pool)
+        constant = bool((pool.blocks == pool.blocks[0]).all() and (pool.seqs == pool.seqs[0]).all())
+        # constant lengths: every path is the same, so one path is exact
+        sim = Simulation(pool, paths=1 if constant else PATHS)
     _SIMULATIONS[key] = sim  # most recently used last
     while len(_SIMULATIONS) > _KEEP:
         del _SIMULATIONS[next(iter(_SIMULATIONS))]
@@ -387,7 +403,7 @@ def size_by_distribution(
     shared = sum(shared_prefix_blocks(c, layout) for c in cohorts)
     usable = max(0, num_blocks - 1)  # BlockPool reserves one null block
     budget = usable * (1.0 - safety_fraction) - shared
-    allowed = math.ceil(target * PATHS) - 1  # paths that may fall short of N
+
     mixes_in: list[tuple[str, Sequence[float]]] = [("steady", [c.weight for c in cohorts])]
     if burst_weights is not None:
         mixes_in.append(("burst", burst_weights))
@@ -395,9 +411,10 @@ def size_by_distribution(
     for name, weights in mixes_in:
         sim = _simulation(tuple(cohorts), tuple(float(w) for w in weights), layout, max_model_len)
         if budget < 1:
-            mixes.append(MixSizing(name, sim.pool, Paths(sim, np.zeros(PATHS, np.int64)), 0))
+            mixes.append(MixSizing(name, sim.pool, Paths(sim, np.zeros(sim.paths, np.int64)), 0))
             continue
         fit = sim.fit(budget, max(cap, default_max_num_seqs))
+        allowed = math.ceil(target * len(fit)) - 1  # paths that may fall short of N
         n = int(np.partition(fit, allowed)[allowed])
         mixes.append(MixSizing(name, sim.pool, Paths(sim, fit), n))
     binding = min(mixes, key=lambda m: m.max_num_seqs)
@@ -409,7 +426,7 @@ def size_by_distribution(
     return DistributionSizing(
         max_num_seqs=chosen,
         preemption_probability=worst,
-        standard_error=math.sqrt(worst * (1 - worst) / PATHS),
+        standard_error=math.sqrt(worst * (1 - worst) / min(m.paths.sim.paths for m in mixes)),
         default_max_num_seqs=default_max_num_seqs,
         preemption_probability_at_default=max(m.probability(default_max_num_seqs) for m in mixes),
         target=target,
