@@ -387,49 +387,129 @@ def _colour(name: str) -> str:
     return "#999999"
 
 
+def _segments(rl: Any) -> list[tuple[str, str, float]]:
+    """(label, colour key, GiB) of one rank's ledger, weights summed into one segment."""
+    segs: list[tuple[str, str, float]] = []
+    weights = sum(i.gib for i in rl.items if i.name.startswith("weights.") and i.bytes > 0)
+    if weights > 0:
+        segs.append(("weights", "weights", weights))
+    for i in rl.items:
+        if i.name.startswith("weights.") or i.bytes <= 0:
+            continue
+        segs.append((i.name, i.name, i.gib))
+    return segs
+
+
 def chart(plan: Plan, path: str) -> None:
-    """Per-rank stacked bar of the ledger (GiB), saved as SVG or PNG by the file extension."""
-    if not (path.endswith(".svg") or path.endswith(".png")):
-        raise ValueError(f"--chart: {path!r} must end in .svg or .png")
-    import matplotlib
+    """Per-rank stacked bar of the ledger (GiB), saved as SVG or PNG by the file extension.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(3 + 1.6 * len(plan.ledger), 6))
-    labels_done: set[str] = set()
+    Items tall enough carry their name and size on the bar; the small ones are listed beside
+    it. The device total and vLLM's budget (``--gpu-memory-utilization``) are drawn as lines; the
+    KV pool says its tokens and max-num-seqs; a plan that does not fit draws the excess above
+    the device line in red."""
+    _check_chart_path(path, "--chart")
+    plt = _pyplot()
+    pred = plan.prediction
+    total = pred.total_bytes / GiB
+    u = pred.settings.gpu_memory_utilization
+    over = max((-rl.unallocated / GiB for rl in plan.ledger), default=0.0)
+    over = max(over, 0.0)
+    n = len(plan.ledger)
+    fig, ax = plt.subplots(figsize=(4.5 + 2.6 * n, 7))
+    label_min = 0.035 * total  # items at least this tall are labelled on the bar
     for x, rl in enumerate(plan.ledger):
         bottom = 0.0
-        for item in rl.items:
-            if item.bytes <= 0:
-                continue
-            name = "weights" if item.name.startswith("weights.") else item.name
-            label = name if name not in labels_done else None
-            labels_done.add(name)
+        small: list[tuple[str, float, str]] = []
+        for name, key, gib in _segments(rl):
+            colour = _colour(key)
+            ax.bar(
+                x, gib, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5, width=0.55
+            )
+            if name == "kv_cache_pool":
+                seqs = plan.recommendation.max_num_seqs
+                ax.text(
+                    x,
+                    bottom + gib / 2,
+                    f"KV cache {gib:.2f} GiB\n{pred.kv_cache_tokens:,} tokens\nmax-num-seqs {seqs}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white",
+                    weight="bold",
+                )
+            elif gib >= label_min and bottom + gib <= total:
+                ax.text(
+                    x,
+                    bottom + gib / 2,
+                    f"{name}\n{gib:.2f} GiB",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                )
+            else:
+                small.append((name, gib, colour))
+            bottom += gib
+        if rl.unallocated < 0:
+            deficit = -rl.unallocated / GiB
             ax.bar(
                 x,
-                item.gib,
-                bottom=bottom,
-                color=_colour(item.name),
+                deficit,
+                bottom=total,
+                color="#C44E52",
+                alpha=0.9,
+                hatch="//",
                 edgecolor="white",
-                linewidth=0.5,
-                label=label,
+                width=0.55,
             )
-            bottom += item.gib
-    u = plan.prediction.settings.gpu_memory_utilization
-    total = plan.prediction.total_bytes / GiB
-    ax.axhline(total * u, color="black", linestyle="--", linewidth=1)
-    ax.text(len(plan.ledger) - 0.5, total * u, f" u={u}", va="bottom", fontsize=8)
-    ax.set_xticks(
-        range(len(plan.ledger)), [f"rank {rl.rank}\nstage {rl.stage}" for rl in plan.ledger]
+            ax.text(
+                x + 0.32,
+                total + deficit / 2,
+                f"over by\\n{deficit:.2f} GiB",
+                va="center",
+                fontsize=8,
+                color="#C44E52",
+                weight="bold",
+            )
+        # callouts for the small items, beside the bar, top to bottom
+        y = total * u * 0.93
+        for name, gib, colour in reversed(small):
+            ax.add_patch(
+                plt.Rectangle(
+                    (x + 0.32, y - total * 0.012), 0.04, total * 0.02, color=colour, clip_on=False
+                )
+            )
+            ax.text(x + 0.38, y, f"{name} {gib:.3f} GiB", fontsize=7, va="center")
+            y -= total * 0.035
+    right = n - 0.5 + 0.9
+    ax.axhline(total, color="black", linewidth=1.2)
+    ax.text(
+        right - 0.02,
+        total,
+        f"device {total:.2f} GiB (as CUDA reports it)",
+        va="bottom",
+        ha="right",
+        fontsize=8,
     )
+    ax.axhline(total * u, color="black", linestyle="--", linewidth=1)
+    ax.text(
+        right - 0.02,
+        total * u,
+        f"--gpu-memory-utilization {format_utilization(u)}\n= vLLM's budget {total * u:.2f} GiB",
+        va="top",
+        ha="right",
+        fontsize=8,
+    )
+    ax.set_xticks(range(n), [f"rank {rl.rank}\nstage {rl.stage}" for rl in plan.ledger])
+    ax.set_xlim(-0.5, right)
     ax.set_ylabel("GiB")
-    ax.set_ylim(0, total * 1.02)
+    ax.set_ylim(0, (total + over) * 1.04)
+    fits = "fits" if plan.fits else f"DOES NOT FIT ({plan.reason})"
     ax.set_title(
-        f"{plan.input.model.name}\n{plan.input.gpu.name} TP{plan.input.tp} PP{plan.input.pp}",
+        f"{plan.input.model.name} on {plan.input.gpu.name} TP{plan.input.tp} "
+        f"PP{plan.input.pp}: {fits}",
         fontsize=9,
     )
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -489,6 +569,7 @@ def latency_chart(plan: Plan, path: str) -> None:
     ax.plot(xs, [p.itl_ms_p50 for p in lat.curve], "o-", color="#4C72B0", label="ITL p50")
     ax.plot(xs, [p.itl_ms_p95 for p in lat.curve], "s--", color="#4C72B0", label="ITL p95")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs], fontsize=7)
     ax.set_xlabel("running sequences per replica (max-num-seqs)")
     ax.set_ylabel("inter-token latency (ms)", color="#4C72B0")
     ax2 = ax.twinx()
