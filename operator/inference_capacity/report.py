@@ -465,7 +465,7 @@ def chart(plan: Plan, path: str) -> None:
             ax.text(
                 x + 0.32,
                 total + deficit / 2,
-                f"over by\\n{deficit:.2f} GiB",
+                f"over by\n{deficit:.2f} GiB",
                 va="center",
                 fontsize=8,
                 color="#C44E52",
