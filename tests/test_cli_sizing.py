@@ -196,3 +196,28 @@ def test_latency_chart_and_table(tmp_path: Path) -> None:
     assert "Batch curve (per replica)" in r.stdout and "Levers" in r.stdout
     assert path.read_text().startswith("<?xml")
     assert ROOT.exists()
+
+
+def test_manifest_with_samples_burst_and_policy(tmp_path: Path) -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    spec = docs[0]["spec"]
+    spec["workload"]["cohorts"][0]["samples"] = 2
+    spec["workload"]["burst"] = {"weights": {"chat": 0.3, "rag": 0.7}}
+    spec["policy"]["preemptionTarget"] = 0.05
+    spec["hardware"]["hbmEfficiency"] = 0.7
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    r = run("plan", str(path), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["sizing"]["preemption_target"] == 0.05
+    assert out["sizing"]["binding_mix"] == "burst"
+    assert out["sizing"]["preemption_probability"] < 0.05
+    assert out["latency"]["hbm_efficiency"] == 0.7
+    spec["workload"]["burst"] = {"weights": {"batch": 1.0}}
+    path.write_text(yaml.safe_dump_all(docs))
+    r = run("plan", str(path))
+    assert r.returncode == 2 and "burst.weights names 'batch'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -335,7 +335,7 @@ workload.fromPrometheus.bearerTokenSecretRef.name workload.fromPrometheus.bearer
 workload.fromPrometheus.insecureSkipVerify workload.fromPrometheus.caConfigMapRef.name
 workload.fromPrometheus.caConfigMapRef.key workload.fromPrometheus.selector
 workload.fromPrometheus.mode workload.fromPrometheus.refreshSeconds
-workload.cohorts[].n workload.burst.weights
+workload.cohorts[].samples workload.burst.weights
 headroom.operationalFraction headroom.kvSafetyFraction headroom.recoveryReplicas
 rollout.minReplicas rollout.maxReplicas rollout.manageReplicas rollout.manageStrategy
 rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
@@ -723,7 +723,7 @@ REJECTED: list[tuple[str, Any]] = [
     ("spec.policy.preemptionTarget", 0.5),
     ("spec.policy.preemptionTarget", 0),
     ("spec.hardware.hbmEfficiency", 1.2),
-    ("spec.workload.cohorts[0].n", 0),
+    ("spec.workload.cohorts[0].samples", 0),
     ("spec.workload.burst", {"weights": {"batch": 1.0}}),  # not a cohort
     ("spec.workload.burst", {"weights": {"chat": 1.5}}),
     ("spec.hardware.tensorParalel", 2),
@@ -762,7 +762,7 @@ ACCEPTED: list[tuple[str, Any]] = [
     ("spec.policy.sizing", "Conservative"),
     ("spec.policy.preemptionTarget", 0.05),
     ("spec.hardware.hbmEfficiency", 0.7),
-    ("spec.workload.cohorts[0].n", 4),
+    ("spec.workload.cohorts[0].samples", 4),
     ("spec.workload.burst", {"weights": {"chat": 1.0}}),
 ]
 

@@ -20,6 +20,7 @@ from inference_capacity.sizing.distribution import (
     PATHS,
     Z95,
     Z99,
+    DistributionSizing,
     LogNormal,
     size_by_distribution,
 )
@@ -36,7 +37,7 @@ def q(p: int) -> Quantiles:
     return Quantiles(p, p, p)
 
 
-def dist(cohorts: tuple[Cohort, ...], **kw: object) -> object:
+def dist(cohorts: tuple[Cohort, ...], **kw: object) -> DistributionSizing:
     args: dict[str, object] = {
         "burst_weights": None,
         "layout": LAYOUT,
@@ -92,9 +93,9 @@ def test_constant_lengths_reproduce_the_conservative_rule(
     new = dist(
         (cohort,), layout=layout, num_blocks=blocks, max_model_len=8192, safety_fraction=safety
     )
-    assert new.max_num_seqs == old.max_num_seqs  # type: ignore[attr-defined]
-    assert new.probability(new.max_num_seqs) == 0.0  # type: ignore[attr-defined]
-    assert new.probability(new.max_num_seqs + 1) == 1.0  # type: ignore[attr-defined]
+    assert new.max_num_seqs == old.max_num_seqs
+    assert new.probability(new.max_num_seqs) == 0.0
+    assert new.probability(new.max_num_seqs + 1) == 1.0
 
 
 def test_n_samples_share_the_prompts_full_blocks() -> None:
@@ -102,10 +103,10 @@ def test_n_samples_share_the_prompts_full_blocks() -> None:
     # 1200 → 75 blocks, 75 − 62 = 13 of its own: a request holds 62 + 4 × 13 = 114 blocks for 4
     # sequences. Budget (29,371 − 1) × 0.9 = 26,433 → 231 requests (26,334) → 924 sequences.
     d = dist((Cohort("c", 1.0, q(1000), q(200), n=4),))
-    assert d.max_num_seqs == 4 * (26_433 // 114) == 924  # type: ignore[attr-defined]
-    assert d.blocks_per_seq == pytest.approx(114 / 4)  # type: ignore[attr-defined]
+    assert d.max_num_seqs == 4 * (26_433 // 114) == 924
+    assert d.blocks_per_seq == pytest.approx(114 / 4)
     single = dist((Cohort("c", 1.0, q(1000), q(200)),))
-    assert single.max_num_seqs == 26_433 // 75 == 352  # type: ignore[attr-defined]
+    assert single.max_num_seqs == 26_433 // 75 == 352
 
 
 # ----------------------------------------------------- a log-normal cohort: the Monte Carlo
@@ -141,16 +142,16 @@ def exact_probability(prompt: Quantiles, output: Quantiles, budget: float, n: in
 def test_monte_carlo_agrees_with_an_exact_convolution() -> None:
     prompt, output = Quantiles(1000, 3000, 5000), Quantiles(150, 500, 900)
     d = dist((Cohort("chat", 1.0, prompt, output),))
-    n = d.max_num_seqs  # type: ignore[attr-defined]
-    budget = d.budget_blocks  # type: ignore[attr-defined]
+    n = d.max_num_seqs
+    budget = d.budget_blocks
     assert budget == pytest.approx((BLOCKS - 1) * 0.9)
     for batch in (n - 10, n, n + 5, n + 15):
         exact = exact_probability(prompt, output, budget, batch)
-        mc = d.probability(batch)  # type: ignore[attr-defined]
+        mc = d.probability(batch)
         se = math.sqrt(max(exact * (1 - exact), 1e-4) / PATHS)
         assert abs(mc - exact) <= 3 * se, (batch, mc, exact, se)
     # the chosen batch is below the target and the next one reaches it
-    assert d.probability(n) < 0.01 <= d.probability(n + 1)  # type: ignore[attr-defined]
+    assert d.probability(n) < 0.01 <= d.probability(n + 1)
     assert exact_probability(prompt, output, budget, n) < 0.02
 
 
@@ -162,8 +163,8 @@ def test_distribution_beats_p95_reservations_when_sums_concentrate() -> None:
     old = size_max_num_seqs(Workload((cohort,)), LAYOUT, BLOCKS, 32768, 0.10, 1 << 20)
     assert old.max_num_seqs == 26_433 // cdiv(2500, 16) == 168
     d = dist((cohort,))
-    assert d.max_num_seqs > old.max_num_seqs  # type: ignore[attr-defined]
-    assert d.probability(old.max_num_seqs) == 0.0  # type: ignore[attr-defined]
+    assert d.max_num_seqs > old.max_num_seqs
+    assert d.probability(old.max_num_seqs) == 0.0
 
 
 def test_probability_is_monotone_and_deterministic() -> None:
@@ -172,14 +173,14 @@ def test_probability_is_monotone_and_deterministic() -> None:
         Cohort("rag", 0.3, Quantiles(6000, 12000, 20000), Quantiles(200, 500, 1000)),
     )
     a = dist(cohorts)
-    ps = [a.probability(n) for n in range(1, 400)]  # type: ignore[attr-defined]
+    ps = [a.probability(n) for n in range(1, 400)]
     assert ps == sorted(ps)
     # the same inputs give the same numbers; so does asking a different pool first (the
     # simulation is cached and grown in fixed chunks)
     dist(cohorts, num_blocks=90_000)
     b = dist(cohorts)
-    assert a.max_num_seqs == b.max_num_seqs  # type: ignore[attr-defined]
-    assert a.preemption_probability == b.preemption_probability  # type: ignore[attr-defined]
+    assert a.max_num_seqs == b.max_num_seqs
+    assert a.preemption_probability == b.preemption_probability
 
 
 def test_burst_mix_sizes_for_the_worse() -> None:
@@ -187,20 +188,20 @@ def test_burst_mix_sizes_for_the_worse() -> None:
     rag = Cohort("rag", 0.2, Quantiles(6000, 12000, 20000), Quantiles(200, 500, 1000))
     steady = dist((chat, rag))
     burst = dist((chat, rag), burst_weights=(0.4, 0.6))  # more long requests in the burst hour
-    assert burst.binding_mix == "burst"  # type: ignore[attr-defined]
-    assert burst.max_num_seqs < steady.max_num_seqs  # type: ignore[attr-defined]
-    assert burst.probability(burst.max_num_seqs) < 0.01  # type: ignore[attr-defined]
+    assert burst.binding_mix == "burst"
+    assert burst.max_num_seqs < steady.max_num_seqs
+    assert burst.probability(burst.max_num_seqs) < 0.01
     # a burst that is the steady mix changes nothing
     same = dist((chat, rag), burst_weights=(0.8, 0.2))
-    assert same.max_num_seqs == steady.max_num_seqs  # type: ignore[attr-defined]
+    assert same.max_num_seqs == steady.max_num_seqs
 
 
 def test_probability_at_vllm_default_and_the_cap() -> None:
     d = dist((Cohort("c", 1.0, Quantiles(1000, 2000, 4000), Quantiles(80, 200, 500)),), cap=64)
-    assert d.max_num_seqs == 64  # type: ignore[attr-defined]
-    assert d.preemption_probability == d.probability(64) == 0.0  # type: ignore[attr-defined]
+    assert d.max_num_seqs == 64
+    assert d.preemption_probability == d.probability(64) == 0.0
     # 1,024 sequences of ~1,200 tokens (~75 blocks) need ~77,000 blocks of a 26,433 budget
-    assert d.preemption_probability_at_default == 1.0  # type: ignore[attr-defined]
+    assert d.preemption_probability_at_default == 1.0
 
 
 def test_bad_inputs_name_the_field() -> None:

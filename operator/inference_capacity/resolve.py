@@ -191,7 +191,7 @@ def resolve(
                     Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
                     Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
                     c.shared_prefix_tokens,
-                    c.n,
+                    c.samples,
                 )
                 for c in w.cohorts
             ),

@@ -565,13 +565,15 @@ class Cohort(_Spec):
             "prefix caching they occupy KV blocks once per replica, not once per request."
         ),
     )
-    n: SInt = Field(
+    # not "n": a YAML 1.1 reader (PyYAML, kubectl's round trips) reads the key n as false
+    samples: SInt = Field(
         1,
         ge=1,
         le=64,
         description=(
-            "Parallel samples per request (the OpenAI/vLLM n): each is a sequence counted by "
-            "max-num-seqs; with prefix caching they share the prompt's full blocks."
+            "Parallel samples per request (the OpenAI/vLLM sampling parameter n): each is a "
+            "sequence counted by max-num-seqs; with prefix caching they share the prompt's full "
+            "blocks."
         ),
     )
 
@@ -751,8 +753,9 @@ class HeadroomSpec(_Spec):
         ge=0,
         le=0.9,
         description=(
-            "Fraction of the KV-cache pool not promised to admitted sequences (guards against "
-            "preemption when lengths exceed the sizing quantile), in [0, 0.9]."
+            "Fraction of the KV-cache pool not promised to admitted sequences under either "
+            "sizing rule (guards against what the sizing does not model: prefill chunks in "
+            "flight, speculative tokens, lengths beyond the given quantiles), in [0, 0.9]."
         ),
     )
     recovery_replicas: SInt = Field(
