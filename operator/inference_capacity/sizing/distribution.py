@@ -202,7 +202,9 @@ class Simulation:
         self.rng = np.random.default_rng(SEED + 2)
         self.uniform_n = int(pool.seqs[0]) if (pool.seqs == pool.seqs[0]).all() else 0
         self.blocks32 = pool.blocks.astype(np.int32)
-        self.index = np.zeros((min(paths, KEPT_PATHS), 0), dtype=np.int32)
+        if len(pool.blocks) > 1 << 16:
+            raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
+        self.index = np.zeros((min(paths, KEPT_PATHS), 0), dtype=np.uint16)
         self.cum_blocks = np.zeros((paths, 0), dtype=np.int32)
         self.cum_seqs: IntArray | None = None if self.uniform_n else np.zeros((paths, 0), np.int64)
         # per column: the smallest and largest prefix sum over the paths (both non-decreasing)
@@ -218,7 +220,7 @@ class Simulation:
     def _grow(self, chunks: int) -> None:
         idx = np.concatenate(
             [
-                self.rng.integers(0, len(self.blocks32), size=(self.paths, CHUNK), dtype=np.int32)
+                self.rng.integers(0, len(self.blocks32), size=(self.paths, CHUNK), dtype=np.uint16)
                 for _ in range(chunks)
             ],
             axis=1,
@@ -261,7 +263,7 @@ class Simulation:
             ):
                 return
             mean = float(self.blocks32.mean())
-            want = int(1.25 * max(budget, 0.0) / mean) + CHUNK - self.length
+            want = int(1.1 * max(budget, 0.0) / mean) + CHUNK - self.length
             chunks = cdiv(max(want, 1), CHUNK)
             if self.length:  # past the estimate: double
                 chunks = max(1, min(chunks, self.length // CHUNK))
