@@ -18,6 +18,8 @@ def _point_json(pt: LatencyPoint) -> dict[str, Any]:
         "itl_ms_p95": round(pt.itl_ms_p95, 3),
         "output_tokens_per_s": round(pt.output_tokens_per_s, 1),
         "preemption_probability": round(pt.preemption_probability, 5),
+        "decode_only_ms_p50": round(pt.decode_only_ms_p50, 3),
+        "bound": pt.bound,
     }
 
 
@@ -91,7 +93,13 @@ def latency_json(plan: Plan) -> dict[str, Any]:
         return out
     if lat.at_max_num_seqs is not None:
         pt = _point_json(lat.at_max_num_seqs)
-        out.update({k: pt[k] for k in ("itl_ms_p50", "itl_ms_p95", "output_tokens_per_s")})
+        out.update(
+            {
+                k: pt[k]
+                for k in ("itl_ms_p50", "itl_ms_p95", "output_tokens_per_s", "decode_only_ms_p50")
+            }
+        )
+        out["bound"] = pt["bound"]
     out["itl_limit"] = lat.itl_limit
     out["hbm_efficiency"] = lat.hbm_efficiency
     out["achievable_bandwidth_bytes_per_s"] = lat.bandwidth_bytes_per_s
@@ -350,14 +358,19 @@ def _sizing_lines(plan: Plan) -> list[str]:
     lines.append("Batch curve (per replica)")
     lines.append(
         f"  {'max-num-seqs':>12} {'ITL p50 ms':>11} {'ITL p95 ms':>11} "
-        f"{'tokens/s':>10} {'P(preempt)':>11}"
+        f"{'decode-only':>11} {'bound':>8} {'tokens/s':>10} {'P(preempt)':>11}"
     )
     for pt in lat.curve:
         mark = " <" if pt.max_num_seqs == n else ""
         lines.append(
             f"  {pt.max_num_seqs:>12} {pt.itl_ms_p50:>11.2f} {pt.itl_ms_p95:>11.2f} "
+            f"{pt.decode_only_ms_p50:>11.2f} {pt.bound:>8} "
             f"{pt.output_tokens_per_s:>10,.0f} {pt.preemption_probability:>11.2%}{mark}"
         )
+    lines.append(
+        "  (ITL: a decode step carrying the steady-state prefill tokens, N × E[uncached "
+        "prompt] / E[output]; decode-only: without them; bound: what limits the step)"
+    )
     return lines
 
 

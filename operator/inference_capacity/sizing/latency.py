@@ -104,7 +104,12 @@ class LatencyModel:
         return out
 
     def step_seconds(
-        self, n: FloatArray, kv_per_stage: FloatArray, prefill_tokens: FloatArray, mean_ctx: float
+        self,
+        n: FloatArray,
+        kv_per_stage: FloatArray,
+        prefill_tokens: FloatArray,
+        mean_ctx: float,
+        flops: bool = True,
     ) -> FloatArray:
         """Step times (batches × columns) for batches of ``n[c]`` sequences carrying
         ``prefill_tokens[c]``; ``kv_per_stage[s, b, c]`` = KV bytes read on stage s."""
@@ -112,7 +117,7 @@ class LatencyModel:
         total = np.zeros(kv_per_stage.shape[1:], dtype=np.float64)
         for s, stage in enumerate(self.stages):
             mem = (self.weight_bytes(stage, tokens) + kv_per_stage[s]) / self.bandwidth
-            if self.flops:
+            if self.flops and flops:
                 fl = 2.0 * stage.params * tokens + stage.attn_flops_per_ctx * mean_ctx * tokens
                 mem = np.maximum(mem, fl / self.flops)
             total = total + mem
@@ -227,6 +232,8 @@ class LatencyPoint:
     itl_ms_p95: float
     output_tokens_per_s: float
     preemption_probability: float
+    decode_only_ms_p50: float = 0.0  # the step without the prefill tokens riding along
+    bound: str = "memory"  # "memory": HBM bytes bind; "compute": FLOPs (decode + prefill) bind
 
 
 class BatchLatency:
@@ -291,7 +298,17 @@ class BatchLatency:
         part = np.partition(steps, (k50, k95))
         p50, p95 = float(part[k50]), float(part[k95])
         mean = float(steps.mean())
-        return LatencyPoint(n, p50 * 1e3, p95 * 1e3, n / mean, self.sizing.probability(n))
+        decode = self.model.step_seconds(
+            np.array([float(n)]), np.stack(kv), np.zeros(1), self.mean_ctx
+        )[:, 0]
+        d50 = float(np.partition(decode, k50)[k50])
+        memory = self.model.step_seconds(
+            np.array([float(n)]), np.stack(kv), np.array([prefill]), self.mean_ctx, flops=False
+        )[:, 0]
+        bound = "compute" if float(np.partition(memory, k50)[k50]) < p50 * (1 - 1e-9) else "memory"
+        return LatencyPoint(
+            n, p50 * 1e3, p95 * 1e3, n / mean, self.sizing.probability(n), d50 * 1e3, bound
+        )
 
     def largest_meeting(self, itl_ms: float, upper: int) -> int:
         """Largest N ≤ upper whose ITL p95 meets ``itl_ms`` (0 when even one sequence misses).
