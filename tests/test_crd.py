@@ -323,7 +323,7 @@ model.name model.revision model.tokenSecretRef.name model.tokenSecretRef.key
 model.configMapRef.name model.configMapRef.key model.config model.dtype
 model.quantization model.kvCacheDtype model.maxLoras model.maxLoraRank
 hardware.gpu hardware.gpuMemoryGiB hardware.tensorParallel hardware.pipelineParallel
-hardware.gpuResourceName
+hardware.gpuResourceName hardware.hbmEfficiency
 engine.name engine.version engine.blockSize engine.maxNumBatchedTokens engine.maxNumSeqsCap
 engine.enforceEager engine.kvCacheMemoryBytes engine.dataParallel engine.enablePrefixCaching
 workload.maxModelLen workload.cohorts[].name workload.cohorts[].weight
@@ -336,11 +336,12 @@ workload.fromPrometheus.bearerTokenSecretRef.name workload.fromPrometheus.bearer
 workload.fromPrometheus.insecureSkipVerify workload.fromPrometheus.caConfigMapRef.name
 workload.fromPrometheus.caConfigMapRef.key workload.fromPrometheus.selector
 workload.fromPrometheus.mode workload.fromPrometheus.refreshSeconds
+workload.cohorts[].samples workload.burst.weights
 headroom.operationalFraction headroom.kvSafetyFraction headroom.recoveryReplicas
 rollout.minReplicas rollout.maxReplicas rollout.manageReplicas rollout.manageStrategy
 rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
-policy.hysteresisPercent policy.useKvCacheMemoryBytes
+policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 """
 
 STATUS_CONTRACT = """
@@ -366,6 +367,10 @@ observed.peakConcurrency observed.preemptionsPerHour observed.prefixCacheHitRate
 observed.predictedNumGpuBlocks observed.predictionErrorPercent observed.samples observed.window
 observed.at model.source model.id model.revision model.requestedRevision
 model.checkpointBytes model.diskBytes
+observed.at sizing.rule sizing.maxNumSeqs sizing.preemptionProbability
+sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemptionTarget
+sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
+latency.itlLimit latency.hbmEfficiency
 """
 
 
@@ -386,6 +391,7 @@ def test_field_names_match_the_contract() -> None:
         "spec.workload.fromPrometheus",
         "spec.workload.fromPrometheus.bearerTokenSecretRef",
         "spec.workload.fromPrometheus.caConfigMapRef",
+        "spec.workload.burst",
         "spec.headroom",
         "spec.rollout",
         "spec.policy",
@@ -717,6 +723,13 @@ REJECTED: list[tuple[str, Any]] = [
     ("spec.rollout.maxReplicas", 0),
     ("spec.rollout.spareGpuNodeSelector", {"pool": 1}),
     ("spec.policy.hysteresisPercent", 51),
+    ("spec.policy.sizing", "Optimistic"),
+    ("spec.policy.preemptionTarget", 0.5),
+    ("spec.policy.preemptionTarget", 0),
+    ("spec.hardware.hbmEfficiency", 1.2),
+    ("spec.workload.cohorts[0].samples", 0),
+    ("spec.workload.burst", {"weights": {"batch": 1.0}}),  # not a cohort
+    ("spec.workload.burst", {"weights": {"chat": 1.5}}),
     ("spec.hardware.tensorParalel", 2),
     ("spec", DELETE),
 ]
@@ -750,6 +763,11 @@ ACCEPTED: list[tuple[str, Any]] = [
     ("spec.rollout.spareGpuNodeSelector", {"nvidia.com/gpu.product": "H100"}),
     ("spec.headroom", {"operationalFraction": 0, "kvSafetyFraction": 0.9, "recoveryReplicas": 0}),
     ("spec.policy.hysteresisPercent", 0),
+    ("spec.policy.sizing", "Conservative"),
+    ("spec.policy.preemptionTarget", 0.05),
+    ("spec.hardware.hbmEfficiency", 0.7),
+    ("spec.workload.cohorts[0].samples", 4),
+    ("spec.workload.burst", {"weights": {"chat": 1.0}}),
 ]
 
 
@@ -785,6 +803,7 @@ def test_cel_rules_compile_and_hold_on_a_valid_object() -> None:
     assert {p for p, _ in rules} == {
         "spec.model",
         "spec.hardware",
+        "spec.workload",
         "spec.workload.cohorts[].promptTokens",
         "spec.workload.cohorts[].outputTokens",
         "spec.rollout",

@@ -192,8 +192,11 @@ def test_cap_and_kv_safety_are_passed_through() -> None:
 
 
 def test_itl_target_uses_the_gpu_bandwidth() -> None:
+    # the conservative rule's ITL cap: the seed-003 lower bound at the datasheet bandwidth. (The
+    # distribution rule, the default, caps by the latency model at the achievable bandwidth:
+    # tests/test_latency.py.)
     w = Workload(workload().cohorts, itl_target_ms=20.0)
-    p = plan(workload=w)
+    p = plan(workload=w, sizing_rule="conservative")
     assert p.seqs is not None and p.seqs.limited_by == "itl"
     bw = H100.hbm_bandwidth_bytes_per_s
     assert bw is not None

@@ -23,7 +23,8 @@ from .hardware import custom_gpu, get_gpu, list_gpus
 from .model import catalog_names, load_model
 from .model.source import checkpoint_json, describe, resolve_model_ref
 from .planner import Headroom, PlanInput, make_plan
-from .report import chart, plan_json, table
+from .report import chart, latency_chart, plan_json, sweep_chart, sweep_table, table
+from .whatif import levers, parse_prices, sweep, workload_from_flags
 
 EXIT_INPUT = 2
 EXIT_NOT_FITS = 1
@@ -142,6 +143,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--deployment",
         help="the target Deployment manifest (YAML), for the patch preview; may also be in FILE",
     )
+    w = plan.add_argument_group(
+        "workload and sizing (issue 14)",
+        "Length quantiles as P50,P95,P99 tokens; --cohort NAME:WEIGHT:P50,P95,P99:O50,O95,O99"
+        "[:SHARED_PREFIX[:N]] (repeatable) for several cohorts.",
+    )
+    w.add_argument("--prompt-tokens", metavar="P50,P95,P99", help="prompt length quantiles")
+    w.add_argument("--output-tokens", metavar="P50,P95,P99", help="output length quantiles")
+    w.add_argument("--shared-prefix-tokens", type=int, default=0, help="with --prompt-tokens")
+    w.add_argument("--samples", type=_positive_int("--samples"), default=1, help="n per request")
+    w.add_argument("--cohort", action="append", default=[], metavar="SPEC")
+    w.add_argument("--burst", metavar="NAME=W,...", help="the burst hour's cohort weights")
+    w.add_argument("--peak-concurrency", type=_positive_int("--peak-concurrency"))
+    w.add_argument("--itl-target-ms", type=float)
+    w.add_argument(
+        "--sizing",
+        choices=["distribution", "conservative"],
+        help="max-num-seqs rule (default: the manifest's spec.policy.sizing, else distribution)",
+    )
+    w.add_argument("--preemption-target", type=float, help="P(preemption) target (0.01)")
+    w.add_argument(
+        "--hbm-efficiency",
+        type=_fraction("--hbm-efficiency"),
+        help="fraction of datasheet HBM bandwidth decode reaches (0.80)",
+    )
+    w.add_argument("--sweep", action="store_true", help="rank every GPU x TP x KV dtype")
+    w.add_argument(
+        "--gpu-price", action="append", default=[], metavar="NAME=PRICE", help="per GPU-hour"
+    )
+    w.add_argument("--gpu-prices", metavar="FILE.yaml", help="a YAML table {GPU: price}")
+    w.add_argument("--latency-chart", help="write the N → ITL / tokens/s curve (.svg/.png)")
+    w.add_argument("--sweep-chart", help="write the sweep's options as bars (.svg/.png)")
     plan.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml", "patch"])
     plan.add_argument("--chart", help="write the per-rank ledger as a stacked bar (.svg/.png)")
     plan.add_argument(
@@ -208,13 +240,27 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     )
     if not 0 <= a.operational_headroom < 1:
         raise CliError("--operational-headroom must be in [0, 1)")
-    base = PlanInput(
-        model=shape,
-        gpu=gpu,
-        tp=a.tp or 1,
-        pp=a.pp or 1,
-        engine=settings,
-        headroom=Headroom(operational_fraction=a.operational_headroom),
+    workload = workload_from_flags(
+        a.prompt_tokens,
+        a.output_tokens,
+        a.cohort,
+        a.peak_concurrency,
+        a.itl_target_ms,
+        a.shared_prefix_tokens,
+        a.samples,
+        a.burst,
+    )
+    base = _sizing_overrides(
+        a,
+        PlanInput(
+            model=shape,
+            gpu=gpu,
+            tp=a.tp or 1,
+            pp=a.pp or 1,
+            engine=settings,
+            workload=workload,
+            headroom=Headroom(operational_fraction=a.operational_headroom),
+        ),
     )
     # what-if: vLLM at exactly these flags
     whatif = make_plan(
@@ -224,12 +270,23 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     )
     # recommendation: the utilization the ledger recommends (or the one for --kv-cache-gib)
     kv_pool = int(a.kv_cache_gib * 2**30) if a.kv_cache_gib is not None else None
-    rec = make_plan(replace(base, kv_pool_bytes=kv_pool, choose_max_num_seqs=False))
+    rec = make_plan(
+        replace(
+            base,
+            kv_pool_bytes=kv_pool,
+            choose_max_num_seqs=workload is not None and a.max_num_seqs is None,
+        )
+    )
     out = {"model": source.json(), **plan_json(whatif)}
     ckpt = checkpoint_json(source, shape)
     if ckpt is not None:
         out["checkpoint"] = ckpt
-    out["recommendation"] = plan_json(rec)["recommendation"]
+    rec_json = plan_json(rec)
+    out["recommendation"] = rec_json["recommendation"]
+    if workload is not None:
+        # sizing and latency of the recommendation; of the given --max-num-seqs as "given"
+        out["given"] = {"sizing": out["sizing"], "latency": out["latency"]}
+        out["sizing"], out["latency"] = rec_json["sizing"], rec_json["latency"]
     out["recommended_flags"] = rec.recommendation.flags()
     if kv_pool is not None:
         out["inverse"] = {
@@ -243,11 +300,11 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     text = (
         describe(source, shape)
         + "\n\n"
-        + table(whatif)
+        + table(whatif if workload is None else rec)
         + "\n\nRecommended: "
         + " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
     )
-    return out, text, whatif
+    return out, text, rec if workload is not None else whatif
 
 
 def _read_text(path: str) -> str:
@@ -295,7 +352,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         if not resolved.supported:
             results.append(_unsupported_result(icap, resolved))
             continue
-        plan = make_plan(resolved.plan_input)
+        plan = make_plan(_sizing_overrides(a, resolved.plan_input))
         rec = plan.recommendation
         flags = rec.flags(
             max_model_len=spec.policy.set_max_model_len,
@@ -414,6 +471,55 @@ def _unsupported_result(icap: Any, resolved: Any) -> tuple[dict[str, Any], str, 
     return out, text, None
 
 
+def _sizing_overrides(a: argparse.Namespace, inp: PlanInput) -> PlanInput:
+    """--sizing / --preemption-target / --hbm-efficiency over the spec's (or the defaults)."""
+    if a.preemption_target is not None and not 0 < a.preemption_target < 0.5:
+        raise CliError(f"--preemption-target must be in (0, 0.5), got {a.preemption_target}")
+    return replace(
+        inp,
+        sizing_rule=a.sizing or inp.sizing_rule,
+        preemption_target=(
+            a.preemption_target if a.preemption_target is not None else inp.preemption_target
+        ),
+        hbm_efficiency=a.hbm_efficiency if a.hbm_efficiency is not None else inp.hbm_efficiency,
+    )
+
+
+def _prices(a: argparse.Namespace) -> dict[str, float]:
+    table = None
+    if a.gpu_prices:
+        try:
+            table = yaml.safe_load(_read_text(a.gpu_prices))
+        except yaml.YAMLError as exc:
+            raise CliError(f"--gpu-prices {a.gpu_prices}: not valid YAML: {exc}") from None
+        if not isinstance(table, dict):
+            raise CliError(f"--gpu-prices {a.gpu_prices}: expected a mapping GPU: price")
+    return parse_prices(a.gpu_price, table)
+
+
+def _add_whatifs(a: argparse.Namespace, result: tuple[dict[str, Any], str, Any]) -> str:
+    """levers[] always; options[] with --sweep. Returns the text to append to the table."""
+    out, _, plan = result
+    if plan is None:  # no plan was made (Supported=False): nothing to vary
+        return ""
+    found = levers(plan)
+    out["levers"] = [
+        {"name": x["name"], **{k: v for k, v in x.items() if k != "name"}} for x in found
+    ]
+    text = ""
+    if found:
+        text += "\n\nLevers (each a what-if plan)\n" + "\n".join(f"  {x['summary']}" for x in found)
+    if a.sweep or a.gpu_price or a.gpu_prices or a.sweep_chart:
+        prices = _prices(a)
+        options = sweep(plan.input, prices)
+        out["options"] = [o.to_json() for o in options]
+        text += "\n\n" + sweep_table(out["options"], bool(prices))
+        if a.sweep_chart:
+            sweep_chart(out["options"], a.sweep_chart)
+            print(f"sweep chart written to {a.sweep_chart}", file=sys.stderr)
+    return text
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     if a.file and a.model:
         raise CliError("plan: give either FILE.yaml or --model, not both")
@@ -421,6 +527,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
         results = _manifest_plans(a)
     else:
         results = [_flags_plan(a)]
+    results = [(r[0], r[1] + _add_whatifs(a, r), r[2]) for r in results]
+    if a.latency_chart:
+        latency_chart(results[0][2], a.latency_chart)
+        print(f"latency chart written to {a.latency_chart}", file=sys.stderr)
     if a.output == "json":
         payload: Any = results[0][0] if len(results) == 1 else [r[0] for r in results]
         print(json.dumps(payload, indent=2, default=str))

@@ -743,3 +743,45 @@ def custom_gpu(
         source_kind="user",
         source=f"user override: --gpu-memory-gib {total_gib}",
     )
+
+
+# --- throughput specs for the decode/prefill latency model (sizing/latency.py) ----------------
+
+#: Fraction of the datasheet HBM bandwidth that decode kernels (paged attention, GEMV-shaped
+#: GEMMs) sustain: 70–85 % is what memory-bound kernels reach on A100/H100 (issue 14; e.g.
+#: FlashMLA's 3,000 GB/s of the H800's 3,350 is 90 %, vLLM's paged attention lower); 0.80 is the
+#: middle of that range. Overridable per plan (spec.hardware.hbmEfficiency, --hbm-efficiency).
+DEFAULT_HBM_EFFICIENCY = 0.80
+#: Fraction of dense peak FLOP/s that prefill GEMMs sustain (model FLOPs utilisation); an
+#: assumed default (published prefill MFU on H100 is 40–60 %).
+DEFAULT_COMPUTE_EFFICIENCY = 0.50
+
+#: Dense (no sparsity) BF16 tensor-core peak from each vendor datasheet, FLOP/s (FP16 where the
+#: GPU has no BF16: V100, T4). Datasheets quote "with sparsity" figures at twice these.
+_DENSE_BF16_FLOPS: dict[str, float] = {
+    "A10G": 70e12,  # AWS G5: "up to 70 TFLOPS" FP16/BF16 tensor per A10G (dense)
+    "L4": 121e12,  # NVIDIA L4 datasheet: 242 TFLOPS BF16 with sparsity
+    "L40S": 362e12,  # NVIDIA L40S datasheet: 733 TFLOPS BF16 with sparsity (362.05 dense)
+    "A100-SXM-40GB": 312e12,  # NVIDIA A100 datasheet: 312 TFLOPS BF16 dense
+    "A100-PCIe-40GB": 312e12,
+    "A100-SXM-80GB": 312e12,
+    "A100-PCIe-80GB": 312e12,
+    "H100-PCIe-80GB": 756e12,  # NVIDIA H100 datasheet: 1,513 TFLOPS BF16 with sparsity
+    "H100-SXM-80GB": 989e12,  # NVIDIA H100 datasheet: 1,979 TFLOPS BF16 with sparsity
+    "H100-NVL-94GB": 835e12,  # NVIDIA H100 NVL: 1,671 TFLOPS BF16 with sparsity
+    "H200-SXM-141GB": 989e12,  # NVIDIA H200 datasheet: same compute as H100 SXM
+    "H20-96GB": 148e12,  # NVIDIA H20: 148 TFLOPS BF16 dense
+    "H20-141GB": 148e12,
+    "B200-180GB": 2250e12,  # NVIDIA DGX B200: 4.5 PFLOPS BF16 with sparsity per GPU
+    "RTX-3090": 71e12,  # GA102 whitepaper: 71 TFLOPS FP16 tensor (FP16 accumulate), dense
+    "RTX-4090": 165e12,  # AD102 whitepaper: 165.2 TFLOPS FP16 tensor (FP16 accumulate), dense
+    "T4": 65e12,  # NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed precision
+    "V100-16GB": 125e12,  # NVIDIA V100 SXM2 datasheet: 125 TFLOPS tensor
+    "V100-32GB": 125e12,
+    "MI300X": 1307e12,  # AMD MI300X datasheet: 1,307.4 TFLOPS BF16 dense
+}
+
+
+def dense_flops(gpu: Gpu) -> float | None:
+    """Dense BF16 (or FP16) tensor peak in FLOP/s from the datasheet; None when unknown."""
+    return _DENSE_BF16_FLOPS.get(gpu.name)

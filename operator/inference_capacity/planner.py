@@ -6,8 +6,11 @@ Order of work:
    (CUDA context, graphs before 0.20, fragmentation, post-KV workspaces, operational headroom);
    or, when a KV pool is asked for, the utilization that makes vLLM allocate exactly it;
 2. vLLM's startup at that utilization: the KV pool, blocks, tokens, and whether it starts;
-3. a safe ``max-num-seqs`` for the workload; the profile's activation depends on it, so the
-   prediction is redone once at the chosen value (a smaller batch only frees memory);
+3. a safe ``max-num-seqs`` for the workload, by the sizing rule (``distribution``: the largest
+   batch whose preemption probability is below the target, :mod:`.sizing.distribution`;
+   ``conservative``: per-sequence reservations at a quantile, :mod:`.sizing.workload`), capped by
+   the ITL target; the profile's activation depends on it, so the prediction is redone at the
+   chosen value (a smaller batch only frees memory);
 4. replicas, maxSurge / maxUnavailable and the PDB.
 """
 
@@ -21,14 +24,26 @@ from .engines.vllm import (
     GiB,
     SettingsError,
     StartupPrediction,
+    batch_defaults,
     predict_startup,
 )
 from .hardware import Gpu
 from .ledger.kv import kv_bytes_per_token, kv_token_format
 from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
+from .sizing.distribution import (
+    DEFAULT_PREEMPTION_TARGET,
+    MAX_REQUESTS,
+    DistributionSizing,
+    size_by_distribution,
+)
+from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
 from .sizing.rollout import RolloutPlan, plan_rollout
 from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
+
+#: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn
+#: from the length distributions) or "conservative" (every sequence at the sizing quantile).
+SIZING_RULES = ("distribution", "conservative")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,9 @@ class PlanInput:
     choose_utilization: bool = True  # False: keep engine.gpu_memory_utilization (what-if)
     choose_max_num_seqs: bool = True  # False: keep engine.max_num_seqs (what-if)
     notes: tuple[str, ...] = ()  # from reading the Deployment (resolve.py)
+    sizing_rule: str = "distribution"  # one of SIZING_RULES
+    preemption_target: float = DEFAULT_PREEMPTION_TARGET
+    hbm_efficiency: float | None = None  # None: hardware.DEFAULT_HBM_EFFICIENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +127,18 @@ class Recommendation:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyReport:
+    """Decode-step latency at the chosen max-num-seqs, the ITL-limited batch and the curve."""
+
+    at_max_num_seqs: LatencyPoint | None
+    at_peak: LatencyPoint | None  # a replica's share of the peak with the recovery replicas down
+    itl_limit: int | None  # largest N meeting workload.itlTargetMs (None: no target)
+    curve: tuple[LatencyPoint, ...]
+    hbm_efficiency: float
+    bandwidth_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     input: PlanInput
     prediction: StartupPrediction
@@ -121,6 +151,8 @@ class Plan:
     kv_bytes_per_token_rank: int
     kv_bytes_per_token_model: int
     notes: tuple[str, ...] = ()
+    distribution: DistributionSizing | None = None  # the distribution rule's numbers
+    latency: LatencyReport | None = None
 
     @property
     def kv_token_capacity(self) -> int:
@@ -211,29 +243,30 @@ def make_plan(inp: PlanInput) -> Plan:
         and inp.workload.cohorts
         and pred.starts
     ):
-        workload = inp.workload
-        if settings.enable_prefix_caching is False:
-            # --no-enable-prefix-caching: no block is shared between requests
-            workload = replace(
-                workload,
-                cohorts=tuple(replace(c, shared_prefix=0) for c in workload.cohorts),
-            )
+        workload = _effective_workload(inp.workload, settings.enable_prefix_caching)
         # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
         # than one scheduler step can hold
         cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
 
+        if inp.sizing_rule not in SIZING_RULES:
+            raise SettingsError(
+                f"policy.sizing: {inp.sizing_rule!r} is not one of {', '.join(SIZING_RULES)}"
+            )
+
         def size(p: StartupPrediction) -> SeqSizing:
             r = p.ranks[p.binding_rank]
-            return size_max_num_seqs(
-                workload,
-                r.layout,
-                p.num_gpu_blocks,
-                p.settings.max_model_len,
-                h.kv_safety_fraction,
-                cap,
-                r.weights.total,
-                hbm,
-            )
+            if inp.sizing_rule == "conservative":
+                return size_max_num_seqs(
+                    workload,
+                    r.layout,
+                    p.num_gpu_blocks,
+                    p.settings.max_model_len,
+                    h.kv_safety_fraction,
+                    cap,
+                    r.weights.total,
+                    hbm,
+                )
+            return _size_distribution(inp, workload, p, cap)
 
         for _ in range(4):
             seqs = size(pred)
@@ -261,6 +294,17 @@ def make_plan(inp: PlanInput) -> Plan:
         )
     rs = pred.settings
     r = pred.ranks[pred.binding_rank]
+    distribution: DistributionSizing | None = None
+    latency: LatencyReport | None = None
+    if inp.workload is not None and inp.workload.cohorts and pred.starts:
+        # the distribution's numbers are published under either rule (for the conservative
+        # rule: the preemption risk of the batch it chose), with the latency at the chosen N
+        cap = min(inp.max_num_seqs_cap or 1 << 20, rs.max_num_batched_tokens)
+        distribution = _distribution(
+            inp, _effective_workload(inp.workload, inp.engine.enable_prefix_caching), pred, cap
+        )
+        chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
+        latency = _latency(inp, pred, distribution, chosen)
     ledger = build_ledger(pred, h.operational_fraction)
     per_engine = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     # each data-parallel rank is its own engine with its own max-num-seqs and KV pool
@@ -308,10 +352,7 @@ def make_plan(inp: PlanInput) -> Plan:
         )
     elif seqs is not None and seqs.max_num_seqs <= 0:
         fits, reason = False, "WorkloadDoesNotFit"
-        message = (
-            f"not one {inp.workload.quantile if inp.workload else ''} sequence fits: "
-            + seqs.message
-        )
+        message = f"not one {_rule_words(inp)} sequence fits: " + seqs.message
     elif not rollout.fits_max_replicas:
         fits, reason, message = False, "ExceedsMaxReplicas", rollout.message
     else:
@@ -339,4 +380,122 @@ def make_plan(inp: PlanInput) -> Plan:
         )
         * inp.tp,
         notes=inp.model.notes + inp.notes + tuple(notes) + pred.notes,
+        distribution=distribution,
+        latency=latency,
+    )
+
+
+def _effective_workload(workload: Workload, prefix_caching: bool | None) -> Workload:
+    """--no-enable-prefix-caching: no block is shared between requests."""
+    if prefix_caching is not False:
+        return workload
+    return replace(workload, cohorts=tuple(replace(c, shared_prefix=0) for c in workload.cohorts))
+
+
+def _rule_words(inp: PlanInput) -> str:
+    if inp.sizing_rule == "conservative" and inp.workload is not None:
+        return inp.workload.quantile
+    return "workload"
+
+
+def default_max_num_seqs(pred: StartupPrediction, inp: PlanInput) -> int:
+    """vLLM's own --max-num-seqs default for this version, GPU and usage context."""
+    rs = pred.settings
+    return batch_defaults(
+        rs.version, rs.era, inp.gpu.total_bytes, inp.gpu.name, inp.engine.usage_context
+    )[1]
+
+
+def _distribution(
+    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+) -> DistributionSizing:
+    r = p.ranks[p.binding_rank]
+    return size_by_distribution(
+        workload.cohorts,
+        workload.burst_weights,
+        r.layout,
+        p.num_gpu_blocks,
+        p.settings.max_model_len,
+        inp.headroom.kv_safety_fraction,
+        cap,
+        inp.preemption_target,
+        default_max_num_seqs(p, inp),
+    )
+
+
+_BATCHES: dict[tuple[object, ...], tuple[object, BatchLatency]] = {}
+
+
+def _batches(model: LatencyModel, d: DistributionSizing) -> BatchLatency:
+    """The latency of batches along the simulation's paths; the planner asks again at each
+    step of its loop with the same model and simulation, so the last few are kept."""
+    sim = d.binding.paths.sim
+    key = (model, id(sim), sim.length, d.binding_mix)
+    hit = _BATCHES.get(key)
+    if hit is not None and hit[0] is sim:
+        return hit[1]
+    batches = BatchLatency(model, d)
+    _BATCHES[key] = (sim, batches)
+    while len(_BATCHES) > 4:
+        del _BATCHES[next(iter(_BATCHES))]
+    return batches
+
+
+def _latency(
+    inp: PlanInput, p: StartupPrediction, d: DistributionSizing, chosen: int, full: bool = True
+) -> LatencyReport | None:
+    """The latency report; ``full`` False: only the ITL limit (inside the sizing loop)."""
+    model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
+    if model is None:
+        return None
+    batches = _batches(model, d)
+    target = inp.workload.itl_target_ms if inp.workload is not None else None
+    limit = None
+    if target:
+        limit = batches.largest_meeting(target, max(d.max_num_seqs, chosen, 1))
+    if not full:
+        return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth)
+    at = batches.point(chosen) if 0 < chosen <= batches.max_n else None
+    peak = inp.workload.peak_concurrency if inp.workload is not None else None
+    at_peak = None
+    if peak and chosen > 0:
+        share = math.ceil(peak / math.ceil(peak / chosen))  # ≤ chosen
+        at_peak = batches.point(share) if share <= batches.max_n else None
+    extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
+    return LatencyReport(
+        at, at_peak, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth
+    )
+
+
+def _size_distribution(
+    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+) -> SeqSizing:
+    """The distribution rule as a :class:`SeqSizing`: the largest batch below the preemption
+    target, then the ITL target (from the latency model), then the cap."""
+    d = _distribution(inp, workload, p, cap)
+    n, limited = d.binding.max_num_seqs, "kv"
+    msg = (
+        f"{n} sequences keep P(preemption) at {d.probability(n):.2%} (target "
+        f"{d.target:.0%}; {d.budget_blocks:,.0f} usable blocks, mean "
+        f"{d.blocks_per_seq:.1f} blocks per sequence, {d.binding_mix} mix"
+        + (
+            f", {d.shared_prefix_blocks} shared-prefix blocks once"
+            if d.shared_prefix_blocks
+            else ""
+        )
+        + ")"
+    )
+    if workload.itl_target_ms:
+        lat = _latency(inp, p, d, min(n, cap), full=False)
+        if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
+            n, limited = lat.itl_limit, "itl"
+            msg += f"; an ITL p95 of {workload.itl_target_ms} ms allows {n}"
+    if d.binding.paths.sim.truncated and n >= d.binding.paths.sim.seqs_at(MAX_REQUESTS).min():
+        msg += f" (at least: the simulation stops at {MAX_REQUESTS:,} requests)"
+    if n > cap:
+        n, limited = cap, "cap"
+        msg += f"; capped at {cap}"
+    usable = max(0, p.num_gpu_blocks - 1)
+    return SeqSizing(
+        n, d.blocks_per_seq, d.tokens_per_seq, usable, d.shared_prefix_blocks, limited, msg
     )

@@ -425,12 +425,18 @@ def resolve(
                     Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
                     Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
                     c.shared_prefix_tokens,
+                    c.samples,
                 )
                 for c in w.cohorts
             ),
             quantile=w.quantile,
             peak_concurrency=w.peak_concurrency,
             itl_target_ms=w.itl_target_ms,
+            burst_weights=(
+                tuple(w.burst.weights.get(c.name, 0.0) for c in w.cohorts)
+                if w.burst is not None
+                else None
+            ),
         )
     hr = spec.headroom
     ro = spec.rollout
@@ -446,6 +452,9 @@ def resolve(
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
         kv_pool_bytes=kv_bytes,
         notes=tuple(notes),
+        sizing_rule=spec.policy.sizing.lower(),
+        preemption_target=spec.policy.preemption_target,
+        hbm_efficiency=spec.hardware.hbm_efficiency,
     )
     return Resolved(
         inp,

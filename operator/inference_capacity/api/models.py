@@ -89,6 +89,11 @@ __all__ = [
     "Quantization",
     "Recommendation",
     "RolloutSpec",
+    "BurstSpec",
+    "Latency",
+    "LatencyPoint",
+    "Sizing",
+    "SizingRule",
     "Summary",
     "TargetKind",
     "TargetRef",
@@ -128,6 +133,7 @@ KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 EngineName = Literal["vllm"]
 BlockSize = Literal[8, 16, 32, 64, 128]
 Quantile = Literal["p50", "p95", "p99"]
+SizingRule = Literal["Distribution", "Conservative"]
 PrometheusMode = Literal["replace", "max", "spec-only"]
 ConditionType = Literal[
     "Ready",
@@ -462,6 +468,15 @@ class HardwareSpec(_Spec):
             "the target's running flags, else 1."
         ),
     )
+    hbm_efficiency: SFloat | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of the GPU's datasheet HBM bandwidth that decode kernels sustain, in "
+            "(0, 1]; used by the decode-step latency model. null: the catalog default (0.80)."
+        ),
+    )
     gpu_resource_name: SStr = Field(
         "nvidia.com/gpu",
         min_length=1,
@@ -619,6 +634,17 @@ class Cohort(_Spec):
             "prefix caching they occupy KV blocks once per replica, not once per request."
         ),
     )
+    # not "n": a YAML 1.1 reader (PyYAML, kubectl's round trips) reads the key n as false
+    samples: SInt = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "Parallel samples per request (the OpenAI/vLLM sampling parameter n): each is a "
+            "sequence counted by max-num-seqs; with prefix caching they share the prompt's full "
+            "blocks."
+        ),
+    )
 
 
 class PrometheusSource(_Spec):
@@ -668,8 +694,37 @@ class PrometheusSource(_Spec):
     )
 
 
+class BurstSpec(_Spec):
+    """The cohort mix of the burst hour (e.g. more long requests); max-num-seqs is sized for the
+    worse of the steady and the burst mix."""
+
+    weights: dict[str, Annotated[float, Strict(), Field(ge=0, le=1)]] = Field(
+        description=(
+            "Weight of each cohort (by name) during the burst, each in [0, 1]; cohorts not "
+            "listed have weight 0. At least one weight must be positive; they are normalised."
+        ),
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _some_positive(cls, weights: dict[str, float]) -> dict[str, float]:
+        if not any(w > 0 for w in weights.values()):
+            raise PydanticCustomError("burst_weights", "at least one weight must be positive", {})
+        return weights
+
+
 class WorkloadSpec(_Spec):
     """The traffic each replica and the fleet must hold."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel(
+                "!has(self.burst) || self.burst.weights.all(k, has(self.cohorts) && "
+                "self.cohorts.exists(c, c.name == k))",
+                "spec.workload.burst.weights must name cohorts of spec.workload.cohorts",
+            )
+        )
+    )
 
     max_model_len: SInt | None = Field(
         None,
@@ -689,7 +744,10 @@ class WorkloadSpec(_Spec):
     )
     quantile: Quantile = Field(
         "p95",
-        description="Length quantile that per-sequence KV reservations are sized at.",
+        description=(
+            "Length quantile that per-sequence KV reservations are sized at under "
+            "spec.policy.sizing Conservative (the Distribution rule uses all three quantiles)."
+        ),
     )
     peak_concurrency: SInt | None = Field(
         None,
@@ -703,13 +761,34 @@ class WorkloadSpec(_Spec):
         None,
         gt=0,
         description=(
-            "Target inter-token latency in milliseconds; caps max-num-seqs so that a decode step "
-            "meets it. null: no latency cap."
+            "Target inter-token latency in milliseconds; caps max-num-seqs at the largest batch "
+            "whose decode step meets it (its p95 under the Distribution rule, the bandwidth "
+            "lower bound under Conservative). null: no latency cap."
         ),
     )
     from_prometheus: PrometheusSource | None = Field(
         None, description="Measure the workload from Prometheus. null: use the spec only."
     )
+    burst: BurstSpec | None = Field(
+        None,
+        description=(
+            "The burst hour's cohort mix; max-num-seqs is sized for the worse of it and the "
+            "cohorts' own weights. null: no burst mix."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _burst_names_cohorts(self) -> WorkloadSpec:
+        if self.burst is not None:
+            names = {c.name for c in self.cohorts}
+            for key in self.burst.weights:
+                if key not in names:
+                    raise PydanticCustomError(
+                        "burst_cohort",
+                        "burst.weights names '{name}', which is not a cohort (cohorts: {known})",
+                        {"name": key, "known": ", ".join(sorted(names)) or "none"},
+                    )
+        return self
 
     @field_validator("cohorts")
     @classmethod
@@ -743,8 +822,9 @@ class HeadroomSpec(_Spec):
         ge=0,
         le=0.9,
         description=(
-            "Fraction of the KV-cache pool not promised to admitted sequences (guards against "
-            "preemption when lengths exceed the sizing quantile), in [0, 0.9]."
+            "Fraction of the KV-cache pool not promised to admitted sequences under either "
+            "sizing rule (guards against what the sizing does not model: prefill chunks in "
+            "flight, speculative tokens, lengths beyond the given quantiles), in [0, 0.9]."
         ),
     )
     recovery_replicas: SInt = Field(
@@ -832,6 +912,24 @@ class PolicySpec(_Spec):
         description=(
             "Set --kv-cache-memory-bytes (an absolute KV-cache size) instead of "
             "--gpu-memory-utilization, where the vLLM version supports it (0.11 and later)."
+        ),
+    )
+    sizing: SizingRule = Field(
+        "Distribution",
+        description=(
+            "How max-num-seqs is sized. Distribution: the largest batch whose probability of "
+            "outgrowing the KV pool (a preemption) is below preemptionTarget, with lengths "
+            "log-normal from the cohorts' quantiles. Conservative: every sequence reserves its "
+            "prompt + output at workload.quantile."
+        ),
+    )
+    preemption_target: SFloat = Field(
+        0.01,
+        gt=0,
+        lt=0.5,
+        description=(
+            "Highest acceptable probability that a full batch outgrows the KV pool (Distribution "
+            "sizing), in (0, 0.5)."
         ),
     )
 
@@ -1039,6 +1137,52 @@ class Recommendation(_Status):
     )
 
 
+class Sizing(_Status):
+    """How max-num-seqs was chosen and the preemption risk it runs."""
+
+    rule: Literal["distribution", "conservative"] = Field(description="The sizing rule used.")
+    max_num_seqs: int = Field(ge=0, description="--max-num-seqs chosen (sequences per replica).")
+    preemption_probability: float = Field(
+        ge=0,
+        le=1,
+        description=(
+            "Probability that a batch of maxNumSeqs sequences at full length outgrows the usable "
+            "KV blocks (Monte Carlo; the worse of the steady and burst mixes)."
+        ),
+    )
+    preemption_probability_at_default: float = Field(
+        ge=0, le=1, description="The same probability at vLLM's default --max-num-seqs."
+    )
+    default_max_num_seqs: int = Field(ge=0, description="vLLM's default --max-num-seqs here.")
+    preemption_target: float = Field(ge=0, le=1, description="spec.policy.preemptionTarget.")
+    limited_by: str = Field(description="What bound maxNumSeqs: kv, itl or cap.")
+    binding_mix: str = Field(description="The cohort mix that bound it: steady or burst.")
+
+
+class LatencyPoint(_Status):
+    """Decode-step latency and throughput of one replica at one batch size."""
+
+    max_num_seqs: int = Field(ge=0, description="Running sequences.")
+    itl_ms_p50: float = Field(ge=0, description="Inter-token latency, median (ms).")
+    itl_ms_p95: float = Field(ge=0, description="Inter-token latency, 95th percentile (ms).")
+    output_tokens_per_s: float = Field(ge=0, description="Output tokens per second per replica.")
+    preemption_probability: float = Field(ge=0, le=1, description="Preemption probability.")
+
+
+class Latency(_Status):
+    """The decode-step latency model at the recommended max-num-seqs."""
+
+    itl_ms_p50: float | None = Field(None, ge=0, description="ITL median (ms).")
+    itl_ms_p95: float | None = Field(None, ge=0, description="ITL 95th percentile (ms).")
+    output_tokens_per_s: float | None = Field(
+        None, ge=0, description="Output tokens per second per replica."
+    )
+    itl_limit: int | None = Field(
+        None, ge=0, description="Largest batch meeting workload.itlTargetMs. null: no target."
+    )
+    hbm_efficiency: float = Field(gt=0, le=1, description="HBM bandwidth fraction assumed.")
+
+
 class Applied(_Status):
     """What the operator last wrote to the target."""
 
@@ -1134,6 +1278,13 @@ class InferenceCapacityStatus(_Status):
             "The vLLM flags, replicas and rollout settings recommended (and, in Enforce mode, "
             "applied), each with its provenance."
         ),
+    )
+    sizing: Sizing | None = Field(
+        None, description="How max-num-seqs was sized and its preemption risk. null: no workload."
+    )
+    latency: Latency | None = Field(
+        None,
+        description="Decode-step latency and throughput at the recommendation. null: unknown.",
     )
     applied: Applied | None = Field(
         None, description="What the operator last wrote to the target. null: nothing yet."

@@ -22,7 +22,13 @@ from ..decide import material_changes, rollout_in_progress, set_condition
 from ..engines.vllm_args import VllmArgsError
 from ..patching import REMOVED, build_change
 from ..planner import Plan, make_plan
-from ..report import ledger_json, recommendation_json, startup_json
+from ..report import (
+    latency_status,
+    ledger_json,
+    recommendation_json,
+    sizing_status,
+    startup_json,
+)
 from ..resolve import ResolveError, resolve
 from ..sizing.gpus import container_gpu_request, spare_gpus
 from . import k8s, metrics, models, observing
@@ -548,3 +554,5 @@ def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, 
     s["ledger"] = ledger_json(plan)
     s["vllmStartup"] = startup_json(plan)
     s["recommendation"] = recommendation_json(plan)
+    s["sizing"] = sizing_status(plan)
+    s["latency"] = latency_status(plan)

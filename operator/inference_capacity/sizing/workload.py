@@ -37,6 +37,7 @@ class Cohort:
     prompt: Quantiles
     output: Quantiles
     shared_prefix: int = 0
+    n: int = 1  # parallel samples per request (vLLM's SamplingParams.n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,8 @@ class Workload:
     quantile: str = "p95"
     peak_concurrency: int | None = None
     itl_target_ms: float | None = None
+    #: the burst hour's cohort weights, one per cohort (None: no burst mix given)
+    burst_weights: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,443 @@
+"""``max-num-seqs`` from the distribution of a batch: the preemption risk vLLM's scheduler runs.
+
+vLLM (V1) does not reserve output tokens: it admits requests while free blocks last and preempts
+(recomputes) the newest running request when a decode step finds no free block. So the question
+a ``--max-num-seqs`` answers is: with N sequences running, how likely is it that their KV blocks
+outgrow the pool? This module computes that probability and the largest N that keeps it below a
+target (``spec.policy.preemptionTarget``, default 1 %).
+
+The model, term by term:
+
+* **Lengths.** Each cohort's prompt and output lengths are log-normal, fitted to the given
+  quantiles: the median fixes ``mu = ln p50`` exactly; ``sigma`` is the larger of the two
+  one-quantile fits ``ln(p95/p50)/z95`` and ``ln(p99/p50)/z99``. Why log-normal: lengths are
+  positive and right-skewed, and the log-normal is the usual fit of LLM request lengths (three
+  quantiles cannot identify a heavier family). Why the larger sigma: the preemption risk lives in
+  the upper tail, so the fitted tail is never lighter than either tail quantile given (one of
+  them is matched exactly, the other over-stated); constant quantiles give ``sigma = 0``, i.e.
+  constant lengths. Prompt and output are drawn independently; a sampled length is rounded to a
+  whole token, a prompt is at least the cohort's shared prefix, and prompt + output is capped at
+  ``max-model-len`` (vLLM stops a sequence there).
+* **Mix.** Each request of a batch belongs to a cohort with probability its normalised weight
+  (so a batch of N is a multinomial draw of cohorts, not a fixed mix). A burst mix
+  (``workload.burst``) is sized the same way; the smaller N of the two wins.
+* **Blocks.** A request holds, when each of its sequences has reached full length, its blocks in
+  every KV group (:meth:`KvLayout.blocks_per_request`, so sliding windows are bounded and
+  Mamba/GDN state is one block) minus the cohort's shared prefix, which is held once per replica
+  in whole blocks (vLLM caches full blocks only). With ``n > 1`` samples the ``n`` sequences share
+  the prompt's full blocks (prefix caching), and each holds the rest of its context.
+* **Usable blocks.** ``(num_gpu_blocks − 1 null block) × (1 − kvSafetyFraction) − shared-prefix
+  blocks``: the same budget as the conservative rule, so with constant lengths the two rules give
+  the same N exactly (``floor(budget / blocks)``).
+* **Probability.** Seeded Monte Carlo (:data:`SEED`, :data:`PATHS` batches): each path admits
+  requests drawn from the mix in order; ``N_m`` = sequences of the requests that fit before the
+  blocks exceed the usable pool. ``P(exceed at N) = #{m : N_m < N} / PATHS`` (a batch of N
+  sequences counts the whole request its N-th sequence belongs to). Paths are prefix sums, so the
+  estimate is monotone in N and the chosen N is the ``ceil(target × PATHS)``-th smallest ``N_m``.
+  Its binomial standard error is ``sqrt(P (1 − P) / PATHS)``; resampling a finite pool adds
+  about a third to it (measured over seeds against an exact convolution, tests/
+  test_distribution.py).
+
+Pure: numpy only. Each request draw is a pool of :data:`POOL` requests drawn once per mix and
+resampled along the paths (a bootstrap of the request distribution).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..ledger.kv import KvLayout
+from ..model.shapes import cdiv
+from .workload import Cohort, Quantiles
+
+#: Standard normal quantiles: Φ⁻¹(0.95), Φ⁻¹(0.99).
+Z95 = 1.6448536269514722
+Z99 = 2.3263478740408408
+#: The Monte Carlo's fixed seed (deterministic plans), batches per estimate and request pool.
+SEED = 14
+PATHS = 2048
+POOL = 65536
+#: The default preemption target (``spec.policy.preemptionTarget``).
+DEFAULT_PREEMPTION_TARGET = 0.01
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class LogNormal:
+    """``ln X ~ Normal(mu, sigma²)``."""
+
+    mu: float
+    sigma: float
+
+    @classmethod
+    def fit(cls, q: Quantiles) -> LogNormal:
+        """Median exactly; sigma the larger of the p95 and p99 fits (see the module doc)."""
+        p50 = max(q.p50, 1)
+        sigma = max(
+            math.log(max(q.p95, p50) / p50) / Z95,
+            math.log(max(q.p99, p50) / p50) / Z99,
+            0.0,
+        )
+        return cls(math.log(p50), sigma)
+
+    def quantile(self, z: float) -> float:
+        return math.exp(self.mu + self.sigma * z)
+
+    def draw(self, rng: np.random.Generator, size: int) -> IntArray:
+        if self.sigma == 0.0:
+            return np.full(size, round(math.exp(self.mu)), dtype=np.int64)
+        return np.rint(rng.lognormal(self.mu, self.sigma, size)).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPool:
+    """Requests drawn from one cohort mix, and what each holds on one rank's layout."""
+
+    cohort: IntArray  # index into the cohorts
+    prompt: IntArray  # tokens (≥ the cohort's shared prefix, ≤ max-model-len − 1)
+    output: IntArray  # tokens (≥ 1; prompt + output ≤ max-model-len)
+    seqs: IntArray  # sequences of the request (the cohort's n)
+    blocks: IntArray  # blocks at full length, all its sequences, shared prefix excluded
+    cached: IntArray  # prompt tokens served from the prefix cache (the shared prefix's blocks)
+
+
+def shared_prefix_blocks(c: Cohort, layout: KvLayout) -> int:
+    """Blocks of the cohort's shared prefix, held once per replica: whole blocks only (vLLM
+    hashes full blocks), of the prefix as far as the median prompt holds it."""
+    aligned = shared_prefix_tokens(c, layout.block_size)
+    return layout.blocks_per_request(aligned, 0) if aligned else 0
+
+
+def shared_prefix_tokens(c: Cohort, block_size: int) -> int:
+    """The cohort's shared prefix in whole blocks, as far as the median prompt holds it."""
+    return (min(c.shared_prefix, c.prompt.p50) // block_size) * block_size
+
+
+def _blocks_of(layout: KvLayout, tokens: IntArray) -> IntArray:
+    """``layout.blocks_per_request`` for every entry. Every group's count depends on the tokens
+    only through ``cdiv(tokens, block_size)`` (``cdiv(min(a, b)) = min(cdiv(a), cdiv(b))``), so
+    the one scalar formula is evaluated once per distinct block count."""
+    bs = layout.block_size
+    k = -(-tokens // bs)
+    present = np.flatnonzero(np.bincount(k))
+    table = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=np.int64)
+    for u in present.tolist():
+        table[u] = layout.blocks_per_request(u * bs, 0)
+    out: IntArray = table[k]
+    return out
+
+
+def draw_pool(
+    cohorts: Sequence[Cohort],
+    weights: Sequence[float],
+    layout: KvLayout,
+    max_model_len: int,
+    rng: np.random.Generator,
+    size: int = POOL,
+) -> RequestPool:
+    """``size`` requests of the mix ``weights`` (one per cohort, normalised)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.sum() <= 0:
+        raise ValueError("workload.cohorts: weights must be positive")
+    counts = rng.multinomial(size, w / w.sum()) if len(w) > 1 else np.array([size])
+    parts: list[tuple[IntArray, ...]] = []
+    for i, (c, m) in enumerate(zip(cohorts, counts, strict=True)):
+        m = int(m)
+        if m == 0:
+            continue
+        shared = shared_prefix_blocks(c, layout)
+        aligned = shared_prefix_tokens(c, layout.block_size)
+        prefix = min(c.shared_prefix, c.prompt.p50)
+        prompt = np.maximum(LogNormal.fit(c.prompt).draw(rng, m), prefix)
+        prompt = np.minimum(prompt, max_model_len - 1)
+        output = np.maximum(LogNormal.fit(c.output).draw(rng, m), 1)
+        output = np.minimum(output, max_model_len - prompt)
+        ctx = np.maximum(prompt + output, 1)
+        own = np.maximum(1, _blocks_of(layout, ctx) - shared)
+        n = max(1, c.n)
+        if n > 1:
+            # n sequences share the prompt's full blocks (prefix caching); each holds the rest
+            full = (prompt // layout.block_size) * layout.block_size
+            common = np.maximum(0, _blocks_of(layout, full) - shared)
+            own = common + n * np.maximum(1, own - common)
+        parts.append(
+            (
+                np.full(m, i, dtype=np.int64),
+                prompt,
+                output,
+                np.full(m, n, dtype=np.int64),
+                own,
+                np.full(m, aligned, dtype=np.int64),
+            )
+        )
+    # paths draw pool entries uniformly at random, so the order of the pool does not matter
+    return RequestPool(*(np.concatenate([p[j] for p in parts]) for j in range(6)))
+
+
+#: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
+#: same whatever was asked before (a cached simulation never changes an answer).
+CHUNK = 64
+#: Paths whose request indices are kept for the latency model (its ITL quantiles).
+KEPT_PATHS = 512
+#: Longest path simulated (requests): bounds memory (PATHS × this × 4 B = 16 MiB). A batch
+#: larger than this is far beyond vLLM's defaults (256/1,024); paths that still fit there
+#: count as fitting MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
+MAX_REQUESTS = 2048
+
+
+class Simulation:
+    """``PATHS`` batches admitting requests drawn from a pool, as prefix sums of blocks (and of
+    sequences) along each path; grown on demand by :meth:`ensure`."""
+
+    def __init__(self, pool: RequestPool, paths: int = PATHS) -> None:
+        self.pool = pool
+        self.paths = paths
+        self.rng = np.random.default_rng(SEED + 2)
+        self.uniform_n = int(pool.seqs[0]) if (pool.seqs == pool.seqs[0]).all() else 0
+        self.blocks32 = pool.blocks.astype(np.int32)
+        if len(pool.blocks) > 1 << 16:
+            raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
+        self.index = np.zeros((min(paths, KEPT_PATHS), 0), dtype=np.uint16)
+        self.cum_blocks = np.zeros((paths, 0), dtype=np.int32)
+        self.cum_seqs: IntArray | None = None if self.uniform_n else np.zeros((paths, 0), np.int64)
+        # per column: the smallest and largest prefix sum over the paths (both non-decreasing)
+        self.col_min = np.zeros(0, dtype=np.int32)
+        self.col_max = np.zeros(0, dtype=np.int32)
+        self._kept: dict[object, FloatArray] = {}
+        self._mid: FloatArray | None = None
+
+    @property
+    def length(self) -> int:
+        return int(self.cum_blocks.shape[1])
+
+    def _grow(self, chunks: int) -> None:
+        idx = np.concatenate(
+            [
+                self.rng.integers(0, len(self.blocks32), size=(self.paths, CHUNK), dtype=np.uint16)
+                for _ in range(chunks)
+            ],
+            axis=1,
+        )
+        base_b = self.cum_blocks[:, -1:] if self.length else np.zeros((self.paths, 1), np.int32)
+        cum_b = np.cumsum(self.blocks32[idx], axis=1, dtype=np.int32) + base_b
+        self.cum_blocks = np.concatenate([self.cum_blocks, cum_b], axis=1)
+        self.col_min = np.concatenate([self.col_min, cum_b.min(axis=0)])
+        self.col_max = np.concatenate([self.col_max, cum_b.max(axis=0)])
+        self._kept.clear()
+        if self.cum_seqs is not None:
+            base_s = self.cum_seqs[:, -1:] if self.cum_seqs.shape[1] else 0
+            cum_s = np.cumsum(self.pool.seqs[idx], axis=1) + base_s
+            self.cum_seqs = np.concatenate([self.cum_seqs, cum_s], axis=1)
+        self.index = np.concatenate([self.index, idx[: self.index.shape[0]]], axis=1)
+
+    def seqs_at(self, column: int) -> IntArray:
+        """Sequences held by the first ``column`` requests, per path."""
+        if self.uniform_n:
+            return np.full(self.paths, self.uniform_n * column, dtype=np.int64)
+        assert self.cum_seqs is not None
+        if column == 0:
+            return np.zeros(self.paths, dtype=np.int64)
+        out: IntArray = self.cum_seqs[:, column - 1]
+        return out
+
+    @property
+    def truncated(self) -> bool:
+        """Paths stopped at MAX_REQUESTS (constant pools are one exact path, never cut)."""
+        return self.paths > 1 and self.length >= MAX_REQUESTS
+
+    def ensure(self, budget: float, cap: int) -> None:
+        """Grow until every path outgrows ``budget`` or holds ``cap`` sequences (or, for a
+        random pool, reaches MAX_REQUESTS)."""
+        while True:
+            if self.length and (
+                (self.cum_blocks[:, -1] > budget).all()
+                or self.seqs_at(self.length).min() >= cap
+                or self.truncated
+            ):
+                return
+            mean = float(self.blocks32.mean())
+            want = int(1.1 * max(budget, 0.0) / mean) + CHUNK - self.length
+            chunks = cdiv(max(want, 1), CHUNK)
+            if self.length:  # past the estimate: double
+                chunks = max(1, min(chunks, self.length // CHUNK))
+            if self.paths > 1:
+                chunks = max(1, min(chunks, (MAX_REQUESTS - self.length) // CHUNK))
+            self._grow(chunks)
+
+    def fit(self, budget: float, cap: int) -> IntArray:
+        """N_m: sequences of the requests that fit ``budget`` blocks, per path (at least ``cap``
+        where a path never outgrows it)."""
+        self.ensure(budget, cap)
+        # columns below `lo` fit on every path, from `hi` on on none: count only between
+        lo = int(np.searchsorted(self.col_max, budget, side="right"))
+        hi = int(np.searchsorted(self.col_min, budget, side="right"))
+        fitting = lo + (self.cum_blocks[:, lo:hi] <= budget).sum(axis=1)
+        if self.uniform_n:
+            out: IntArray = fitting.astype(np.int64) * self.uniform_n
+            return out
+        assert self.cum_seqs is not None
+        padded = np.concatenate([np.zeros((self.paths, 1), np.int64), self.cum_seqs], axis=1)
+        result: IntArray = padded[np.arange(self.paths), fitting]
+        return result
+
+    def mid_context(self) -> FloatArray:
+        """Each pool request's context at a uniformly random point of its decode
+        (prompt + U × output; seeded), for the latency model."""
+        if self._mid is None:
+            u = np.random.default_rng(SEED + 1).random(len(self.pool.prompt))
+            self._mid = self.pool.prompt + u * self.pool.output
+        return self._mid
+
+    def kept_cumsum(self, key: object, values: FloatArray) -> FloatArray:
+        """Prefix sums of a per-request ``values`` along the kept paths (memoised by ``key``
+        until the simulation grows)."""
+        out = self._kept.get(key)
+        if out is None:
+            out = np.cumsum(values[self.index], axis=1)
+            self._kept[key] = out
+        return out
+
+
+def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:
+    """What :meth:`KvLayout.blocks_per_request` depends on: each group's kind, block size and
+    window (not its bytes), so layouts that differ only in bytes per block (another TP, KV dtype
+    or GPU) share one simulation."""
+    return tuple((g.kind, g.block_size, g.window) for g in layout.groups)
+
+
+_SIMULATIONS: dict[tuple[object, ...], Simulation] = {}
+#: simulations kept (a plan uses one or two; a sweep of one model one per block signature)
+_KEEP = 2
+
+
+def _simulation(
+    cohorts: tuple[Cohort, ...],
+    weights: tuple[float, ...],
+    layout: KvLayout,
+    max_model_len: int,
+) -> Simulation:
+    key = (cohorts, weights, block_signature(layout), max_model_len)
+    sim = _SIMULATIONS.pop(key, None)
+    if sim is None:
+        pool = draw_pool(cohorts, weights, layout, max_model_len, np.random.default_rng(SEED))
+        constant = bool((pool.blocks == pool.blocks[0]).all() and (pool.seqs == pool.seqs[0]).all())
+        # constant lengths: every path is the same, so one path is exact
+        sim = Simulation(pool, paths=1 if constant else PATHS)
+    _SIMULATIONS[key] = sim  # most recently used last
+    while len(_SIMULATIONS) > _KEEP:
+        del _SIMULATIONS[next(iter(_SIMULATIONS))]
+    return sim
+
+
+def clear_cache() -> None:
+    _SIMULATIONS.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """What one sizing read off a simulation."""
+
+    sim: Simulation
+    fit: IntArray  # (paths,) N_m
+
+
+@dataclass(frozen=True, slots=True)
+class MixSizing:
+    """One cohort mix (steady or burst) sized against one pool."""
+
+    name: str  # "steady" | "burst"
+    pool: RequestPool
+    paths: Paths
+    max_num_seqs: int  # largest N with P(exceed) < target (before any cap)
+
+    def probability(self, n: int) -> float:
+        """P(the blocks of a batch of n sequences exceed the usable pool)."""
+        if n <= 0:
+            return 0.0
+        return float(np.count_nonzero(self.paths.fit < n)) / len(self.paths.fit)
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionSizing:
+    max_num_seqs: int
+    preemption_probability: float  # at max_num_seqs, the worse mix
+    standard_error: float
+    default_max_num_seqs: int
+    preemption_probability_at_default: float
+    target: float
+    budget_blocks: float  # usable blocks for private (non-shared) KV
+    shared_prefix_blocks: int
+    blocks_per_seq: float  # mean blocks per sequence, binding mix
+    tokens_per_seq: float  # mean full context per sequence, binding mix
+    binding_mix: str
+    mixes: tuple[MixSizing, ...] = field(default=())
+
+    def probability(self, n: int) -> float:
+        return max(m.probability(n) for m in self.mixes)
+
+    @property
+    def binding(self) -> MixSizing:
+        return next(m for m in self.mixes if m.name == self.binding_mix)
+
+
+def size_by_distribution(
+    cohorts: Sequence[Cohort],
+    burst_weights: Sequence[float] | None,
+    layout: KvLayout,
+    num_blocks: int,
+    max_model_len: int,
+    safety_fraction: float,
+    cap: int,
+    target: float,
+    default_max_num_seqs: int,
+) -> DistributionSizing:
+    """The largest N (≤ cap) whose preemption probability is below ``target`` for the steady
+    mix and, when given, the burst mix; with the probability at N and at vLLM's default."""
+    if not cohorts:
+        raise ValueError("workload.cohorts: at least one cohort is needed to size max-num-seqs")
+    if not 0.0 < target < 0.5:
+        raise ValueError(f"policy.preemptionTarget must be in (0, 0.5), got {target}")
+    shared = sum(shared_prefix_blocks(c, layout) for c in cohorts)
+    usable = max(0, num_blocks - 1)  # BlockPool reserves one null block
+    budget = usable * (1.0 - safety_fraction) - shared
+
+    mixes_in: list[tuple[str, Sequence[float]]] = [("steady", [c.weight for c in cohorts])]
+    if burst_weights is not None:
+        mixes_in.append(("burst", burst_weights))
+    mixes: list[MixSizing] = []
+    for name, weights in mixes_in:
+        sim = _simulation(tuple(cohorts), tuple(float(w) for w in weights), layout, max_model_len)
+        if budget < 1:
+            mixes.append(MixSizing(name, sim.pool, Paths(sim, np.zeros(sim.paths, np.int64)), 0))
+            continue
+        fit = sim.fit(budget, max(cap, default_max_num_seqs))
+        allowed = math.ceil(target * len(fit)) - 1  # paths that may fall short of N
+        n = int(np.partition(fit, allowed)[allowed])
+        mixes.append(MixSizing(name, sim.pool, Paths(sim, fit), n))
+    binding = min(mixes, key=lambda m: m.max_num_seqs)
+    chosen = max(0, min(cap, binding.max_num_seqs))
+    worst = max(m.probability(chosen) for m in mixes)
+    pool = binding.pool
+    seqs = float(pool.seqs.sum())
+    ctx = (pool.prompt + pool.output) * pool.seqs
+    return DistributionSizing(
+        max_num_seqs=chosen,
+        preemption_probability=worst,
+        standard_error=math.sqrt(worst * (1 - worst) / min(m.paths.sim.paths for m in mixes)),
+        default_max_num_seqs=default_max_num_seqs,
+        preemption_probability_at_default=max(m.probability(default_max_num_seqs) for m in mixes),
+        target=target,
+        budget_blocks=budget,
+        shared_prefix_blocks=shared,
+        blocks_per_seq=float(pool.blocks.sum()) / seqs,
+        tokens_per_seq=float(ctx.sum()) / seqs,
+        binding_mix=binding.name,
+        mixes=tuple(mixes),
+    )

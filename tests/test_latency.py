@@ -1,0 +1,145 @@
+"""The decode-step latency model (issue 14, point 2) and the ITL target in the planner."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from inference_capacity.engines.vllm import EngineSettings, predict_startup
+from inference_capacity.hardware import DEFAULT_HBM_EFFICIENCY, get_gpu
+from inference_capacity.model import load_model
+from inference_capacity.model.shapes import AttnKind
+from inference_capacity.planner import PlanInput, make_plan
+from inference_capacity.sizing.latency import (
+    build_latency_model,
+    decode_step_seconds,
+    experts_touched,
+)
+from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
+
+H100 = get_gpu("H100-SXM-80GB")
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
+ENGINE = EngineSettings(version="0.19.0", max_model_len=8192)
+#: Llama-3.1-8B weights as vLLM loads them: 8,030,261,248 params × 2 B + rope cache 131,072 ×
+#: 128 × 2 B = 16,094,076,928 B ("Model loading took 14.9888 GiB", ledger/weights.py)
+LLAMA8B_WEIGHTS = 16_094_076_928
+
+
+def _predict(model: object, gpu: object = H100, **kw: object) -> object:
+    return predict_startup(model, gpu.total_bytes, gpu.name, 1, 1, replace(ENGINE, **kw))  # type: ignore[attr-defined, arg-type]
+
+
+def test_seed_003_decode_example() -> None:
+    # seed 003: 64 sequences × 2,000 tokens × 131,072 B = 16.8 GB of KV read per step, about the
+    # 16 GB of weights; at the H100's 3.35 TB/s the step's lower bound goes from ~4.8 ms
+    # (weights only) to ~9.8 ms
+    pred = _predict(LLAMA8B)
+    assert pred.ranks[0].weights.total == LLAMA8B_WEIGHTS  # type: ignore[attr-defined]
+    model = build_latency_model(LLAMA8B, H100, pred, hbm_efficiency=1.0)  # type: ignore[arg-type]
+    assert model is not None and model.bandwidth == 3.35e12
+    [stage] = model.stages
+    kv = float(stage.kv_bytes(np.full(64, 2000.0)).sum())
+    assert kv == 64 * 2000 * 131_072 == 16_777_216_000  # 16.8 GB
+    assert decode_step_seconds(LLAMA8B_WEIGHTS, 0, 3.35e12) == pytest.approx(4.80e-3, abs=5e-6)
+    assert decode_step_seconds(LLAMA8B_WEIGHTS, kv, 3.35e12) == pytest.approx(9.81e-3, abs=5e-6)
+    # the model's step at 64 × 2,000 (decode only) is that bound: the compute bound
+    # (2 × 8.03e9 × 64 + attention) / (989 TFLOP/s × 0.5) ≈ 6 ms is below it
+    step = float(
+        model.step_seconds(np.array([64.0]), np.array([[[kv]]]), np.zeros(1), 2000.0)[0, 0]
+    )
+    assert step == pytest.approx((LLAMA8B_WEIGHTS + kv) / 3.35e12)
+    # ... and scales by the efficiency factor: at the default 0.80, 9.81 / 0.80 = 12.27 ms
+    default = build_latency_model(LLAMA8B, H100, pred)  # type: ignore[arg-type]
+    assert default is not None and default.hbm_efficiency == DEFAULT_HBM_EFFICIENCY == 0.80
+    step80 = float(
+        default.step_seconds(np.array([64.0]), np.array([[[kv]]]), np.zeros(1), 2000.0)[0, 0]
+    )
+    assert step80 == pytest.approx(step / 0.80)
+    assert step80 == pytest.approx(12.27e-3, abs=5e-6)
+
+
+def test_sliding_window_layers_read_at_most_their_window() -> None:
+    # Gemma-3-27B: 52 sliding-window (1,024) and 10 full layers. At 32k tokens the full layers
+    # read 32,768 tokens and the sliding ones 1,024: (10 × 32,768 + 52 × 1,024) / (62 × 32,768)
+    # = 0.187 of the full-context count, ≈ 5.3× less
+    gemma = load_model("google/gemma-3-27b-it")
+    kinds = Counter((layer.kind, layer.window) for layer in gemma.layers)
+    assert kinds == {(AttnKind.SLIDING, 1024): 52, (AttnKind.FULL, 0): 10}
+    pred = predict_startup(
+        gemma, H100.total_bytes, H100.name, 1, 1, replace(ENGINE, max_model_len=32768)
+    )
+    model = build_latency_model(gemma, H100, pred)
+    assert model is not None
+    [stage] = model.stages
+    per_token = gemma.layers[0].token_bytes(1, pred.settings.kv_bytes)
+    assert all(layer.token_bytes(1, pred.settings.kv_bytes) == per_token for layer in gemma.layers)
+    read = float(stage.kv_bytes(np.array([32768.0]))[0])
+    assert read == per_token * (10 * 32768 + 52 * 1024)
+    assert 62 * 32768 * per_token / read == pytest.approx(5.34, abs=0.01)
+
+
+def test_mamba_state_is_read_and_written_once_per_step() -> None:
+    nemo = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    pred = predict_startup(nemo, H100.total_bytes, H100.name, 4, 1, ENGINE)
+    model = build_latency_model(nemo, H100, pred)
+    assert model is not None
+    [stage] = model.stages
+    state = sum(
+        layer.mamba.bytes_per_sequence(4, 2) for layer in nemo.layers if layer.mamba is not None
+    )
+    assert stage.state_bytes == state > 0
+    # at context 0 only the state is moved: read + write
+    assert float(stage.kv_bytes(np.array([0.0]))[0]) == 2 * state
+
+
+def test_moe_reads_the_experts_a_step_touches() -> None:
+    # uniform top-k routing: one token touches k experts; many tokens touch them all
+    assert float(experts_touched(128, 8, 1)) == pytest.approx(8)
+    assert float(experts_touched(128, 8, 10_000)) == pytest.approx(128)
+    # 2 tokens: 128 × (1 − (1 − 8/128)²) = 15.5
+    assert float(experts_touched(128, 8, 2)) == pytest.approx(15.5)
+    qwen = load_model("Qwen/Qwen3-30B-A3B")
+    pred = predict_startup(qwen, H100.total_bytes, H100.name, 1, 1, ENGINE)
+    model = build_latency_model(qwen, H100, pred)
+    assert model is not None
+    [stage] = model.stages
+    resident = stage.dense_weight_bytes + stage.expert_weight_bytes
+    assert resident == pred.ranks[0].weights.total
+    one = float(model.weight_bytes(stage, 1))
+    assert one == pytest.approx(stage.dense_weight_bytes + stage.expert_weight_bytes * 8 / 128)
+    assert float(model.weight_bytes(stage, 4096)) == pytest.approx(resident)
+
+
+def test_itl_target_caps_max_num_seqs_by_the_latency_p95() -> None:
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    free = make_plan(PlanInput(LLAMA8B, H100, engine=ENGINE, workload=Workload((chat,))))
+    assert free.latency is not None and free.latency.at_max_num_seqs is not None
+    target = 0.5 * free.latency.at_max_num_seqs.itl_ms_p95
+    p = make_plan(
+        PlanInput(LLAMA8B, H100, engine=ENGINE, workload=Workload((chat,), itl_target_ms=target))
+    )
+    assert p.seqs is not None and p.seqs.limited_by == "itl"
+    assert p.latency is not None and p.latency.at_max_num_seqs is not None
+    n = p.recommendation.max_num_seqs
+    assert 0 < n < free.recommendation.max_num_seqs
+    assert p.latency.at_max_num_seqs.itl_ms_p95 <= target
+    curve = {pt.max_num_seqs: pt for pt in p.latency.curve}
+    assert n in curve
+    # the curve rises with the batch, throughput too (until compute-bound)
+    ns = sorted(curve)
+    itl = [curve[k].itl_ms_p50 for k in ns]
+    assert itl == sorted(itl)
+    # more efficiency, shorter steps: the same batch at 0.95 of peak
+    fast = make_plan(
+        PlanInput(
+            LLAMA8B,
+            H100,
+            engine=ENGINE,
+            workload=Workload((chat,), itl_target_ms=target),
+            hbm_efficiency=0.95,
+        )
+    )
+    assert fast.recommendation.max_num_seqs >= n
