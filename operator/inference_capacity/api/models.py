@@ -43,6 +43,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
+from . import bounded_yaml
+
 __all__ = [
     "API_VERSION",
     "GROUP",
@@ -1146,7 +1148,7 @@ def load_manifests(text: str) -> ManifestSet:
     Documents are returned as plain dicts, unvalidated: pass each capacity to
     ``InferenceCapacity.from_manifest``."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in bounded_yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         raise ManifestError(f"invalid YAML: {exc}") from None
     result = ManifestSet([], [])

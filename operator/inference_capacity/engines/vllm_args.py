@@ -183,6 +183,45 @@ def normalise_flag(name: str) -> str:
     return _ALIASES.get(bare, bare)
 
 
+#: flags vLLM parses with ``human_readable_int`` (vllm/engine/arg_utils.py): ``32k``, ``1K``
+HUMAN_READABLE_INT_FLAGS: Final = frozenset(
+    {"max-model-len", "max-num-batched-tokens", "kv-cache-memory-bytes"}
+)
+_HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL_SUFFIX: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX: Final = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(text: str) -> int:
+    """An integer as vLLM's ``human_readable_int`` reads it: a lowercase suffix is decimal and
+    may carry a fraction (``25.6k`` = 25600, ``1m`` = 1000000), an uppercase one binary and
+    whole (``1K`` = 1024; ``1.5K`` is refused), anything else ``int(text)``. ValueError when
+    vLLM would refuse the value."""
+    value = text.strip()
+    match = _HUMAN_INT.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL_SUFFIX:
+            return int(float(number) * _DECIMAL_SUFFIX[suffix])
+        if "." in number:
+            raise ValueError(
+                f"decimals are not allowed with binary suffixes like {suffix}: {text!r}"
+            )
+        return int(number) * _BINARY_SUFFIX[suffix]
+    return int(value)
+
+
+def _read_number(name: str, text: str) -> str:
+    """A flag's value as read: human-readable integers in plain digits (``32k`` -> ``32000``),
+    so a running ``--max-model-len 32k`` compares equal to 32000; other text as written."""
+    if name in HUMAN_READABLE_INT_FLAGS:
+        try:
+            return str(human_readable_int(text))
+        except ValueError:
+            return text
+    return text
+
+
 def parse_image_version(image: str) -> str | None:
     """vLLM version from an image reference's tag, or None when the tag is not a version.
 
@@ -1034,7 +1073,7 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str]:
     :func:`unresolved_flags`. A flag given twice reads as the last one (argparse).
     Best effort: hazards that make a rewrite unsafe do not stop a read.
     """
-    return {o.name: o.text for o in _parse(container).occurrences}
+    return {o.name: _read_number(o.name, o.text) for o in _parse(container).occurrences}
 
 
 def unresolved_flags(container: Mapping[str, Any]) -> set[str]:
