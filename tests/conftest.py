@@ -1,1 +1,10 @@
+import os
+
 pytest_plugins = ["tests.kubeapi.fixtures", "tests.promfixtures"]
+
+# The operator refuses every fromPrometheus URL unless the cluster admin allows its prefix
+# (--prometheus-allowed-url-prefix); the tests' Prometheus servers and stubs listen on
+# 127.0.0.1, so the operators the tests start allow exactly that.
+os.environ.setdefault(
+    "INFERENCE_CAPACITY_PROMETHEUS_ALLOWED_URL_PREFIXES", "http://127.0.0.1:,https://127.0.0.1:"
+)

@@ -246,7 +246,8 @@ def test_cluster_wide_rules_are_the_union_of_namespaced_and_cluster_rules() -> N
     updaters = {r for _, r, vs in cluster if "update" in vs}
     assert updaters == {"inferencecapacities/finalizers"}  # the PDB's owner reference only
     assert not any("*" in g or "*" in r for g, r, _ in cluster)
-    assert [vs for g, r, vs in cluster if r == "secrets"] == [("get",)]
+    # no Secret by default: bearer tokens only from Secrets named in rbac.secretNames
+    assert [vs for g, r, vs in cluster if r == "secrets"] == []
     deleters = {r for _, r, vs in cluster if "delete" in vs}
     assert deleters == set()  # the PDB goes by garbage collection
 

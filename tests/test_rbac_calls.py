@@ -69,7 +69,8 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
                "metadata": {"name": "llama-config", "namespace": ns},
                "data": {"config.json": json.dumps(config_json)}},
               {"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "prom-token", "namespace": ns},
+               "metadata": {"name": "prom-token", "namespace": ns,
+                            "labels": {"capacity.inference.dev/prometheus-token": "true"}},
                "data": {"token": base64.b64encode(b"s3cret").decode()}},
               {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
                "metadata": {"name": "other", "namespace": ns},
@@ -107,7 +108,9 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
     assert records, "no operator request recorded"
     used = {(r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
             for r in records}
-    role = next(d for d in chart_docs() if d["kind"] == "ClusterRole"
+    # the token Secret is readable only when named in rbac.secretNames (none by default)
+    role = next(d for d in chart_docs({"rbac": {"secretNames": ["prom-token"]}})
+                if d["kind"] == "ClusterRole"
                 and "rules" in d and any("deployments" in r.get("resources", [])
                                          for r in d["rules"]))
     rules = role["rules"]

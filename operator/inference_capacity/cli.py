@@ -162,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL"
     )
     run.add_argument("--metrics-port", type=int, default=9090)
+    run.add_argument(
+        "--prometheus-allowed-url-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a URL prefix spec.workload.fromPrometheus.url may start with (repeatable), e.g. "
+        "http://prometheus.monitoring:9090/; none (the default): every fromPrometheus is refused",
+    )
     run.add_argument("--verbose", "-v", action="store_true")
     return p
 
@@ -446,6 +454,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         metrics_port=a.metrics_port,
         verbose=a.verbose,
         priority=a.priority,
+        prometheus_allowed_url_prefixes=a.prometheus_allowed_url_prefix,
     )
     return code
 

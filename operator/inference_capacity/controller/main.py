@@ -16,11 +16,21 @@ def run_operator(
     metrics_port: int,
     verbose: bool,
     priority: int | None = None,
+    prometheus_allowed_url_prefixes: list[str] | None = None,
 ) -> int:
     import os
 
     if priority is not None:
         os.environ["INFERENCE_CAPACITY_PEERING_PRIORITY"] = str(priority)
+    if prometheus_allowed_url_prefixes:
+        from .observing import ALLOWED_URL_PREFIXES_ENV
+
+        for prefix in prometheus_allowed_url_prefixes:
+            if not prefix.startswith(("http://", "https://")) or "," in prefix:
+                raise ValueError(
+                    f"--prometheus-allowed-url-prefix: {prefix!r} is not an http(s):// prefix"
+                )
+        os.environ[ALLOWED_URL_PREFIXES_ENV] = ",".join(prometheus_allowed_url_prefixes)
     from . import handlers  # noqa: F401  (registers the handlers)
 
     # kopf.configure() sets up logging (one line per record); no second handler here

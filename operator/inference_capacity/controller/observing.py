@@ -9,6 +9,7 @@ never a silent change of the formulas.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -25,10 +26,32 @@ from ..observe import (
     merge_cohorts,
     observe,
     peak_concurrency,
+    url_allowed,
 )
+from ..observe.observation import PROMETHEUS_NOT_ALLOWED, TOKEN_SECRET_NOT_ALLOWED, Reason
 from ..planner import PlanInput
 from ..sizing.workload import Workload
 from . import k8s
+
+#: URL prefixes the cluster admin allows Prometheus queries to (``run
+#: --prometheus-allowed-url-prefix``, Helm ``prometheus.allowedUrlPrefixes``); empty (the
+#: default): every ``fromPrometheus`` is refused. The resource author does not choose where the
+#: operator connects.
+ALLOWED_URL_PREFIXES_ENV = "INFERENCE_CAPACITY_PROMETHEUS_ALLOWED_URL_PREFIXES"
+#: a Secret is sent as a bearer token only when it carries this label with value "true"
+TOKEN_SECRET_LABEL = "capacity.inference.dev/prometheus-token"
+
+
+def allowed_url_prefixes() -> tuple[str, ...]:
+    raw = os.environ.get(ALLOWED_URL_PREFIXES_ENV, "")
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+class _NotAllowed(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
+
 
 _cache: dict[str, tuple[float, Observation]] = {}
 _cache_lock = threading.Lock()
@@ -45,10 +68,38 @@ class Observed:
 def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     fp = spec.workload.from_prometheus
     assert fp is not None
+    prefixes = allowed_url_prefixes()
+    if not url_allowed(fp.url, prefixes):
+        raise _NotAllowed(
+            PROMETHEUS_NOT_ALLOWED,
+            "spec.workload.fromPrometheus.url: not in the operator's allowed Prometheus URL "
+            "prefixes ("
+            + (", ".join(prefixes) if prefixes else "none: the cluster admin has allowed none")
+            + "); nothing was sent. The admin sets them with "
+            "--prometheus-allowed-url-prefix (Helm: prometheus.allowedUrlPrefixes)",
+        )
     token = None
     if fp.bearer_token_secret_ref is not None:
         ref = fp.bearer_token_secret_ref
-        token = k8s.read_secret_key(namespace, ref.name, ref.key)
+        secret = k8s.read_secret(namespace, ref.name)
+        where = "spec.workload.fromPrometheus.bearerTokenSecretRef"
+        if secret is None:
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED,
+                f"{where}: Secret {ref.name!r} not found or not readable by the operator",
+            )
+        labels, data = secret
+        if labels.get(TOKEN_SECRET_LABEL) != "true":
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED,
+                f'{where}: Secret {ref.name!r} lacks the label {TOKEN_SECRET_LABEL}: "true" '
+                "that opts it in as a Prometheus token; it was not used and nothing was sent",
+            )
+        token = data.get(ref.key)
+        if not token:
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED, f"{where}: Secret {ref.name!r} has no key {ref.key!r}"
+            )
     ca = None
     if fp.ca_config_map_ref is not None:
         ref2 = fp.ca_config_map_ref
@@ -89,6 +140,10 @@ def observe_and_merge(
         return None
     try:
         source = _source(spec, namespace)
+    except _NotAllowed as exc:
+        obs = Observation(
+            ok=False, reason=exc.reason, message=str(exc), window=fp.window, at=time.time()
+        )
     except ValueError as exc:
         obs = Observation(
             ok=False, reason="QueryRejected", message=str(exc), window=fp.window, at=time.time()

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,7 +85,13 @@ class _Ctx:
         try:
             self._emit(type_, reason, message)
         except Exception as exc:  # events are best effort; never fail a reconcile on them
-            log.warning("could not post event %s: %s", reason, exc)
+            log.warning(
+                "InferenceCapacity %s/%s: could not post event %s: %s",
+                self.ns,
+                self.name,
+                reason,
+                exc,
+            )
 
     def finish(self) -> Outcome:
         self.status["conditions"] = self.conditions
@@ -163,23 +169,54 @@ def _pdb_body(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> dict[str
     }
 
 
-def reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
-    """Reconcile one InferenceCapacity (serialised per object)."""
+#: (creationTimestamp, name) of an InferenceCapacity: the oldest owns a contested Deployment
+Claim = tuple[str, str]
+
+
+def owner_of(claims: Iterable[Claim]) -> Claim | None:
+    """The claim that owns a Deployment: the oldest creationTimestamp, then the smallest name
+    (RFC 3339 UTC timestamps of one API server sort as text)."""
+    return min(claims, default=None)
+
+
+def reconcile(
+    body: Mapping[str, Any], emit: Emit, claims: Iterable[Claim] | None = None
+) -> Outcome:
+    """Reconcile one InferenceCapacity (serialised per object). ``claims``: every
+    InferenceCapacity of the namespace that targets the same Deployment (this one included);
+    only the oldest acts, the others are refused with ``TargetConflict``."""
     meta = body.get("metadata", {})
     key = f"{meta.get('namespace')}/{meta.get('name')}"
     with _lock_for(key), metrics.RECONCILE_SECONDS.time():
         metrics.RECONCILES.labels(meta.get("namespace", ""), meta.get("name", "")).inc()
-        return _reconcile(body, emit)
+        ctx = _Ctx(body, emit)
+        try:
+            return _reconcile(ctx, body, None if claims is None else list(claims))
+        except (ValueError, ArithmeticError, RecursionError) as exc:
+            # bad input that slipped past the bounds: a condition, never a crash loop
+            return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
 
 
-def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
-    ctx = _Ctx(body, emit)
+def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -> Outcome:
     try:
         icap = InferenceCapacity.from_manifest(dict(body), ignore_status=True)
     except ManifestError as exc:
         return _refuse(ctx, "InvalidSpec", str(exc))
+    except RecursionError:
+        return _refuse(ctx, "InvalidSpec", "spec: nested too deeply")
     spec = icap.spec
     target = spec.target_ref.name
+    if claims is not None:
+        mine = (str(body.get("metadata", {}).get("creationTimestamp") or ""), ctx.name)
+        owner = owner_of([*claims, mine])
+        if owner is not None and owner != mine:
+            return _refuse(
+                ctx,
+                "TargetConflict",
+                f"spec.targetRef.name: deployment/{target} is managed by InferenceCapacity "
+                f"{ctx.ns}/{owner[1]} (the oldest that targets it); this one writes nothing "
+                "while that one exists",
+            )
     dep = k8s.get_deployment(ctx.ns, target)
     if dep is None:
         # retried by the InferenceCapacity's handler (with backoff) until the Deployment exists,
@@ -214,8 +251,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
         return _refuse(ctx, exc.reason, str(exc))
-    except ValueError as exc:
-        return _refuse(ctx, "InvalidInput", str(exc))
+    except (ValueError, ArithmeticError, RecursionError) as exc:
+        return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
@@ -278,8 +315,17 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     ]
     if blocking:
         return _refuse(ctx, "SpecConflict", "; ".join(blocking))
-    if spec.rollout.manage_pod_disruption_budget:
-        _pdb(ctx, dep, ro.pdb_min_available)
+    # the PDB: only in Enforce mode, only with managed replicas, only one this resource owns
+    keep_pdb = (
+        spec.mode == "Enforce"
+        and spec.rollout.manage_pod_disruption_budget
+        and spec.rollout.manage_replicas
+        and hpa_min is None
+    )
+    if keep_pdb:
+        foreign = _foreign_pdb(ctx)
+        if foreign:
+            return _refuse(ctx, "PodDisruptionBudgetConflict", foreign)
     dep_spec = dep.get("spec", {})
     rep_change = replicas is not None and dep_spec.get("replicas") != replicas
     cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
@@ -288,6 +334,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
     )
     if not changes and not rep_change and not strat_change:
+        if keep_pdb:
+            _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
         ctx.cond(
             "Applied",
             "True",
@@ -325,7 +373,11 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.cond("Ready", "False", "RolloutInProgress", busy)
         ctx.outcome.requeue = True
         return ctx.finish()
-    _apply(ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want)
+    now_replicas = _apply(
+        ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want
+    )
+    if keep_pdb:
+        _pdb(ctx, dep, ro.pdb_min_available, now_replicas)
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
 
@@ -357,7 +409,7 @@ def _apply(
     replicas: int | None,
     strategy: Mapping[str, Any] | None,
     want: str,
-) -> None:
+) -> Any:
     """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
     it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
     then the Deployment is read again and the patch recomputed."""
@@ -368,7 +420,7 @@ def _apply(
         )
         if change.empty:
             ctx.cond("Applied", "True", "UpToDate", "nothing to change")
-            return
+            return dep.get("spec", {}).get("replicas", 1)
         patch = json.loads(json.dumps(change.patch))
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
         try:
@@ -400,7 +452,7 @@ def _apply(
         }
         ctx.outcome.patched = True
         ctx.event("Normal", "Applied", msg, once=False)
-        return
+        return patched.get("spec", {}).get("replicas", 1)
     raise RuntimeError("unreachable")
 
 
@@ -424,14 +476,48 @@ def deployment_changed(namespace: str, name: str, generation: int | None) -> boo
         return True
 
 
-def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
+def pdb_min_available(planned: int, replicas: Any) -> int:
+    """minAvailable for the replicas the Deployment really has: the plan's N_min, but never so
+    high that no pod may be evicted (a 1-replica Deployment with minAvailable 4 blocks every
+    node drain)."""
+    have = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    return max(0, min(planned, have - 1))
+
+
+def _foreign_pdb(ctx: _Ctx) -> str:
+    """Why the PDB of this resource's name may not be written ("" when it may): it exists and
+    is not owned by this InferenceCapacity."""
+    seen = _pdb_seen.get(ctx.uid or ctx.name)
+    if seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS:
+        return ""  # written (so owned) by this resource a moment ago
+    cur = k8s.get_pdb(ctx.ns, ctx.name)
+    if cur is None:
+        return ""
+    owners = cur.get("metadata", {}).get("ownerReferences") or []
+    if any(o.get("uid") == ctx.uid and o.get("kind") == KIND for o in owners):
+        return ""
+    held = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners) or "no owner"
+    return (
+        f"poddisruptionbudget/{ctx.name} exists and is not owned by this InferenceCapacity "
+        f"({held}); it is left as it is and nothing is applied. Delete or rename it, or set "
+        "spec.rollout.managePodDisruptionBudget: false"
+    )
+
+
+def _pdb(ctx: _Ctx, dep: Mapping[str, Any], planned: int, replicas: Any) -> None:
+    min_available = pdb_min_available(planned, replicas)
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
     seen = _pdb_seen.get(ctx.uid or ctx.name)
     now = time.monotonic()
     if seen and seen[:2] == (min_available, selector) and now - seen[2] < PDB_RECHECK_SECONDS:
         return
-    what = k8s.upsert_pdb(ctx.ns, body)
+    try:
+        what = k8s.upsert_pdb(ctx.ns, body, ctx.uid)
+    except k8s.ForeignObject as exc:
+        ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
+        ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))
+        return
     _pdb_seen[ctx.uid or ctx.name] = (min_available, selector, now)
     if what != "unchanged":
         ctx.event(
