@@ -8,3 +8,8 @@ pytest_plugins = ["tests.kubeapi.fixtures", "tests.promfixtures"]
 os.environ.setdefault(
     "INFERENCE_CAPACITY_PROMETHEUS_ALLOWED_URL_PREFIXES", "http://127.0.0.1:,https://127.0.0.1:"
 )
+# The stabilization windows default to 300 s when spec.policy leaves them null; the tests edit a
+# resource many times a minute, so their operators default to none. Tests of the windows set
+# spec.policy.stabilizationWindowSeconds / replicaStabilizationWindowSeconds themselves.
+os.environ.setdefault("INFERENCE_CAPACITY_STABILIZATION_SECONDS", "0")
+os.environ.setdefault("INFERENCE_CAPACITY_REPLICA_STABILIZATION_SECONDS", "0")

@@ -766,6 +766,27 @@ class PolicySpec(_Spec):
             "--gpu-memory-utilization, where the vLLM version supports it (0.11 and later)."
         ),
     )
+    stabilization_window_seconds: SInt | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description=(
+            "At most one pod-template change (a rolling restart) of the target per this many "
+            "seconds; later changes wait and are applied together as the last desired state. "
+            "Changes that only lower --gpu-memory-utilization or --kv-cache-memory-bytes are "
+            "not held. null: the operator's default (300 s)."
+        ),
+    )
+    replica_stabilization_window_seconds: SInt | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description=(
+            "Replicas go down only to the highest count recommended during this many seconds, "
+            "and at most once per window (scale-up is immediate). null: the operator's default "
+            "(300 s)."
+        ),
+    )
 
 
 class InferenceCapacitySpec(_Spec):

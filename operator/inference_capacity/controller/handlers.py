@@ -129,10 +129,13 @@ def icap_changed(
 ) -> None:
     out = run_reconcile(body, patch, icap_targets)
     if out.requeue:
-        # mid-rollout or no target yet: try again, backing off up to a minute
+        # mid-rollout or no target yet: try again, backing off up to a minute; a change held
+        # by the stabilization window: when the window ends
+        delay = min(60.0, RETRY_DELAY * 2 ** min(retry, 6))
+        if out.retry_after is not None:
+            delay = out.retry_after + 0.5
         raise kopf.TemporaryError(
-            f"waiting: {out.reason or 'the target is mid-rollout'}",
-            delay=min(60.0, RETRY_DELAY * 2 ** min(retry, 6)),
+            f"waiting: {out.reason or 'the target is mid-rollout'}", delay=delay
         )
 
 

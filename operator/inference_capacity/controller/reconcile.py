@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
-from ..decide import material_changes, rollout_in_progress, set_condition
+from ..decide import (
+    ANNOTATION_TEMPLATE_CHANGED,
+    material_changes,
+    rollout_in_progress,
+    set_condition,
+    stabilized_replicas,
+    template_hold,
+)
 from ..engines.vllm_args import VllmArgsError
 from ..patching import build_change
 from ..planner import Plan, make_plan
@@ -53,6 +60,8 @@ class Outcome:
     patched: bool = False
     requeue: bool = False
     reason: str = ""
+    #: seconds until a held change may be written (stabilization window); None: nothing held
+    retry_after: float | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
@@ -296,6 +305,32 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         )
     changes = material_changes(running, flags, spec.policy.hysteresis_percent)
     replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
+    held: list[str] = []
+    enforce = spec.mode == "Enforce"
+    if replicas is not None and enforce:
+        window = _window(spec.policy.replica_stabilization_window_seconds, REPLICA_WINDOW_ENV)
+        want_replicas = replicas
+        replicas = _stable_replicas(ctx.ns, target, replicas, dep, window)
+        if replicas != want_replicas:
+            held.append(
+                f"replicas {want_replicas} (held at {replicas}: replicas go down only to the "
+                f"highest count recommended in the last {window:g} s)"
+            )
+    template_window = _window(spec.policy.stabilization_window_seconds, TEMPLATE_WINDOW_ENV)
+    hold_s = (
+        template_hold(changes, _template_changed_at(dep), time.time(), template_window)
+        if enforce
+        else None
+    )
+    if hold_s is not None:
+        held.append(
+            "flag changes "
+            + ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
+            + f" (stabilization window: the pod template changed less than "
+            f"{template_window:g} s ago; applied in {hold_s:.0f} s as the last desired state)"
+        )
+        changes = {}
+        flags = {k: v for k, v in running.items() if k in flags}
     strategy = (
         {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
         if spec.rollout.manage_strategy and ro.safe
@@ -333,7 +368,20 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         _norm_strategy(cur_strategy) != strategy
         or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
     )
+    if held:
+        # retried when the window ends (and by the refresh timer), from the spec as it is then
+        ctx.outcome.retry_after = hold_s
+        ctx.outcome.requeue = hold_s is not None
+        ctx.outcome.reason = "stabilization window"
     if not changes and not rep_change and not strat_change:
+        if held:
+            msg = "waiting to apply " + "; ".join(held)
+            ctx.cond("Applied", "False", "StabilizationWindow", msg)
+            ctx.cond("Ready", "True", "Ready", plan.message + version_note)
+            ctx.event("Normal", "StabilizationWindow", msg)
+            if keep_pdb:
+                _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
+            return ctx.finish()
         if keep_pdb:
             _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
         ctx.cond(
@@ -378,6 +426,13 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     )
     if keep_pdb:
         _pdb(ctx, dep, ro.pdb_min_available, now_replicas)
+    if held:
+        ctx.cond(
+            "Applied",
+            "False",
+            "StabilizationWindow",
+            f"set {want}; waiting to apply " + "; ".join(held),
+        )
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
 
@@ -423,6 +478,9 @@ def _apply(
             return dep.get("spec", {}).get("replicas", 1)
         patch = json.loads(json.dumps(change.patch))
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
+        if change.changed_flags:
+            # the pod template changes: the stabilization window starts now
+            patch["metadata"].setdefault("annotations", {})[ANNOTATION_TEMPLATE_CHANGED] = ctx.now
         try:
             patched = k8s.patch_deployment(ctx.ns, target, patch)
             deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
@@ -454,6 +512,52 @@ def _apply(
         ctx.event("Normal", "Applied", msg, once=False)
         return patched.get("spec", {}).get("replicas", 1)
     raise RuntimeError("unreachable")
+
+
+TEMPLATE_WINDOW_ENV = "INFERENCE_CAPACITY_STABILIZATION_SECONDS"
+REPLICA_WINDOW_ENV = "INFERENCE_CAPACITY_REPLICA_STABILIZATION_SECONDS"
+#: the stabilization windows when spec.policy leaves them null (seconds)
+DEFAULT_WINDOW_SECONDS = 300.0
+#: replica recommendations per Deployment, (unix seconds, replicas), newest last
+_replica_history: dict[tuple[str, str], list[tuple[float, int]]] = {}
+_REPLICA_HISTORY_MAX = 256
+
+
+def _window(spec_value: int | None, env: str) -> float:
+    if spec_value is not None:
+        return float(spec_value)
+    try:
+        return max(0.0, float(os.environ.get(env, DEFAULT_WINDOW_SECONDS)))
+    except ValueError:
+        return DEFAULT_WINDOW_SECONDS
+
+
+def _template_changed_at(dep: Mapping[str, Any]) -> float | None:
+    raw = (dep.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_TEMPLATE_CHANGED)
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _stable_replicas(
+    ns: str, target: str, desired: int, dep: Mapping[str, Any], window: float
+) -> int:
+    current = dep.get("spec", {}).get("replicas", 1)
+    if not isinstance(current, int):
+        current = None
+    now = time.time()
+    with _generations_lock:
+        hist = _replica_history.setdefault((ns, target), [])
+        if not hist and current is not None:
+            # no memory (a restart): the running count counts as recommended just now
+            hist.append((now, current))
+        hist.append((now, desired))
+        del hist[: max(0, len(hist) - _REPLICA_HISTORY_MAX)]
+        hist[:] = [(t, r) for t, r in hist if now - t < max(window, 1.0)]
+        return stabilized_replicas(hist, desired, current, now, window)
 
 
 #: the PDB last written (or found) per InferenceCapacity uid: skip the round trip when unchanged
