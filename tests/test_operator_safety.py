@@ -313,3 +313,57 @@ def test_safety_lowering_changes_are_not_held(cluster: Cluster) -> None:
     )
     args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, GMU) == str(gmu), timeout=20)
     assert float(flag_value(args, GMU) or 0) == gmu
+
+
+# --- item 1: no blocking I/O in the shared workers --------------------------------------------
+
+
+def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> None:
+    import http.server
+    import threading
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            time.sleep(9)
+            body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    c = cluster
+    try:
+        slow_ns = c.namespace("slowprom")
+        for k in range(8):  # the review: 8 resources whose Prometheus answers in 9 s
+
+            def edit(icap: dict[str, Any], dep: dict[str, Any], k: int = k) -> None:
+                for d in (icap, dep):
+                    d["metadata"]["name"] = f"slow-{k}"
+                icap["spec"]["targetRef"]["name"] = f"slow-{k}"
+                icap["spec"]["workload"]["fromPrometheus"] = {"url": url}
+
+            apply_example(c, slow_ns, edit)
+        time.sleep(2)  # their reconciles (and queries) are under way
+        ns = c.namespace("unrelated")
+        apply_example(c, ns)
+        args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+        seqs = flag_value(args, SEQS)
+        t = time.monotonic()
+        merge(c, ns, "llama-8b", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+        c.wait_args(ns, "llama-8b", lambda a: flag_value(a, SEQS) != seqs, timeout=30)
+        took = time.monotonic() - t
+        # was 21.8 s (blocking queries held every worker); the polling through kubectl on a
+        # busy machine costs part of this bound
+        assert took < 5, f"unrelated edit took {took:.1f} s"
+    finally:
+        server.shutdown()

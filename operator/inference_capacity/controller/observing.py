@@ -13,6 +13,8 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +30,13 @@ from ..observe import (
     peak_concurrency,
     url_allowed,
 )
-from ..observe.observation import PROMETHEUS_NOT_ALLOWED, TOKEN_SECRET_NOT_ALLOWED, Reason
+from ..observe.observation import (
+    PENDING,
+    PROMETHEUS_NOT_ALLOWED,
+    PROMETHEUS_UNREACHABLE,
+    TOKEN_SECRET_NOT_ALLOWED,
+    Reason,
+)
 from ..planner import PlanInput
 from ..sizing.workload import Workload
 from . import k8s
@@ -115,15 +123,45 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     )
 
 
-def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation:
+#: Prometheus queries run here, never in Kopf's handler workers: a slow or hostile Prometheus
+#: delays only its own resource's observation, not the reconciles of others
+PROMETHEUS_WORKERS = int(os.environ.get("INFERENCE_CAPACITY_PROMETHEUS_WORKERS", "4"))
+#: how long a reconcile waits for a query it just started before going on without it (seconds)
+OBSERVE_WAIT_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_OBSERVE_WAIT_SECONDS", "0.5"))
+_pool = ThreadPoolExecutor(max_workers=max(1, PROMETHEUS_WORKERS), thread_name_prefix="prom")
+#: at most one observation in flight per resource and source
+_inflight: dict[str, Future[Observation]] = {}
+
+
+def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation | None:
+    """The observation of ``source``: fresh from the cache; else the one in flight if it is done
+    (or finishes within OBSERVE_WAIT_SECONDS); else the last one (stale) while a new one runs;
+    None when there is none yet. One query at a time per key, in the shared Prometheus pool."""
     now = time.monotonic()
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None and now - hit[0] < refresh_s:
             return hit[1]
-    obs = observe(source)
+        fut = _inflight.get(key)
+        if fut is None:
+            fut = _pool.submit(observe, source)
+            _inflight[key] = fut
+    try:
+        obs = fut.result(timeout=OBSERVE_WAIT_SECONDS)
+    except FutureTimeout:
+        return hit[1] if hit is not None else None
+    except Exception as exc:  # a programming error in the reader: say so, do not loop on it
+        obs = Observation(
+            ok=False,
+            reason=PROMETHEUS_UNREACHABLE,
+            message=f"observation failed ({type(exc).__name__})",
+            window=source.window,
+            at=time.time(),
+        )
     with _cache_lock:
-        _cache[key] = (now, obs)
+        if _inflight.get(key) is fut:
+            del _inflight[key]
+            _cache[key] = (time.monotonic(), obs)
     return obs
 
 
@@ -149,7 +187,14 @@ def observe_and_merge(
             ok=False, reason="QueryRejected", message=str(exc), window=fp.window, at=time.time()
         )
     else:
-        obs = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+        got = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+        obs = got or Observation(
+            ok=False,
+            reason=PENDING,
+            message=f"querying Prometheus at {source.url} (in the background)",
+            window=fp.window,
+            at=time.time(),
+        )
     new_inp = inp
     if obs.ok and fp.mode != "spec-only":
         base = inp.workload or Workload(cohorts=())
@@ -222,3 +267,5 @@ def forget(key: str) -> None:
     with _cache_lock:
         for k in [k for k in _cache if k.startswith(key + "|")]:
             del _cache[k]
+        for k in [k for k in _inflight if k.startswith(key + "|")]:
+            del _inflight[k]

@@ -255,6 +255,16 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         )
         if observed is not None:
             inp = observed.plan_input
+            if observed.observation.reason == "Pending":
+                # the first query runs in the background: plan nothing yet (applying from the
+                # spec now and from the observation a moment later would roll out twice)
+                msg = observed.observation.message
+                ctx.cond("Observed", "Unknown", "Pending", msg)
+                ctx.cond("Ready", "False", "ObservationPending", msg)
+                ctx.outcome.requeue = True
+                ctx.outcome.retry_after = 2.0
+                ctx.outcome.reason = "waiting for the first Prometheus observation"
+                return ctx.finish()
         plan = make_plan(inp)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")

@@ -24,6 +24,7 @@ Reason = Literal[
     "InsufficientData",
     "PrometheusNotAllowed",
     "TokenSecretNotAllowed",
+    "Pending",
 ]
 OBSERVED: Final = "Observed"
 BUCKETS_TOO_COARSE: Final = "BucketsTooCoarse"
@@ -36,6 +37,8 @@ INSUFFICIENT_DATA: Final = "InsufficientData"
 PROMETHEUS_NOT_ALLOWED: Final = "PrometheusNotAllowed"
 #: the bearer-token Secret lacks the opt-in label (it was not used, nothing was sent)
 TOKEN_SECRET_NOT_ALLOWED: Final = "TokenSecretNotAllowed"
+#: the first query of this source is still running (in the background; nothing waits on it)
+PENDING: Final = "Pending"
 
 QuantileName = Literal["p50", "p95", "p99"]
 QUANTILES: Final[tuple[tuple[QuantileName, float], ...]] = (
