@@ -5,11 +5,18 @@ in its own namespace."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import signal
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from tests.operator_harness import Cluster, cluster, flag_value, load_example
+from tests.operator_harness import Cluster, Operator, cluster, flag_value, load_example
 
 __all__ = ["cluster"]
 
@@ -318,41 +325,52 @@ def test_safety_lowering_changes_are_not_held(cluster: Cluster) -> None:
 # --- item 1: no blocking I/O in the shared workers --------------------------------------------
 
 
-def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> None:
-    import http.server
-    import threading
+class Slow(http.server.BaseHTTPRequestHandler):
+    """A Prometheus that answers every query after 9 s (the review's slow Prometheus)."""
 
-    class Slow(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            time.sleep(9)
-            body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
-            try:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:
-                pass
-
-        def log_message(self, *_: Any) -> None:
+    def do_GET(self) -> None:  # noqa: N802
+        time.sleep(9)
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
             pass
 
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def slow_prometheus() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    c = cluster
     try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def apply_slow_resources(c: Cluster, ns: str, url: str, count: int = 8) -> None:
+    for k in range(count):
+
+        def edit(icap: dict[str, Any], dep: dict[str, Any], k: int = k) -> None:
+            for d in (icap, dep):
+                d["metadata"]["name"] = f"slow-{k}"
+            icap["spec"]["targetRef"]["name"] = f"slow-{k}"
+            icap["spec"]["workload"]["fromPrometheus"] = {"url": url}
+
+        apply_example(c, ns, edit)
+
+
+def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> None:
+    c = cluster
+    with slow_prometheus() as url:
         slow_ns = c.namespace("slowprom")
-        for k in range(8):  # the review: 8 resources whose Prometheus answers in 9 s
-
-            def edit(icap: dict[str, Any], dep: dict[str, Any], k: int = k) -> None:
-                for d in (icap, dep):
-                    d["metadata"]["name"] = f"slow-{k}"
-                icap["spec"]["targetRef"]["name"] = f"slow-{k}"
-                icap["spec"]["workload"]["fromPrometheus"] = {"url": url}
-
-            apply_example(c, slow_ns, edit)
+        apply_slow_resources(c, slow_ns, url)  # the review: 8 resources, a 9-second Prometheus
         time.sleep(2)  # their reconciles (and queries) are under way
         ns = c.namespace("unrelated")
         apply_example(c, ns)
@@ -365,5 +383,33 @@ def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> Non
         # was 21.8 s (blocking queries held every worker); the polling through kubectl on a
         # busy machine costs part of this bound
         assert took < 5, f"unrelated edit took {took:.1f} s"
+
+
+def test_sigterm_under_load_stops_within_the_exit_timeout(cluster: Cluster, tmp_path: Path) -> None:
+    """A second operator, scoped to one namespace of slow-Prometheus resources, gets SIGTERM:
+    it is gone within its exit timeout (the chart sets it 10 s inside the grace period; the
+    review saw SIGTERM ignored for over 2 minutes)."""
+    c = cluster
+    ns = c.namespace("sigterm")
+    op = Operator(
+        c.api,
+        tmp_path / "op.log",
+        extra_env={"INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS": "5"},
+        run_args=("--standalone", "--namespace", ns),
+    ).start()
+    try:
+        with slow_prometheus() as url:
+            apply_slow_resources(c, ns, url)
+            time.sleep(6)  # every resource reconciled at least once, queries in flight
+            assert op.proc is not None and op.proc.poll() is None, op.log()[-2000:]
+            t = time.monotonic()
+            op.proc.send_signal(signal.SIGTERM)
+            try:
+                op.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            took = time.monotonic() - t
+            assert op.proc.poll() is not None and took < 10, f"still running after {took:.0f} s"
     finally:
-        server.shutdown()
+        op.kill()
+        op.stop()

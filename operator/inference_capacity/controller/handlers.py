@@ -55,6 +55,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # how long a dead leader's peering entry counts: the standby takes over after it (Kopf's
     # default is 60 s)
     settings.peering.lifetime = int(os.environ.get("INFERENCE_CAPACITY_PEERING_LIFETIME", "60"))
+    # SIGTERM: Kopf exits gracefully, and kills itself when that takes longer than this (Kopf's
+    # default is 10 minutes; the chart sets it below the pod's terminationGracePeriodSeconds)
+    settings.process.ultimate_exiting_timeout = float(
+        os.environ.get("INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS", "20")
+    )
+
+
+@kopf.on.cleanup()
+def stop_background_work(**_: Any) -> None:
+    """At shutdown: queued Prometheus queries are dropped, running ones not waited for."""
+    observing.shutdown()
 
 
 def _emitter(body: Mapping[str, Any]) -> Any:

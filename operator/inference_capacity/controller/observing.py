@@ -269,3 +269,8 @@ def forget(key: str) -> None:
             del _cache[k]
         for k in [k for k in _inflight if k.startswith(key + "|")]:
             del _inflight[k]
+
+
+def shutdown() -> None:
+    """Drop queued queries and do not wait for running ones (operator shutdown)."""
+    _pool.shutdown(wait=False, cancel_futures=True)
