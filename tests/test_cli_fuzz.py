@@ -209,6 +209,7 @@ def _write(tmp_path: Path, docs: list[Any]) -> str:
     ("edit", "field"),
     [
         (lambda i, d: i.update(spec=None), "spec"),
+        (lambda i, d: d.update(spec=None), "deployment/llama-8b: spec"),
         (lambda i, d: d["spec"].update(template=None), "spec.template"),
         (lambda i, d: d["spec"]["template"].update(spec=None), "spec.template.spec"),
         (
