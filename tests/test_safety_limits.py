@@ -19,10 +19,15 @@ import yaml
 from inference_capacity.api.bounded_yaml import MAX_ALIASES, MAX_DEPTH
 from inference_capacity.api.models import InferenceCapacity, ManifestError, load_manifests
 from inference_capacity.controller.reconcile import owner_of, pdb_min_available
-from inference_capacity.decide import safety_lowering, stabilized_replicas, template_hold
+from inference_capacity.decide import (
+    material_changes,
+    safety_lowering,
+    stabilized_replicas,
+    template_hold,
+)
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings
-from inference_capacity.engines.vllm_args import human_readable_int, read_flags
+from inference_capacity.engines.vllm_args import flag_int, human_readable_int, read_flags
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import ModelConfigError, load_config, model_from_dict
 from inference_capacity.model.limits import MAX_CONFIG_BYTES, SHAPE_LIMITS, parse_config_json
@@ -250,8 +255,10 @@ def test_max_model_len_32k_is_read_as_32000_and_not_rewritten() -> None:
     icap["spec"]["workload"].pop("maxModelLen")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     c["args"] = ["--port", "8000", "--max-model-len", "32k", "--max-num-batched-tokens=8K"]
-    assert read_flags(c)["max-model-len"] == "32000"
-    assert read_flags(c)["max-num-batched-tokens"] == "8192"
+    assert read_flags(c)["max-model-len"] == "32k"  # read as written (rewrites keep it)
+    assert flag_int("max-model-len", "32k") == 32_000
+    assert flag_int("--max-num-batched-tokens", "8K") == 8192
+    assert material_changes({"max-model-len": "32k"}, {"max-model-len": "32000"}, 0) == {}
     r = _resolve(icap, dep)
     assert r.plan_input.engine.max_model_len == 32_000  # was: unset, then rewritten to 131072
     assert r.plan_input.engine.max_num_batched_tokens == 8192

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .engines.vllm_args import flag_int
+
 
 def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
     """Why the Deployment is mid-rollout, or None when patching it now is safe.
@@ -50,11 +52,15 @@ def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _number(text: str | None) -> float | None:
+def _number(text: str | None, flag: str = "") -> float | None:
     if text is None:
         return None
     try:
         return float(text)
+    except ValueError:
+        pass
+    try:  # vLLM's human-readable integers: --max-model-len 32k is 32000
+        return float(flag_int(flag, text)) if flag else None
     except ValueError:
         return None
 
@@ -76,7 +82,7 @@ def material_changes(
         if have is None:
             out[flag] = (None, want)
             continue
-        a, b = _number(have), _number(want)
+        a, b = _number(have, flag), _number(want, flag)
         if a is not None and b is not None:
             if a == b:
                 continue

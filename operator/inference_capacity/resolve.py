@@ -16,7 +16,7 @@ from typing import Any
 from .api.models import InferenceCapacitySpec
 from .engines.versions import NEWEST_SUPPORTED, VersionError, parse_version
 from .engines.vllm import EngineSettings
-from .engines.vllm_args import find_vllm_container, parse_image_version, read_flags
+from .engines.vllm_args import find_vllm_container, flag_int, parse_image_version, read_flags
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, load_model, model_from_dict
 from .model.limits import parse_config_json
@@ -48,7 +48,7 @@ def _int_flag(flags: Mapping[str, str], key: str) -> int | None:
     if value is None:
         return None
     try:
-        return int(value)
+        return flag_int(key, value)
     except ValueError:
         return None
 
@@ -139,7 +139,8 @@ def resolve(
         running = read_flags(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
 
-    def pick(name: str, spec_value: Any, flag: str, cast: type = int) -> Any:
+    def pick(name: str, spec_value: Any, flag: str, cast: Any = None) -> Any:
+        cast = cast or (lambda text: flag_int(flag, text))
         run = running.get(flag)
         if spec_value is not None:
             run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
@@ -360,7 +361,7 @@ def check_deployment(dep: Any) -> None:
                         need(res[part], f"{at}.resources.{part}", Mapping, "a mapping")
 
 
-def _castable(value: str, cast: type) -> bool:
+def _castable(value: str, cast: Any) -> bool:
     try:
         cast(value)
     except (TypeError, ValueError):

@@ -211,15 +211,13 @@ def human_readable_int(text: str) -> int:
     return int(value)
 
 
-def _read_number(name: str, text: str) -> str:
-    """A flag's value as read: human-readable integers in plain digits (``32k`` -> ``32000``),
-    so a running ``--max-model-len 32k`` compares equal to 32000; other text as written."""
-    if name in HUMAN_READABLE_INT_FLAGS:
-        try:
-            return str(human_readable_int(text))
-        except ValueError:
-            return text
-    return text
+def flag_int(name: str, text: str) -> int:
+    """A running flag's integer value as vLLM reads it: ``human_readable_int`` for the flags
+    vLLM parses with it (``--max-model-len 32k`` is 32000), ``int`` otherwise. ValueError when
+    vLLM would refuse it."""
+    if normalise_flag(name) in HUMAN_READABLE_INT_FLAGS:
+        return human_readable_int(text)
+    return int(text)
 
 
 def parse_image_version(image: str) -> str | None:
@@ -1073,7 +1071,7 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str]:
     :func:`unresolved_flags`. A flag given twice reads as the last one (argparse).
     Best effort: hazards that make a rewrite unsafe do not stop a read.
     """
-    return {o.name: _read_number(o.name, o.text) for o in _parse(container).occurrences}
+    return {o.name: o.text for o in _parse(container).occurrences}
 
 
 def unresolved_flags(container: Mapping[str, Any]) -> set[str]:
