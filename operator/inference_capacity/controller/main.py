@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import kopf
 from prometheus_client import start_http_server
@@ -18,8 +20,6 @@ def run_operator(
     priority: int | None = None,
     prometheus_allowed_url_prefixes: list[str] | None = None,
 ) -> int:
-    import os
-
     if priority is not None:
         os.environ["INFERENCE_CAPACITY_PEERING_PRIORITY"] = str(priority)
     if prometheus_allowed_url_prefixes:
@@ -45,4 +45,10 @@ def run_operator(
         peering_name=peering,
         liveness_endpoint=liveness or None,
     )
-    return 0
+    # Kopf has stopped (gracefully, or its exit timeout passed). Prometheus queries still in
+    # flight would keep the interpreter joining their threads for as long as a slow Prometheus
+    # takes: they are abandoned (every write is idempotent and carries its resourceVersion).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

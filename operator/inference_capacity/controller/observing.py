@@ -143,11 +143,13 @@ def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observati
         if hit is not None and now - hit[0] < refresh_s:
             return hit[1]
         fut = _inflight.get(key)
+        started = fut is None
         if fut is None:
             fut = _pool.submit(observe, source)
             _inflight[key] = fut
     try:
-        obs = fut.result(timeout=OBSERVE_WAIT_SECONDS)
+        # only the reconcile that starts a query waits (briefly) for it; later ones look
+        obs = fut.result(timeout=OBSERVE_WAIT_SECONDS if started else 0)
     except FutureTimeout:
         return hit[1] if hit is not None else None
     except Exception as exc:  # a programming error in the reader: say so, do not loop on it
