@@ -476,3 +476,18 @@ def test_load_200_resources_one_hostile_eight_slow(cluster: Cluster) -> None:
         # target with slow Prometheus servers is test_slow_prometheus_does_not_delay_unrelated_edits
         assert took < 30, f"unrelated edit took {took:.1f} s"
         c.operator.assert_alive()
+
+
+def test_log_lines_about_an_object_name_it(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("logs")
+    apply_example(c, ns, lambda i, d: i["spec"]["engine"].update(version="0.0.1"))
+    c.wait_condition(ns, "llama-8b", "Ready", "False", "UnsupportedEngineVersion")
+    # "[time] kopf.objects [LEVEL] [namespace/name] message"
+    messages = [
+        ln.split("] ", 2)[2] for ln in c.operator.log().splitlines() if " kopf.objects " in ln
+    ]
+    assert messages
+    unnamed = [m for m in messages if not m.startswith("[")]
+    assert not unnamed, unnamed[:3]
+    assert any(m.startswith(f"[{ns}/llama-8b]") for m in messages)

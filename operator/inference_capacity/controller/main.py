@@ -37,7 +37,8 @@ def run_operator(
     logging.getLogger("inference_capacity").setLevel(logging.DEBUG if verbose else logging.INFO)
     if metrics_port:
         start_http_server(metrics_port)
-    kopf.configure(verbose=verbose)
+    # every line Kopf logs about an object starts with [namespace/name]
+    kopf.configure(verbose=verbose, log_prefix=True)
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,
