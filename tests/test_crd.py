@@ -342,6 +342,7 @@ rollout.minReplicas rollout.maxReplicas rollout.manageReplicas rollout.manageStr
 rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
 policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
+policy.stabilizationWindowSeconds policy.replicaStabilizationWindowSeconds
 """
 
 STATUS_CONTRACT = """

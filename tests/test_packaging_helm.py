@@ -246,7 +246,8 @@ def test_cluster_wide_rules_are_the_union_of_namespaced_and_cluster_rules() -> N
     updaters = {r for _, r, vs in cluster if "update" in vs}
     assert updaters == {"inferencecapacities/finalizers"}  # the PDB's owner reference only
     assert not any("*" in g or "*" in r for g, r, _ in cluster)
-    assert [vs for g, r, vs in cluster if r == "secrets"] == [("get",)]
+    # no Secret by default: bearer tokens only from Secrets named in rbac.secretNames
+    assert [vs for g, r, vs in cluster if r == "secrets"] == []
     deleters = {r for _, r, vs in cluster if "delete" in vs}
     assert deleters == set()  # the PDB goes by garbage collection
 
@@ -459,3 +460,21 @@ def test_examples_validate_against_the_installed_crd(kube: KubeAPI) -> None:
     assert result.stdout.count("inferencecapacity.capacity.inference.dev/") == 3, result.stdout
     table = kube.kubectl("get", "icap", "-n", "default").stdout
     assert "llama-8b" in table
+
+
+def test_prometheus_allowed_prefixes_become_run_flags_none_by_default() -> None:
+    assert not [a for a in container(chart_docs())["args"] if "prometheus" in a]
+    prefixes = ["http://prometheus-operated.monitoring:9090/", "https://thanos.obs:10902/"]
+    args = container(chart_docs({"prometheus": {"allowedUrlPrefixes": prefixes}}))["args"]
+    assert [a for a in args if a.startswith("--prometheus-allowed-url-prefix=")] == [
+        f"--prometheus-allowed-url-prefix={p}" for p in prefixes
+    ]
+
+
+def test_sigterm_exit_timeout_is_inside_the_grace_period() -> None:
+    for grace in (30, 90):
+        docs = chart_docs({"operator": {"terminationGracePeriodSeconds": grace}})
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == grace
+        env = {e["name"]: e.get("value") for e in container(docs)["env"]}
+        assert 0 < float(env["INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS"]) <= grace - 10

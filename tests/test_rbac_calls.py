@@ -90,7 +90,11 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "prom-token", "namespace": ns},
+            "metadata": {
+                "name": "prom-token",
+                "namespace": ns,
+                "labels": {"capacity.inference.dev/prometheus-token": "true"},
+            },
             "data": {"token": base64.b64encode(b"s3cret").decode()},
         },
         {
@@ -161,9 +165,10 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
         (r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
         for r in records
     }
+    # the token Secret is readable only when named in rbac.secretNames (none by default)
     role = next(
         d
-        for d in chart_docs()
+        for d in chart_docs({"rbac": {"secretNames": ["prom-token"]}})
         if d["kind"] == "ClusterRole"
         and "rules" in d
         and any("deployments" in r.get("resources", []) for r in d["rules"])

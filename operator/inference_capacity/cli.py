@@ -202,6 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL"
     )
     run.add_argument("--metrics-port", type=int, default=9090)
+    run.add_argument(
+        "--prometheus-allowed-url-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a URL prefix spec.workload.fromPrometheus.url may start with (repeatable), e.g. "
+        "http://prometheus.monitoring:9090/; none (the default): every fromPrometheus is refused",
+    )
     run.add_argument("--verbose", "-v", action="store_true")
     return p
 
@@ -290,6 +298,9 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     out["recommended_flags"] = rec.recommendation.flags()
     if kv_pool is not None:
         out["inverse"] = {
+            "fits": rec.fits,
+            "reason": rec.reason,
+            "message": rec.message,
             "kv_cache_gib": a.kv_cache_gib,
             "gpu_memory_utilization": rec.recommendation.gpu_memory_utilization,
             "num_gpu_blocks": rec.prediction.num_gpu_blocks,
@@ -304,16 +315,37 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         + "\n\nRecommended: "
         + " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
     )
+    if kv_pool is not None and not rec.fits:
+        text += f"\n\n--kv-cache-gib {a.kv_cache_gib:g}: {rec.reason}: {rec.message}"
+        # --fail-if-not-fits judges the plan asked for: the inverse one
+        return out, text, rec
     return out, text, rec if workload is not None else whatif
 
 
 def _read_text(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    """A manifest's text, read at most MAX_MANIFEST_BYTES + 1 bytes (``/dev/zero`` or a huge
+    file is refused, not read to the end)."""
+    from .api.bounded_yaml import MAX_MANIFEST_BYTES
+
     try:
-        return Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1)
+        else:
+            with Path(path).open("rb") as f:
+                raw = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise CliError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _name_of(doc: Any) -> Any:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    return meta.get("name") if isinstance(meta, dict) else None
 
 
 def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, Any]]:
@@ -331,9 +363,9 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
     if not docs.capacities:
         raise CliError(f"{a.file}: no InferenceCapacity document found")
     config_maps = {
-        d.get("metadata", {}).get("name"): d.get("data", {}) or {}
+        _name_of(d): d.get("data") or {}
         for d in others
-        if d.get("kind") == "ConfigMap"
+        if d.get("kind") == "ConfigMap" and isinstance(d.get("data") or {}, dict)
     }
     results: list[tuple[dict[str, Any], str, Any]] = []
     for doc in docs.capacities:
@@ -343,8 +375,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             (
                 d
                 for d in others
-                if d.get("kind") == "Deployment"
-                and d.get("metadata", {}).get("name") == spec.target_ref.name
+                if d.get("kind") == "Deployment" and _name_of(d) == spec.target_ref.name
             ),
             None,
         )
@@ -605,6 +636,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         metrics_port=a.metrics_port,
         verbose=a.verbose,
         priority=a.priority,
+        prometheus_allowed_url_prefixes=a.prometheus_allowed_url_prefix,
     )
     return code
 
@@ -629,6 +661,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
     except BrokenPipeError:
         return 0
+    except (RecursionError, OverflowError, ZeroDivisionError, MemoryError) as exc:
+        # input that slipped past the bounds: one line, not a traceback (a test fuzzes for it)
+        print(
+            f"inference-capacity: error: input out of bounds ({type(exc).__name__}: {exc})",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

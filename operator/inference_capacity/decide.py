@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .engines.vllm_args import flag_int
+
 
 def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
     """Why the Deployment is mid-rollout, or None when patching it now is safe.
@@ -50,11 +52,15 @@ def rollout_in_progress(deployment: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _number(text: str | None) -> float | None:
+def _number(text: str | None, flag: str = "") -> float | None:
     if text is None:
         return None
     try:
         return float(text)
+    except ValueError:
+        pass
+    try:  # vLLM's human-readable integers: --max-model-len 32k is 32000
+        return float(flag_int(flag, text)) if flag else None
     except ValueError:
         return None
 
@@ -76,7 +82,7 @@ def material_changes(
         if have is None:
             out[flag] = (None, want)
             continue
-        a, b = _number(have), _number(want)
+        a, b = _number(have, flag), _number(want, flag)
         if a is not None and b is not None:
             if a == b:
                 continue
@@ -131,3 +137,51 @@ def set_condition(
             }
         )
     return out
+
+
+#: the last pod-template change the operator made, on the Deployment (survives restarts)
+ANNOTATION_TEMPLATE_CHANGED = "capacity.inference.dev/template-changed-at"
+
+
+def safety_lowering(changes: Mapping[str, tuple[str | None, str]]) -> bool:
+    """Every change lowers a flag of :data:`ALWAYS_IF_LOWER` (a fix for an over-committed
+    device, never held back by a stabilization window)."""
+    if not changes:
+        return False
+    for flag, (have, want) in changes.items():
+        a, b = _number(have), _number(want)
+        if flag not in ALWAYS_IF_LOWER or a is None or b is None or not b < a:
+            return False
+    return True
+
+
+def template_hold(
+    changes: Mapping[str, tuple[str | None, str]],
+    last_change: float | None,
+    now: float,
+    window_s: float,
+) -> float | None:
+    """Seconds to wait before this pod-template change may be written, or None to write now:
+    at most one change per ``window_s`` since ``last_change`` (unix seconds), except changes
+    that only lower a safety flag."""
+    if not changes or last_change is None or window_s <= 0 or safety_lowering(changes):
+        return None
+    left = last_change + window_s - now
+    return left if left > 0 else None
+
+
+def stabilized_replicas(
+    history: Sequence[tuple[float, int]],
+    desired: int,
+    current: int | None,
+    now: float,
+    window_s: float,
+) -> int:
+    """The replicas to set, like the HPA's scale-down stabilization: up at once to
+    ``desired``; down only to the highest count recommended within ``window_s`` (``history``:
+    (unix seconds, recommended replicas), this recommendation included), so a recommendation
+    that flaps down and up moves nothing."""
+    if current is None or desired >= current or window_s <= 0:
+        return desired
+    recent = [r for t, r in history if now - t < window_s]
+    return min(current, max([desired, *recent]))

@@ -341,6 +341,13 @@ def make_plan(inp: PlanInput) -> Plan:
     over = [rl for rl in ledger if rl.unallocated < 0]
     if not pred.starts:
         fits, reason, message = False, "VllmWillNotStart", pred.error or "vLLM will not start"
+    elif inp.kv_pool_bytes is not None and r.available_kv < inp.kv_pool_bytes:
+        fits, reason = False, "KvPoolUnreachable"
+        message = (
+            f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB per GPU) is out of reach: "
+            f"at utilization {rs.gpu_memory_utilization} vLLM allocates "
+            f"{max(r.available_kv, 0) / GiB:.2f} GiB"
+        )
     elif over:
         rl = over[0]
         fits, reason = False, "OverCommitted"

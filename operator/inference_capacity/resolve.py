@@ -9,13 +9,12 @@ supported version (and the caller says so).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api.models import InferenceCapacitySpec
-from .engines.versions import NEWEST_SUPPORTED
+from .engines.versions import NEWEST_SUPPORTED, VersionError, parse_version
 from .engines.vllm import EngineSettings
 from .engines.vllm_args import (
     find_vllm_container,
@@ -35,7 +34,8 @@ from .engines.vllm_flags import (
     parse_speculative_config,
 )
 from .hardware import Gpu, custom_gpu, get_gpu
-from .model import ModelShape, load_model, model_from_dict
+from .model import ModelConfigError, ModelShape, load_model, model_from_dict
+from .model.limits import parse_config_json
 from .model.quant import ALIASES as QUANT_ALIASES
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
@@ -140,13 +140,19 @@ def resolve_model(
                     f"ConfigMap {ref.name!r} has no key {ref.key!r}",
                     "ModelConfigNotFound",
                 )
-            try:
-                cfg = json.loads(data[ref.key])
-            except json.JSONDecodeError as exc:
+            raw = data[ref.key]
+            if not isinstance(raw, str):
                 raise ResolveError(
-                    "spec.model.configMapRef",
-                    f"{ref.name}/{ref.key} is not JSON: {exc.msg}",
+                    "spec.model.configMapRef.key",
+                    f"ConfigMap {ref.name!r} key {ref.key!r} holds a {type(raw).__name__}, "
+                    "not the text of a config.json",
                     "InvalidModelConfig",
+                )
+            try:
+                cfg = parse_config_json(raw, f"configmap/{ref.name}/{ref.key}")
+            except ModelConfigError as exc:
+                raise ResolveError(
+                    "spec.model.configMapRef", str(exc), "InvalidModelConfig"
                 ) from exc
             return model_from_dict(cfg, name=f"configmap/{ref.name}", quantization=quant)
         src = resolve_model_source(spec)
@@ -154,6 +160,10 @@ def resolve_model(
         return src.shape(quant)
     except ResolveError:
         raise
+    except ModelConfigError as exc:
+        if m.config is None:
+            raise ResolveError("spec.model", str(exc), "UnknownModel") from exc
+        raise ResolveError("spec.model.config", str(exc), "InvalidModelConfig") from exc
     except ValueError as exc:
         raise ResolveError("spec.model", str(exc), "UnknownModel") from exc
 
@@ -183,6 +193,7 @@ def resolve(
 ) -> Resolved:
     """``model_source``: spec.model.name already resolved (the operator does it with the
     resource's token and a deadline); otherwise it is resolved here."""
+    check_bounds(spec)
     running: dict[str, str] = {}
     env: dict[str, str | None] = {}
     conflicts: list[str] = []
@@ -191,6 +202,7 @@ def resolve(
     image_version = None
     index = None
     if deployment is not None:
+        check_deployment(deployment)
         containers = (
             deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
         )
@@ -211,12 +223,13 @@ def resolve(
         ]
         if containers[index].get("envFrom"):
             notes.append("the vLLM container has envFrom: VLLM_* variables from it cannot be read")
+    # sizes the user wrote are bounded before any work; the version is a released one
     if model_source is None and spec.model.name is not None:
         model_source = resolve_model_source(spec)
     shape = resolve_model(spec, config_maps, model_source)
     gpu = resolve_gpu(spec)
 
-    def pick(name: str, spec_value: Any, flag: str, cast: type = int) -> Any:
+    def pick(name: str, spec_value: Any, flag: str, cast: Any = int) -> Any:
         run = running.get(flag)
         if cast is int and run is not None:
             parsed = _int_flag(running, flag, bad)
@@ -268,6 +281,27 @@ def resolve(
         version, source = image_version, "image"
     else:
         version, source = NEWEST_SUPPORTED, "default"
+    if max_len is not None and max_len <= 0:
+        max_len = None  # vLLM's -1 ("auto"): fit the context to the KV pool, as unset
+    for what, value, limit in (
+        ("tensor-parallel-size", tp, 64),
+        ("pipeline-parallel-size", pp, 64),
+        ("max-model-len", max_len, MAX_MODEL_LEN),
+        ("max-num-batched-tokens", batched, MAX_BATCHED_TOKENS),
+        ("block-size", block, 1024),
+        ("data-parallel-size", _int_flag(running, "data-parallel-size", bad), 1024),
+    ):
+        if value is not None and not 0 < int(value) <= limit:
+            raise ResolveError(
+                f"--{what} on the Deployment",
+                f"{value} is outside (0, {limit}]",
+                "InvalidTarget",
+            )
+    try:
+        parse_version(version)
+    except VersionError as exc:
+        where = "spec.engine.version" if source == "spec" else "the target container's image tag"
+        raise ResolveError(where, str(exc), "UnsupportedEngineVersion") from exc
     dp = pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
     if deployment is not None and dp > 1 and "data-parallel-size" not in running:
         conflicts.append(
@@ -469,7 +503,120 @@ def resolve(
     )
 
 
-def _castable(value: str, cast: type) -> bool:
+#: per-GPU memory above this is not a GPU (the largest today have 288 GB)
+MAX_GPU_MEMORY_GIB = 4096.0
+#: tokens per scheduler step; vLLM's defaults are 2k-16k, long-context prefill runs use ~1M
+MAX_BATCHED_TOKENS = 10_000_000
+#: the longest context of any model (Llama 4 Scout: 10M tokens); the schema's bound too
+MAX_MODEL_LEN = 10_000_000
+#: sequences per replica
+MAX_NUM_SEQS = 1 << 20
+
+
+def check_bounds(spec: InferenceCapacitySpec) -> None:
+    """Schema-valid but absurd sizes, refused before any work with the field the user wrote
+    and the limit (a ``gpuMemoryGiB: 1e12`` or ``maxNumBatchedTokens: 1e12`` would otherwise
+    reach the ledger and come back as a message about another number)."""
+    hw, eng = spec.hardware, spec.engine
+    if hw.gpu_memory_gib is not None and not hw.gpu_memory_gib <= MAX_GPU_MEMORY_GIB:
+        raise ResolveError(
+            "spec.hardware.gpuMemoryGiB",
+            f"must be at most {MAX_GPU_MEMORY_GIB:g} GiB per GPU, got {hw.gpu_memory_gib:g}",
+        )
+    if eng.max_num_batched_tokens is not None and eng.max_num_batched_tokens > MAX_BATCHED_TOKENS:
+        raise ResolveError(
+            "spec.engine.maxNumBatchedTokens",
+            f"must be at most {MAX_BATCHED_TOKENS}, got {eng.max_num_batched_tokens:g}",
+        )
+    if eng.max_num_seqs_cap is not None and eng.max_num_seqs_cap > MAX_NUM_SEQS:
+        raise ResolveError(
+            "spec.engine.maxNumSeqsCap",
+            f"must be at most {MAX_NUM_SEQS}, got {eng.max_num_seqs_cap}",
+        )
+    w = spec.workload
+    if w.peak_concurrency is not None and w.peak_concurrency > MAX_NUM_SEQS * 1024:
+        raise ResolveError(
+            "spec.workload.peakConcurrency",
+            f"must be at most {MAX_NUM_SEQS * 1024}, got {w.peak_concurrency}",
+        )
+    if spec.model.max_loras > 1024:
+        raise ResolveError(
+            "spec.model.maxLoras", f"must be at most 1024, got {spec.model.max_loras}"
+        )
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_deployment(dep: Any) -> None:
+    """Refuse a Deployment whose parts the operator reads have the wrong shape (a manifest
+    written by hand: ``template: null``, ``containers`` as a map, ``strategy: Recreate``), naming
+    the field, instead of failing inside the reader. The API server enforces these shapes on
+    stored objects; files given to ``plan`` are not so checked."""
+    name = dep.get("metadata", {}).get("name") if isinstance(dep, Mapping) else None
+    where = f"deployment/{name}" if isinstance(name, str) else "deployment"
+
+    def need(value: Any, path: str, kind: type | tuple[type, ...], what: str) -> None:
+        if not isinstance(value, kind):
+            raise ResolveError(
+                f"{where}: {path}", f"must be {what}, got {_kind(value)}", "InvalidTarget"
+            )
+
+    need(dep, "(the object)", Mapping, "a mapping")
+    need(dep.get("metadata", {}), "metadata", Mapping, "a mapping")
+    spec = dep.get("spec")
+    need(spec, "spec", Mapping, "a mapping")
+    if spec.get("replicas") is not None and (
+        isinstance(spec["replicas"], bool) or not isinstance(spec["replicas"], int)
+    ):
+        need(spec["replicas"], "spec.replicas", (), "an integer")
+    if spec.get("strategy") is not None:
+        need(spec["strategy"], "spec.strategy", Mapping, "a mapping (e.g. {type: Recreate})")
+        ru = spec["strategy"].get("rollingUpdate")
+        if ru is not None:
+            need(ru, "spec.strategy.rollingUpdate", Mapping, "a mapping")
+    if spec.get("selector") is not None:
+        need(spec["selector"], "spec.selector", Mapping, "a mapping")
+    template = spec.get("template")
+    need(template, "spec.template", Mapping, "a mapping")
+    need(template.get("metadata", {}), "spec.template.metadata", Mapping, "a mapping")
+    pod = template.get("spec")
+    need(pod, "spec.template.spec", Mapping, "a mapping")
+    for list_key in ("containers", "initContainers"):
+        containers = pod.get(list_key, [] if list_key == "initContainers" else None)
+        if containers is None and list_key == "initContainers":
+            continue
+        need(containers, f"spec.template.spec.{list_key}", list, "a list")
+        for i, c in enumerate(containers):
+            at = f"spec.template.spec.{list_key}[{i}]"
+            need(c, at, Mapping, "a mapping")
+            for key in ("command", "args"):
+                v = c.get(key)
+                if v is not None:
+                    need(v, f"{at}.{key}", list, "a list of strings")
+                    for j, item in enumerate(v):
+                        need(item, f"{at}.{key}[{j}]", str, "a string")
+            for key in ("name", "image"):
+                if c.get(key) is not None:
+                    need(c[key], f"{at}.{key}", str, "a string")
+            env = c.get("env")
+            if env is not None:
+                need(env, f"{at}.env", list, "a list")
+                for j, e in enumerate(env):
+                    need(e, f"{at}.env[{j}]", Mapping, "a mapping")
+                    need(e.get("name"), f"{at}.env[{j}].name", str, "a string")
+            if c.get("envFrom") is not None:
+                need(c["envFrom"], f"{at}.envFrom", list, "a list")
+            res = c.get("resources")
+            if res is not None:
+                need(res, f"{at}.resources", Mapping, "a mapping")
+                for part in ("limits", "requests"):
+                    if res.get(part) is not None:
+                        need(res[part], f"{at}.resources.{part}", Mapping, "a mapping")
+
+
+def _castable(value: str, cast: Any) -> bool:
     try:
         cast(value)
     except (TypeError, ValueError):

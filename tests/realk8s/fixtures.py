@@ -35,6 +35,9 @@ CHART = ROOT / "charts" / "inference-capacity"
 #: and delete the chart's default names (release ``inference-capacity``) on the same cluster
 OPERATOR_NAMESPACE = "icap-operator"
 OPERATOR_RELEASE = "icap-test"
+#: the chart's values for the operator under test: it may read the token Secrets the tests name
+#: (the default RBAC reads no Secret; an admin lists them in rbac.secretNames)
+OPERATOR_VALUES: dict[str, Any] = {"rbac": {"secretNames": ["prom-token", "hf"]}}
 #: GPU nodes of the session cluster: enough H100s for every scenario's pods at once.
 SESSION_GPU_NODES = int(os.environ.get("REALK8S_GPU_NODES", "4"))
 SESSION_GPUS_PER_NODE = 8
@@ -172,6 +175,7 @@ class RealKubeAPI(KubectlMixin):
         """Environment for ``inference-capacity run``: authenticated as the ServiceAccount the Helm
         chart renders for ``release`` with ``rbac_values``, bound to the chart's RBAC, through the
         proxy."""
+        rbac_values = OPERATOR_VALUES if rbac_values is None else rbac_values
         key = json.dumps([rbac_values, release], sort_keys=True)
         if key not in self._installed:
             self._installed[key] = install_operator_rbac(self, rbac_values, release)

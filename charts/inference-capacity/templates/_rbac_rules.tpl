@@ -39,13 +39,14 @@ rules (CRD scanning, plus nodes and pods when rbac.spareGpuCounting).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]
-# workload.fromPrometheus bearer tokens.
+{{- with .Values.rbac.secretNames }}
+# workload.fromPrometheus bearer tokens: only the Secrets named in rbac.secretNames (and the
+# operator uses one only if it carries capacity.inference.dev/prometheus-token: "true").
 - apiGroups: [""]
   resources: ["secrets"]
-  {{- with .Values.rbac.secretNames }}
   resourceNames: {{ toJson . }}
-  {{- end }}
   verbs: ["get"]
+{{- end }}
 # Events for every applied change and refusal (Kopf posts core/v1 events).
 - apiGroups: [""]
   resources: ["events"]

@@ -43,6 +43,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
+from . import bounded_yaml
+
 __all__ = [
     "API_VERSION",
     "GROUP",
@@ -716,15 +718,9 @@ class BurstSpec(_Spec):
 class WorkloadSpec(_Spec):
     """The traffic each replica and the fleet must hold."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_validations(
-            _cel(
-                "!has(self.burst) || self.burst.weights.all(k, has(self.cohorts) && "
-                "self.cohorts.exists(c, c.name == k))",
-                "spec.workload.burst.weights must name cohorts of spec.workload.cohorts",
-            )
-        )
-    )
+    # burst.weights naming cohorts is checked by the operator (_burst_names_cohorts), not by a
+    # CEL rule: kube-apiserver estimates that rule (map keys × cohorts × name lengths) at 5.3×
+    # its cost budget and refuses the whole CRD
 
     max_model_len: SInt | None = Field(
         None,
@@ -930,6 +926,27 @@ class PolicySpec(_Spec):
         description=(
             "Highest acceptable probability that a full batch outgrows the KV pool (Distribution "
             "sizing), in (0, 0.5)."
+        ),
+    )
+    stabilization_window_seconds: SInt | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description=(
+            "At most one pod-template change (a rolling restart) of the target per this many "
+            "seconds; later changes wait and are applied together as the last desired state. "
+            "Changes that only lower --gpu-memory-utilization or --kv-cache-memory-bytes are "
+            "not held. null: the operator's default (300 s)."
+        ),
+    )
+    replica_stabilization_window_seconds: SInt | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description=(
+            "Replicas go down only to the highest count recommended during this many seconds, "
+            "and at most once per window (scale-up is immediate). null: the operator's default "
+            "(300 s)."
         ),
     )
 
@@ -1402,7 +1419,7 @@ def load_manifests(text: str) -> ManifestSet:
     Documents are returned as plain dicts, unvalidated: pass each capacity to
     ``InferenceCapacity.from_manifest``."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in bounded_yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         raise ManifestError(f"invalid YAML: {exc}") from None
     result = ManifestSet([], [])

@@ -55,6 +55,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # how long a dead leader's peering entry counts: the standby takes over after it (Kopf's
     # default is 60 s)
     settings.peering.lifetime = int(os.environ.get("INFERENCE_CAPACITY_PEERING_LIFETIME", "60"))
+    # SIGTERM: Kopf exits gracefully, and kills itself when that takes longer than this (Kopf's
+    # default is 10 minutes; the chart sets it below the pod's terminationGracePeriodSeconds)
+    settings.process.ultimate_exiting_timeout = float(
+        os.environ.get("INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS", "20")
+    )
+
+
+@kopf.on.cleanup()
+def stop_background_work(**_: Any) -> None:
+    """At shutdown: queued Prometheus queries are dropped, running ones not waited for."""
+    observing.shutdown()
 
 
 def _emitter(body: Mapping[str, Any]) -> Any:
@@ -78,7 +89,23 @@ def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
 
 
-def run_reconcile(body: Mapping[str, Any], patch: kopf.Patch | None = None) -> Outcome:
+Targets = kopf.Index[tuple[str, str], tuple[str, str]]
+
+
+def _claims(body: Mapping[str, Any], targets: Targets | None) -> list[tuple[str, str]] | None:
+    """(creationTimestamp, name) of every InferenceCapacity targeting this one's Deployment."""
+    if targets is None:
+        return None
+    meta = body.get("metadata", {})
+    target = (body.get("spec") or {}).get("targetRef") or {}
+    if not isinstance(target, Mapping) or not target.get("name"):
+        return []
+    return list(targets.get((str(meta.get("namespace")), str(target["name"])), []))
+
+
+def run_reconcile(
+    body: Mapping[str, Any], patch: kopf.Patch | None = None, targets: Targets | None = None
+) -> Outcome:
     """Reconcile and write the status; transient API errors become Kopf retries.
 
     In the InferenceCapacity's own handlers the status goes into Kopf's ``patch``, so Kopf
@@ -86,7 +113,7 @@ def run_reconcile(body: Mapping[str, Any], patch: kopf.Patch | None = None) -> O
     state); elsewhere it is patched directly."""
     meta = body["metadata"]
     try:
-        out = reconcile(body, _emitter(body))
+        out = reconcile(body, _emitter(body), _claims(body, targets))
         if _status_changed(body, out.status):
             if patch is not None and not out.requeue:
                 patch.status.update(out.status)
@@ -108,19 +135,24 @@ def run_reconcile(body: Mapping[str, Any], patch: kopf.Patch | None = None) -> O
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def icap_changed(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> None:
-    out = run_reconcile(body, patch)
+def icap_changed(
+    body: kopf.Body, patch: kopf.Patch, retry: int, icap_targets: Targets, **_: Any
+) -> None:
+    out = run_reconcile(body, patch, icap_targets)
     if out.requeue:
-        # mid-rollout or no target yet: try again, backing off up to a minute
+        # mid-rollout or no target yet: try again, backing off up to a minute; a change held
+        # by the stabilization window: when the window ends
+        delay = min(60.0, RETRY_DELAY * 2 ** min(retry, 6))
+        if out.retry_after is not None:
+            delay = out.retry_after + 0.5
         raise kopf.TemporaryError(
-            f"waiting: {out.reason or 'the target is mid-rollout'}",
-            delay=min(60.0, RETRY_DELAY * 2 ** min(retry, 6)),
+            f"waiting: {out.reason or 'the target is mid-rollout'}", delay=delay
         )
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
-def icap_refresh(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    run_reconcile(body, patch)
+def icap_refresh(body: kopf.Body, patch: kopf.Patch, icap_targets: Targets, **_: Any) -> None:
+    run_reconcile(body, patch, icap_targets)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -134,10 +166,13 @@ def icap_deleted(namespace: str, name: str, uid: str, **_: Any) -> None:
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def icap_targets(
-    namespace: str, name: str, spec: kopf.Spec, **_: Any
-) -> dict[tuple[str, str], str]:
+    namespace: str, name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """(namespace, Deployment) -> (creationTimestamp, name) of the InferenceCapacities that
+    target it: the oldest owns it (reconcile.owner_of)."""
     target = (spec.get("targetRef") or {}).get("name")
-    return {(namespace, str(target)): name} if target else {}
+    created = str(meta.get("creationTimestamp") or "")
+    return {(namespace, str(target)): (created, name)} if target else {}
 
 
 @kopf.on.event("apps", "v1", "deployments")
@@ -145,10 +180,10 @@ def deployment_event(
     event: kopf.RawEvent,
     namespace: str,
     name: str,
-    icap_targets: kopf.Index[tuple[str, str], str],
+    icap_targets: Targets,
     **_: Any,
 ) -> None:
-    names = list(icap_targets.get((namespace, name), []))
+    names = [claim[1] for claim in icap_targets.get((namespace, name), [])]
     if not names:
         return
     gen = (event.get("object") or {}).get("metadata", {}).get("generation")
@@ -169,7 +204,7 @@ def deployment_event(
             # now would make Kopf see an unhandled object again and re-run the creation.
             continue
         try:
-            run_reconcile(body)
+            run_reconcile(body, None, icap_targets)
         except kopf.TemporaryError as exc:
             log.warning(
                 "reconcile of %s/%s after a Deployment event failed; the next event "

@@ -173,8 +173,25 @@ def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
     return _hpa_targets(namespace).get(deployment)
 
 
-def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
-    """Create or patch the PodDisruptionBudget; returns 'created', 'patched' or 'unchanged'."""
+class ForeignObject(Exception):
+    """An object the operator would write exists and is not owned by the resource at hand."""
+
+
+def get_pdb(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = client.PolicyV1Api(api_client()).read_namespaced_pod_disruption_budget(
+            name, namespace
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _dict(obj)
+
+
+def upsert_pdb(namespace: str, body: dict[str, Any], owner_uid: str) -> str:
+    """Create or patch the PodDisruptionBudget; returns 'created', 'patched' or 'unchanged'.
+    A PDB of that name that ``owner_uid`` does not own is never changed (ForeignObject)."""
     api = client.PolicyV1Api(api_client())
     name = body["metadata"]["name"]
     try:
@@ -182,10 +199,23 @@ def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        api.create_namespaced_pod_disruption_budget(
-            namespace, cast(Any, body), field_manager=FIELD_MANAGER
-        )
+        try:
+            api.create_namespaced_pod_disruption_budget(
+                namespace, cast(Any, body), field_manager=FIELD_MANAGER
+            )
+        except ApiException as exc2:
+            if exc2.status == 409:  # created by someone else meanwhile: not ours
+                raise ForeignObject(
+                    f"poddisruptionbudget/{name} appeared meanwhile; not changed"
+                ) from None
+            raise
         return "created"
+    owners = cur.get("metadata", {}).get("ownerReferences") or []
+    if not any(o.get("uid") == owner_uid for o in owners):
+        raise ForeignObject(
+            f"poddisruptionbudget/{name} exists and is not owned by this InferenceCapacity; "
+            "it is left as it is"
+        )
     if (
         cur.get("spec", {}).get("minAvailable") == body["spec"]["minAvailable"]
         and cur.get("spec", {}).get("selector") == body["spec"]["selector"]
@@ -202,11 +232,24 @@ def upsert_pdb(namespace: str, body: dict[str, Any]) -> str:
 
 
 def read_secret_key(namespace: str, name: str, key: str) -> str | None:
+    """One decoded key of a Secret (a Hub token), or None when absent or not readable."""
+    found = read_secret(namespace, name)
+    return found[1].get(key) or None if found is not None else None
+
+
+def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]] | None:
+    """(labels, decoded data) of a Secret, or None when absent or not readable (RBAC)."""
     try:
         s = client.CoreV1Api(api_client()).read_namespaced_secret(name, namespace)
     except ApiException as exc:
         if exc.status in (403, 404):
             return None
         raise
-    raw = (s.data or {}).get(key)
-    return base64.b64decode(raw).decode() if raw else None
+    labels = dict(s.metadata.labels or {}) if s.metadata is not None else {}
+    data = {}
+    for k, raw in (s.data or {}).items():
+        try:
+            data[k] = base64.b64decode(raw).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return labels, data

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import kopf
 from prometheus_client import start_http_server
@@ -16,18 +18,27 @@ def run_operator(
     metrics_port: int,
     verbose: bool,
     priority: int | None = None,
+    prometheus_allowed_url_prefixes: list[str] | None = None,
 ) -> int:
-    import os
-
     if priority is not None:
         os.environ["INFERENCE_CAPACITY_PEERING_PRIORITY"] = str(priority)
+    if prometheus_allowed_url_prefixes:
+        from .observing import ALLOWED_URL_PREFIXES_ENV
+
+        for prefix in prometheus_allowed_url_prefixes:
+            if not prefix.startswith(("http://", "https://")) or "," in prefix:
+                raise ValueError(
+                    f"--prometheus-allowed-url-prefix: {prefix!r} is not an http(s):// prefix"
+                )
+        os.environ[ALLOWED_URL_PREFIXES_ENV] = ",".join(prometheus_allowed_url_prefixes)
     from . import handlers  # noqa: F401  (registers the handlers)
 
     # kopf.configure() sets up logging (one line per record); no second handler here
     logging.getLogger("inference_capacity").setLevel(logging.DEBUG if verbose else logging.INFO)
     if metrics_port:
         start_http_server(metrics_port)
-    kopf.configure(verbose=verbose)
+    # every line Kopf logs about an object starts with [namespace/name]
+    kopf.configure(verbose=verbose, log_prefix=True)
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,
@@ -35,4 +46,10 @@ def run_operator(
         peering_name=peering,
         liveness_endpoint=liveness or None,
     )
-    return 0
+    # Kopf has stopped (gracefully, or its exit timeout passed). Prometheus queries still in
+    # flight would keep the interpreter joining their threads for as long as a slow Prometheus
+    # takes: they are abandoned (every write is idempotent and carries its resourceVersion).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -9,9 +9,12 @@ never a silent change of the formulas.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,10 +28,38 @@ from ..observe import (
     merge_cohorts,
     observe,
     peak_concurrency,
+    url_allowed,
+)
+from ..observe.observation import (
+    PENDING,
+    PROMETHEUS_NOT_ALLOWED,
+    PROMETHEUS_UNREACHABLE,
+    TOKEN_SECRET_NOT_ALLOWED,
+    Reason,
 )
 from ..planner import PlanInput
 from ..sizing.workload import Workload
 from . import k8s
+
+#: URL prefixes the cluster admin allows Prometheus queries to (``run
+#: --prometheus-allowed-url-prefix``, Helm ``prometheus.allowedUrlPrefixes``); empty (the
+#: default): every ``fromPrometheus`` is refused. The resource author does not choose where the
+#: operator connects.
+ALLOWED_URL_PREFIXES_ENV = "INFERENCE_CAPACITY_PROMETHEUS_ALLOWED_URL_PREFIXES"
+#: a Secret is sent as a bearer token only when it carries this label with value "true"
+TOKEN_SECRET_LABEL = "capacity.inference.dev/prometheus-token"
+
+
+def allowed_url_prefixes() -> tuple[str, ...]:
+    raw = os.environ.get(ALLOWED_URL_PREFIXES_ENV, "")
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+class _NotAllowed(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
+
 
 _cache: dict[str, tuple[float, Observation]] = {}
 _cache_lock = threading.Lock()
@@ -45,10 +76,38 @@ class Observed:
 def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     fp = spec.workload.from_prometheus
     assert fp is not None
+    prefixes = allowed_url_prefixes()
+    if not url_allowed(fp.url, prefixes):
+        raise _NotAllowed(
+            PROMETHEUS_NOT_ALLOWED,
+            "spec.workload.fromPrometheus.url: not in the operator's allowed Prometheus URL "
+            "prefixes ("
+            + (", ".join(prefixes) if prefixes else "none: the cluster admin has allowed none")
+            + "); nothing was sent. The admin sets them with "
+            "--prometheus-allowed-url-prefix (Helm: prometheus.allowedUrlPrefixes)",
+        )
     token = None
     if fp.bearer_token_secret_ref is not None:
         ref = fp.bearer_token_secret_ref
-        token = k8s.read_secret_key(namespace, ref.name, ref.key)
+        secret = k8s.read_secret(namespace, ref.name)
+        where = "spec.workload.fromPrometheus.bearerTokenSecretRef"
+        if secret is None:
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED,
+                f"{where}: Secret {ref.name!r} not found or not readable by the operator",
+            )
+        labels, data = secret
+        if labels.get(TOKEN_SECRET_LABEL) != "true":
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED,
+                f'{where}: Secret {ref.name!r} lacks the label {TOKEN_SECRET_LABEL}: "true" '
+                "that opts it in as a Prometheus token; it was not used and nothing was sent",
+            )
+        token = data.get(ref.key)
+        if not token:
+            raise _NotAllowed(
+                TOKEN_SECRET_NOT_ALLOWED, f"{where}: Secret {ref.name!r} has no key {ref.key!r}"
+            )
     ca = None
     if fp.ca_config_map_ref is not None:
         ref2 = fp.ca_config_map_ref
@@ -64,15 +123,47 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     )
 
 
-def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation:
+#: Prometheus queries run here, never in Kopf's handler workers: a slow or hostile Prometheus
+#: delays only its own resource's observation, not the reconciles of others
+PROMETHEUS_WORKERS = int(os.environ.get("INFERENCE_CAPACITY_PROMETHEUS_WORKERS", "4"))
+#: how long a reconcile waits for a query it just started before going on without it (seconds)
+OBSERVE_WAIT_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_OBSERVE_WAIT_SECONDS", "0.5"))
+_pool = ThreadPoolExecutor(max_workers=max(1, PROMETHEUS_WORKERS), thread_name_prefix="prom")
+#: at most one observation in flight per resource and source
+_inflight: dict[str, Future[Observation]] = {}
+
+
+def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation | None:
+    """The observation of ``source``: fresh from the cache; else the one in flight if it is done
+    (or finishes within OBSERVE_WAIT_SECONDS); else the last one (stale) while a new one runs;
+    None when there is none yet. One query at a time per key, in the shared Prometheus pool."""
     now = time.monotonic()
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None and now - hit[0] < refresh_s:
             return hit[1]
-    obs = observe(source)
+        fut = _inflight.get(key)
+        started = fut is None
+        if fut is None:
+            fut = _pool.submit(observe, source)
+            _inflight[key] = fut
+    try:
+        # only the reconcile that starts a query waits (briefly) for it; later ones look
+        obs = fut.result(timeout=OBSERVE_WAIT_SECONDS if started else 0)
+    except FutureTimeout:
+        return hit[1] if hit is not None else None
+    except Exception as exc:  # a programming error in the reader: say so, do not loop on it
+        obs = Observation(
+            ok=False,
+            reason=PROMETHEUS_UNREACHABLE,
+            message=f"observation failed ({type(exc).__name__})",
+            window=source.window,
+            at=time.time(),
+        )
     with _cache_lock:
-        _cache[key] = (now, obs)
+        if _inflight.get(key) is fut:
+            del _inflight[key]
+            _cache[key] = (time.monotonic(), obs)
     return obs
 
 
@@ -89,12 +180,23 @@ def observe_and_merge(
         return None
     try:
         source = _source(spec, namespace)
+    except _NotAllowed as exc:
+        obs = Observation(
+            ok=False, reason=exc.reason, message=str(exc), window=fp.window, at=time.time()
+        )
     except ValueError as exc:
         obs = Observation(
             ok=False, reason="QueryRejected", message=str(exc), window=fp.window, at=time.time()
         )
     else:
-        obs = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+        got = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+        obs = got or Observation(
+            ok=False,
+            reason=PENDING,
+            message=f"querying Prometheus at {source.url} (in the background)",
+            window=fp.window,
+            at=time.time(),
+        )
     new_inp = inp
     if obs.ok and fp.mode != "spec-only":
         base = inp.workload or Workload(cohorts=())
@@ -170,3 +272,10 @@ def forget(key: str) -> None:
     with _cache_lock:
         for k in [k for k in _cache if k.startswith(key + "|")]:
             del _cache[k]
+        for k in [k for k in _inflight if k.startswith(key + "|")]:
+            del _inflight[k]
+
+
+def shutdown() -> None:
+    """Drop queued queries and do not wait for running ones (operator shutdown)."""
+    _pool.shutdown(wait=False, cancel_futures=True)

@@ -13,12 +13,19 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
-from ..decide import material_changes, rollout_in_progress, set_condition
+from ..decide import (
+    ANNOTATION_TEMPLATE_CHANGED,
+    material_changes,
+    rollout_in_progress,
+    set_condition,
+    stabilized_replicas,
+    template_hold,
+)
 from ..engines.vllm_args import VllmArgsError
 from ..patching import REMOVED, build_change
 from ..planner import Plan, make_plan
@@ -59,6 +66,8 @@ class Outcome:
     patched: bool = False
     requeue: bool = False
     reason: str = ""
+    #: seconds until a held change may be written (stabilization window); None: nothing held
+    retry_after: float | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
@@ -91,7 +100,13 @@ class _Ctx:
         try:
             self._emit(type_, reason, message)
         except Exception as exc:  # events are best effort; never fail a reconcile on them
-            log.warning("could not post event %s: %s", reason, exc)
+            log.warning(
+                "InferenceCapacity %s/%s: could not post event %s: %s",
+                self.ns,
+                self.name,
+                reason,
+                exc,
+            )
 
     def finish(self) -> Outcome:
         self.status["conditions"] = self.conditions
@@ -169,23 +184,54 @@ def _pdb_body(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> dict[str
     }
 
 
-def reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
-    """Reconcile one InferenceCapacity (serialised per object)."""
+#: (creationTimestamp, name) of an InferenceCapacity: the oldest owns a contested Deployment
+Claim = tuple[str, str]
+
+
+def owner_of(claims: Iterable[Claim]) -> Claim | None:
+    """The claim that owns a Deployment: the oldest creationTimestamp, then the smallest name
+    (RFC 3339 UTC timestamps of one API server sort as text)."""
+    return min(claims, default=None)
+
+
+def reconcile(
+    body: Mapping[str, Any], emit: Emit, claims: Iterable[Claim] | None = None
+) -> Outcome:
+    """Reconcile one InferenceCapacity (serialised per object). ``claims``: every
+    InferenceCapacity of the namespace that targets the same Deployment (this one included);
+    only the oldest acts, the others are refused with ``TargetConflict``."""
     meta = body.get("metadata", {})
     key = f"{meta.get('namespace')}/{meta.get('name')}"
     with _lock_for(key), metrics.RECONCILE_SECONDS.time():
         metrics.RECONCILES.labels(meta.get("namespace", ""), meta.get("name", "")).inc()
-        return _reconcile(body, emit)
+        ctx = _Ctx(body, emit)
+        try:
+            return _reconcile(ctx, body, None if claims is None else list(claims))
+        except (ValueError, ArithmeticError, RecursionError) as exc:
+            # bad input that slipped past the bounds: a condition, never a crash loop
+            return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
 
 
-def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
-    ctx = _Ctx(body, emit)
+def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -> Outcome:
     try:
         icap = InferenceCapacity.from_manifest(dict(body), ignore_status=True)
     except ManifestError as exc:
         return _refuse(ctx, "InvalidSpec", str(exc))
+    except RecursionError:
+        return _refuse(ctx, "InvalidSpec", "spec: nested too deeply")
     spec = icap.spec
     target = spec.target_ref.name
+    if claims is not None:
+        mine = (str(body.get("metadata", {}).get("creationTimestamp") or ""), ctx.name)
+        owner = owner_of([*claims, mine])
+        if owner is not None and owner != mine:
+            return _refuse(
+                ctx,
+                "TargetConflict",
+                f"spec.targetRef.name: deployment/{target} is managed by InferenceCapacity "
+                f"{ctx.ns}/{owner[1]} (the oldest that targets it); this one writes nothing "
+                "while that one exists",
+            )
     dep = k8s.get_deployment(ctx.ns, target)
     if dep is None:
         # retried by the InferenceCapacity's handler (with backoff) until the Deployment exists,
@@ -245,6 +291,16 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         )
         if observed is not None:
             inp = observed.plan_input
+            if observed.observation.reason == "Pending":
+                # the first query runs in the background: plan nothing yet (applying from the
+                # spec now and from the observation a moment later would roll out twice)
+                msg = observed.observation.message
+                ctx.cond("Observed", "Unknown", "Pending", msg)
+                ctx.cond("Ready", "False", "ObservationPending", msg)
+                ctx.outcome.requeue = True
+                ctx.outcome.retry_after = 2.0
+                ctx.outcome.reason = "waiting for the first Prometheus observation"
+                return ctx.finish()
         plan = make_plan(inp)
         # replicas the plan adds take free GPUs before any surge pod does: without this, the
         # first plan counts GPUs its own new pods are about to fill, and the next reconcile
@@ -262,8 +318,8 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         if exc.field.startswith("spec.model"):
             ctx.cond("ModelResolved", "False", exc.reason, str(exc))
         return _refuse(ctx, exc.reason, str(exc))
-    except ValueError as exc:
-        return _refuse(ctx, "InvalidInput", str(exc))
+    except (ValueError, ArithmeticError, RecursionError) as exc:
+        return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
@@ -311,6 +367,32 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     changes = material_changes(running, flags, spec.policy.hysteresis_percent)
     changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
+    held: list[str] = []
+    enforce = spec.mode == "Enforce"
+    if replicas is not None and enforce:
+        window = _window(spec.policy.replica_stabilization_window_seconds, REPLICA_WINDOW_ENV)
+        want_replicas = replicas
+        replicas = _stable_replicas(ctx.ns, target, replicas, dep, window)
+        if replicas != want_replicas:
+            held.append(
+                f"replicas {want_replicas} (held at {replicas}: replicas go down only to the "
+                f"highest count recommended in the last {window:g} s)"
+            )
+    template_window = _window(spec.policy.stabilization_window_seconds, TEMPLATE_WINDOW_ENV)
+    hold_s = (
+        template_hold(changes, _template_changed_at(dep), time.time(), template_window)
+        if enforce
+        else None
+    )
+    if hold_s is not None:
+        held.append(
+            "flag changes "
+            + ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
+            + f" (stabilization window: the pod template changed less than "
+            f"{template_window:g} s ago; applied in {hold_s:.0f} s as the last desired state)"
+        )
+        changes = {}
+        flags = {k: v for k, v in running.items() if k in flags}
     strategy = (
         {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
         if spec.rollout.manage_strategy and ro.safe
@@ -336,8 +418,17 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
     ]
     if blocking:
         return _refuse(ctx, "SpecConflict", "; ".join(blocking))
-    if spec.rollout.manage_pod_disruption_budget:
-        _pdb(ctx, dep, ro.pdb_min_available)
+    # the PDB: only in Enforce mode, only with managed replicas, only one this resource owns
+    keep_pdb = (
+        spec.mode == "Enforce"
+        and spec.rollout.manage_pod_disruption_budget
+        and spec.rollout.manage_replicas
+        and hpa_min is None
+    )
+    if keep_pdb:
+        foreign = _foreign_pdb(ctx)
+        if foreign:
+            return _refuse(ctx, "PodDisruptionBudgetConflict", foreign)
     dep_spec = dep.get("spec", {})
     rep_change = replicas is not None and dep_spec.get("replicas") != replicas
     cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
@@ -345,7 +436,22 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         _norm_strategy(cur_strategy) != strategy
         or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
     )
+    if held:
+        # retried when the window ends (and by the refresh timer), from the spec as it is then
+        ctx.outcome.retry_after = hold_s
+        ctx.outcome.requeue = hold_s is not None
+        ctx.outcome.reason = "stabilization window"
     if not changes and not rep_change and not strat_change:
+        if held:
+            msg = "waiting to apply " + "; ".join(held)
+            ctx.cond("Applied", "False", "StabilizationWindow", msg)
+            ctx.cond("Ready", "True", "Ready", plan.message + version_note)
+            ctx.event("Normal", "StabilizationWindow", msg)
+            if keep_pdb:
+                _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
+            return ctx.finish()
+        if keep_pdb:
+            _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
         ctx.cond(
             "Applied",
             "True",
@@ -383,9 +489,18 @@ def _reconcile(body: Mapping[str, Any], emit: Emit) -> Outcome:
         ctx.cond("Ready", "False", "RolloutInProgress", busy)
         ctx.outcome.requeue = True
         return ctx.finish()
-    _apply(
+    now_replicas = _apply(
         ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want, remove
     )
+    if keep_pdb:
+        _pdb(ctx, dep, ro.pdb_min_available, now_replicas)
+    if held:
+        ctx.cond(
+            "Applied",
+            "False",
+            "StabilizationWindow",
+            f"set {want}; waiting to apply " + "; ".join(held),
+        )
     ctx.cond("Ready", "True", "Ready", plan.message + version_note)
     return ctx.finish()
 
@@ -429,7 +544,7 @@ def _apply(
     strategy: Mapping[str, Any] | None,
     want: str,
     remove: tuple[str, ...] = (),
-) -> None:
+) -> Any:
     """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
     it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
     then the Deployment is read again and the patch recomputed."""
@@ -447,9 +562,12 @@ def _apply(
         )
         if change.empty:
             ctx.cond("Applied", "True", "UpToDate", "nothing to change")
-            return
+            return dep.get("spec", {}).get("replicas", 1)
         patch = json.loads(json.dumps(change.patch))
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
+        if change.changed_flags:
+            # the pod template changes: the stabilization window starts now
+            patch["metadata"].setdefault("annotations", {})[ANNOTATION_TEMPLATE_CHANGED] = ctx.now
         try:
             patched = k8s.patch_deployment(ctx.ns, target, patch)
             deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
@@ -479,8 +597,54 @@ def _apply(
         }
         ctx.outcome.patched = True
         ctx.event("Normal", "Applied", msg, once=False)
-        return
+        return patched.get("spec", {}).get("replicas", 1)
     raise RuntimeError("unreachable")
+
+
+TEMPLATE_WINDOW_ENV = "INFERENCE_CAPACITY_STABILIZATION_SECONDS"
+REPLICA_WINDOW_ENV = "INFERENCE_CAPACITY_REPLICA_STABILIZATION_SECONDS"
+#: the stabilization windows when spec.policy leaves them null (seconds)
+DEFAULT_WINDOW_SECONDS = 300.0
+#: replica recommendations per Deployment, (unix seconds, replicas), newest last
+_replica_history: dict[tuple[str, str], list[tuple[float, int]]] = {}
+_REPLICA_HISTORY_MAX = 256
+
+
+def _window(spec_value: int | None, env: str) -> float:
+    if spec_value is not None:
+        return float(spec_value)
+    try:
+        return max(0.0, float(os.environ.get(env, DEFAULT_WINDOW_SECONDS)))
+    except ValueError:
+        return DEFAULT_WINDOW_SECONDS
+
+
+def _template_changed_at(dep: Mapping[str, Any]) -> float | None:
+    raw = (dep.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_TEMPLATE_CHANGED)
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _stable_replicas(
+    ns: str, target: str, desired: int, dep: Mapping[str, Any], window: float
+) -> int:
+    current = dep.get("spec", {}).get("replicas", 1)
+    if not isinstance(current, int):
+        current = None
+    now = time.time()
+    with _generations_lock:
+        hist = _replica_history.setdefault((ns, target), [])
+        if not hist and current is not None:
+            # no memory (a restart): the running count counts as recommended just now
+            hist.append((now, current))
+        hist.append((now, desired))
+        del hist[: max(0, len(hist) - _REPLICA_HISTORY_MAX)]
+        hist[:] = [(t, r) for t, r in hist if now - t < max(window, 1.0)]
+        return stabilized_replicas(hist, desired, current, now, window)
 
 
 #: the PDB last written (or found) per InferenceCapacity uid: skip the round trip when unchanged
@@ -503,14 +667,48 @@ def deployment_changed(namespace: str, name: str, generation: int | None) -> boo
         return True
 
 
-def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
+def pdb_min_available(planned: int, replicas: Any) -> int:
+    """minAvailable for the replicas the Deployment really has: the plan's N_min, but never so
+    high that no pod may be evicted (a 1-replica Deployment with minAvailable 4 blocks every
+    node drain)."""
+    have = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    return max(0, min(planned, have - 1))
+
+
+def _foreign_pdb(ctx: _Ctx) -> str:
+    """Why the PDB of this resource's name may not be written ("" when it may): it exists and
+    is not owned by this InferenceCapacity."""
+    seen = _pdb_seen.get(ctx.uid or ctx.name)
+    if seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS:
+        return ""  # written (so owned) by this resource a moment ago
+    cur = k8s.get_pdb(ctx.ns, ctx.name)
+    if cur is None:
+        return ""
+    owners = cur.get("metadata", {}).get("ownerReferences") or []
+    if any(o.get("uid") == ctx.uid and o.get("kind") == KIND for o in owners):
+        return ""
+    held = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners) or "no owner"
+    return (
+        f"poddisruptionbudget/{ctx.name} exists and is not owned by this InferenceCapacity "
+        f"({held}); it is left as it is and nothing is applied. Delete or rename it, or set "
+        "spec.rollout.managePodDisruptionBudget: false"
+    )
+
+
+def _pdb(ctx: _Ctx, dep: Mapping[str, Any], planned: int, replicas: Any) -> None:
+    min_available = pdb_min_available(planned, replicas)
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
     seen = _pdb_seen.get(ctx.uid or ctx.name)
     now = time.monotonic()
     if seen and seen[:2] == (min_available, selector) and now - seen[2] < PDB_RECHECK_SECONDS:
         return
-    what = k8s.upsert_pdb(ctx.ns, body)
+    try:
+        what = k8s.upsert_pdb(ctx.ns, body, ctx.uid)
+    except k8s.ForeignObject as exc:
+        ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
+        ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))
+        return
     _pdb_seen[ctx.uid or ctx.name] = (min_available, selector, now)
     if what != "unchanged":
         ctx.event(

@@ -18,6 +18,13 @@ _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
 NEWEST_SUPPORTED = "0.33.0"
 
 
+#: vLLM's first release (June 2023); nothing below it was ever published
+FIRST_RELEASE = (0, 1, 0)
+#: no vLLM minor line has had more than a handful of patch releases (0.2.7, 0.6.6)
+MAX_PATCH = 20
+_NEWEST_KEY = tuple(int(x) for x in NEWEST_SUPPORTED.split("."))
+
+
 class Era(enum.Enum):
     V0 = "v0"  # V0 engine (≤ 0.10): determine_num_available_blocks
     V1_EARLY = "v1-0.8"  # 0.7–0.8 V1: absolute peak, no "Available KV cache memory" line
@@ -58,7 +65,15 @@ def parse_version(text: str) -> Version:
     patch = int(m.group(3) or 0)
     if major != 0:
         raise VersionError(f"engine version: {text!r} is not a vLLM 0.x version")
-    return Version(major, minor, patch, text.strip())
+    v = Version(major, minor, patch, text.strip())
+    newest = _NEWEST_KEY
+    if v.key < FIRST_RELEASE or minor > newest[1] or patch > MAX_PATCH:
+        raise VersionError(
+            f"engine version: {text!r} is not a released vLLM version (releases run from "
+            f"{'.'.join(map(str, FIRST_RELEASE))} to the {newest[0]}.{newest[1]} line; patch "
+            f"releases at most .{MAX_PATCH})"
+        )
+    return v
 
 
 def era_of(version: Version, engine: str | None = None) -> Era:

@@ -48,6 +48,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from .vllm_flags import human_readable_int
+
 __all__ = [
     "SIZING_FLAGS",
     "VllmArgsError",
@@ -183,6 +185,21 @@ def normalise_flag(name: str) -> str:
     """
     bare = name.lstrip("-").replace("_", "-")
     return _ALIASES.get(bare, bare)
+
+
+#: flags vLLM parses with ``human_readable_int`` (vllm/engine/arg_utils.py): ``32k``, ``1K``
+HUMAN_READABLE_INT_FLAGS: Final = frozenset(
+    {"max-model-len", "max-num-batched-tokens", "kv-cache-memory-bytes"}
+)
+
+
+def flag_int(name: str, text: str) -> int:
+    """A running flag's integer value as vLLM reads it: ``human_readable_int`` for the flags
+    vLLM parses with it (``--max-model-len 32k`` is 32000), ``int`` otherwise. ValueError when
+    vLLM would refuse it."""
+    if normalise_flag(name) in HUMAN_READABLE_INT_FLAGS:
+        return human_readable_int(text)
+    return int(text)
 
 
 def parse_image_version(image: str) -> str | None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import shape_from_config
-from .errors import ModelConfigError, UnknownModelError
+from .errors import UnknownModelError
+from .limits import check_config, parse_config_json, read_config_file
 from .shapes import ModelShape
 
 
@@ -63,19 +64,12 @@ def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_config_file(str(path))
         except OSError as exc:
             raise UnknownModelError(
                 f"cannot read model config {str(path)!r}: {exc.strerror}"
             ) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ModelConfigError(
-                str(path), f"not valid JSON ({exc.msg} at line {exc.lineno})"
-            ) from None
-        if not isinstance(data, dict):
-            raise ModelConfigError(str(path), "expected a JSON object")
+        data = parse_config_json(text, str(path))
         return str(data.get("_name_or_path") or path), data
     close = difflib.get_close_matches(name_or_path, list(_index()), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -103,7 +97,8 @@ def _catalog_shape(name_or_path: str, quantization: str | None) -> ModelShape:
 def model_from_dict(
     config: Mapping[str, Any], name: str = "inline", quantization: str | None = None
 ) -> ModelShape:
-    """The shape of an inline config (memoised by content)."""
+    """The shape of an inline config (memoised by content), within :mod:`.limits`."""
+    check_config(config)
     return _dict_shape(json.dumps(config, sort_keys=True, default=str), name, quantization)
 
 

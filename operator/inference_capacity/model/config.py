@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import ModelConfigError
+from .limits import check_config
 from .quant import parse_quantization
 from .shapes import (
     AttnKind,
@@ -1176,8 +1177,7 @@ def shape_from_config(
     config: Mapping[str, Any], name: str = "custom", quantization: str | None = None
 ) -> ModelShape:
     """Derive the :class:`ModelShape` of a Hugging Face ``config.json``."""
-    if not isinstance(config, Mapping):
-        raise ModelConfigError("config.json", "expected a JSON object")
+    check_config(config)  # bounds on every size that drives work, before any work
     top = _Cfg(config)
     model_type = config.get("model_type")
     if not model_type:

@@ -17,7 +17,7 @@ from .observation import (
     Reason,
 )
 from .reader import observe, observe_async, subquery_step
-from .source import PromSource, parse_duration
+from .source import PromSource, parse_duration, url_allowed
 
 __all__ = [
     "OBSERVED_COHORT",
@@ -30,6 +30,7 @@ __all__ = [
     "ObservedQuantiles",
     "PodPool",
     "PromSource",
+    "url_allowed",
     "Reason",
     "calibrate",
     "coarseness",

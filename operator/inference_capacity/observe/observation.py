@@ -22,6 +22,9 @@ Reason = Literal[
     "QueryRejected",
     "NoSeries",
     "InsufficientData",
+    "PrometheusNotAllowed",
+    "TokenSecretNotAllowed",
+    "Pending",
 ]
 OBSERVED: Final = "Observed"
 BUCKETS_TOO_COARSE: Final = "BucketsTooCoarse"
@@ -30,6 +33,12 @@ AUTH_REFUSED: Final = "AuthRefused"
 QUERY_REJECTED: Final = "QueryRejected"  # Prometheus answered 400/422: a malformed selector
 NO_SERIES: Final = "NoSeries"
 INSUFFICIENT_DATA: Final = "InsufficientData"
+#: the URL is outside the operator's --prometheus-allowed-url-prefix list (nothing was sent)
+PROMETHEUS_NOT_ALLOWED: Final = "PrometheusNotAllowed"
+#: the bearer-token Secret lacks the opt-in label (it was not used, nothing was sent)
+TOKEN_SECRET_NOT_ALLOWED: Final = "TokenSecretNotAllowed"
+#: the first query of this source is still running (in the background; nothing waits on it)
+PENDING: Final = "Pending"
 
 QuantileName = Literal["p50", "p95", "p99"]
 QUANTILES: Final[tuple[tuple[QuantileName, float], ...]] = (

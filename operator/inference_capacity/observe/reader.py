@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import math
 import os
 import re
@@ -87,6 +88,8 @@ class _Prom:
     def __init__(self, source: PromSource, at: float, verify: bool | str) -> None:
         session = requests.Session()
         session.verify = verify
+        # a redirect is not followed: the admin allowed this URL, not where it points
+        session.max_redirects = 0
         headers = (
             {"Authorization": f"Bearer {source.bearer_token}"} if source.bearer_token else None
         )
@@ -124,7 +127,12 @@ class _Prom:
             ) from e
         except requests.exceptions.JSONDecodeError as e:  # 200 but not JSON: a login page…
             raise _Failed(
-                PROMETHEUS_UNREACHABLE, f"{self._url} did not answer like a Prometheus API: {e}"
+                PROMETHEUS_UNREACHABLE,
+                f"{self._url} did not answer like a Prometheus API (not JSON)",
+            ) from e
+        except requests.exceptions.TooManyRedirects as e:
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE, f"{self._url} answered with a redirect (not followed)"
             ) from e
         except requests.exceptions.Timeout as e:
             raise _Failed(PROMETHEUS_UNREACHABLE, f"{self._url} timed out: {_short(e)}") from e
@@ -136,21 +144,29 @@ class _Prom:
             raise _http_failure(self._url, str(e)) from e
         except (ValueError, KeyError, TypeError) as e:  # 200 but not a Prometheus API answer
             raise _Failed(
-                PROMETHEUS_UNREACHABLE, f"{self._url} did not answer like a Prometheus API: {e}"
+                PROMETHEUS_UNREACHABLE,
+                f"{self._url} did not answer like a Prometheus API ({type(e).__name__})",
             ) from e
         return _samples(raw)
 
 
 def _short(e: BaseException) -> str:
-    text = str(e)
-    reason = re.search(r"\((Caused by [^)]*\)?)", text)
-    return (reason.group(1) if reason else text)[:300]
+    """The kind of a transport failure, never text from the server (a response body, which an
+    InferenceCapacity author could point at any URL, must not reach status or Events)."""
+    return type(e).__name__
+
+
+def _phrase(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "unknown status"
 
 
 def _http_failure(url: str, text: str) -> _Failed:
     match = _STATUS.search(text)
     code = int(match.group(1)) if match else 0
-    body = text[match.end() :].strip(" ()b'\"")[:300] if match else text[:300]
+    body = _phrase(code)  # a fixed reason for the status code, not the response body
     if code in (401, 403):
         return _Failed(
             AUTH_REFUSED,

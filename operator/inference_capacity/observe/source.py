@@ -25,6 +25,32 @@ _DURATION = re.compile(r"^(?:(\d+)(ms|s|m|h|d|w|y))+$")
 _PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
 
+#: characters that may follow an allowed prefix that does not itself end in / or :
+_BOUNDARY = frozenset("/:?#")
+
+
+def url_allowed(url: str, prefixes: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``url`` starts with one of ``prefixes`` at a boundary: the prefix
+    ``http://prometheus.monitoring:9090`` allows ``http://prometheus.monitoring:9090/x`` but
+    not ``http://prometheus.monitoring:90901`` nor ``http://prometheus.monitoring:9090@evil``,
+    and ``http://prometheus`` not ``http://prometheus.evil.com``. Scheme and host compare
+    case-insensitively. No prefixes: nothing is allowed."""
+    low = url.strip()
+    for prefix in prefixes:
+        p = prefix.strip()
+        if not p or "://" not in p:
+            continue
+        scheme_host = p.lower()
+        if not low.lower().startswith(scheme_host):
+            continue
+        rest = low[len(p) :]
+        if p.endswith(("/", ":")) or not rest or rest[0] in _BOUNDARY:
+            if "@" in low.split("://", 1)[1].split("/", 1)[0]:
+                return False  # userinfo: the real host follows the @
+            return True
+    return False
+
+
 def parse_duration(text: str) -> float:
     """Seconds in a Prometheus duration (``90s``, ``1h30m``, ``7d``, ``1w``, ``500ms``)."""
     if not _DURATION.match(text):

@@ -1,0 +1,493 @@
+"""Issue 13 end to end: one careless or hostile InferenceCapacity neither stops the operator for
+everyone nor fights another, hijacks a PDB, sends a Secret anywhere, or storms rollouts. The real
+operator (Kopf subprocess) and real kubectl, through the harness's public surface only; each test
+in its own namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.operator_harness import Cluster, Operator, cluster, flag_value, load_example
+
+__all__ = ["cluster"]
+
+GMU = "--gpu-memory-utilization"
+SEQS = "--max-num-seqs"
+EXAMPLE = "llama-3.1-8b-h100.yaml"
+
+
+def apply_example(c: Cluster, ns: str, edit: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    icap, dep = load_example(EXAMPLE, ns)
+    if edit:
+        edit(icap, dep)
+    c.api.apply(icap, dep)
+    return icap, dep
+
+
+def pdb_or_none(c: Cluster, ns: str, name: str) -> dict[str, Any] | None:
+    r = c.api.kubectl("get", "pdb", name, "-n", ns, "-o", "json", check=False)
+    if r.returncode != 0:
+        assert "NotFound" in r.stderr or "not found" in r.stderr, r.stderr
+        return None
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def merge(c: Cluster, ns: str, name: str, patch: dict[str, Any]) -> None:
+    c.api.kubectl("patch", "icap", name, "-n", ns, "--type=merge", "-p", json.dumps(patch))
+
+
+def reasons(c: Cluster, ns: str) -> set[str]:
+    return {e["reason"] for e in c.events(ns)}
+
+
+def settle(c: Cluster, ns: str, name: str, seconds: float = 5.0) -> None:
+    """Give the operator several refresh periods (the harness refreshes every 2 s)."""
+    time.sleep(seconds)
+    c.operator.assert_alive()
+
+
+# --- item 2: PDBs ------------------------------------------------------------------------------
+
+
+def test_recommend_mode_writes_no_pdb(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("rec-pdb")
+    apply_example(c, ns, lambda i, d: i["spec"].update(mode="Recommend"))
+    c.wait_condition(ns, "llama-8b", "Applied", "False", "RecommendOnly")
+    settle(c, ns, "llama-8b")
+    # the review: minAvailable 4 on a 1-replica Deployment, written in Recommend mode
+    assert pdb_or_none(c, ns, "llama-8b") is None
+    dep = c.deployment(ns, "llama-8b")
+    assert dep["metadata"]["generation"] == 1 and dep["spec"]["replicas"] == 1
+    assert not [r for r in reasons(c, ns) if r.startswith("PodDisruptionBudget")]
+
+
+def test_unmanaged_replicas_get_no_pdb(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("norep-pdb")
+    apply_example(c, ns, lambda i, d: i["spec"]["rollout"].update(manageReplicas=False))
+    c.wait_args(ns, "llama-8b", lambda a: SEQS in a)  # flags are still managed
+    c.wait_condition(ns, "llama-8b", "Ready", "True")
+    settle(c, ns, "llama-8b")
+    assert pdb_or_none(c, ns, "llama-8b") is None
+    assert c.deployment(ns, "llama-8b")["spec"]["replicas"] == 1
+
+
+def test_a_preexisting_pdb_is_never_taken_over(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("foreign-pdb")
+    foreign = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "llama-8b", "namespace": ns},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "database"}}},
+    }
+    c.api.apply(foreign)
+    apply_example(c, ns)
+    cond = c.wait_condition(ns, "llama-8b", "Ready", "False", "PodDisruptionBudgetConflict")
+    assert "poddisruptionbudget/llama-8b" in cond["message"]
+    settle(c, ns, "llama-8b")
+    pdb = pdb_or_none(c, ns, "llama-8b")
+    assert pdb is not None
+    assert pdb["spec"]["selector"] == {"matchLabels": {"app": "database"}}
+    assert pdb["spec"]["minAvailable"] == 1
+    assert not pdb["metadata"].get("ownerReferences")
+    assert c.deployment(ns, "llama-8b")["metadata"]["generation"] == 1  # nothing applied
+    assert "PodDisruptionBudgetConflict" in reasons(c, ns)
+
+
+def test_pdb_min_available_leaves_a_disruption_to_the_replicas_the_deployment_has(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    ns = c.namespace("pdb-real")
+    apply_example(c, ns)
+    c.wait_condition(ns, "llama-8b", "Ready", "True")
+    dep = c.deployment(ns, "llama-8b")
+    pdb = pdb_or_none(c, ns, "llama-8b")
+    assert pdb is not None
+    assert pdb["metadata"]["ownerReferences"][0]["kind"] == "InferenceCapacity"
+    assert 0 <= pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]
+
+
+# --- item 2: two InferenceCapacities, one Deployment ------------------------------------------
+
+
+def test_two_capacities_on_one_deployment_do_not_fight(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("fight")
+    first, dep = apply_example(c, ns)
+    c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+    c.wait_condition(ns, "llama-8b", "Ready", "True")
+    time.sleep(1.1)  # a later creationTimestamp (second resolution)
+    second, _ = load_example(EXAMPLE, ns)
+    second["metadata"]["name"] = "llama-8b-rival"
+    second["spec"]["model"]["kvCacheDtype"] = "fp8"  # a different plan: a fight if both wrote
+    second["spec"]["workload"]["peakConcurrency"] = 900
+    c.api.apply(second)
+    cond = c.wait_condition(ns, "llama-8b-rival", "Ready", "False", "TargetConflict")
+    assert f"{ns}/llama-8b" in cond["message"]
+    gen = c.deployment(ns, "llama-8b")["metadata"]["generation"]
+    settle(c, ns, "llama-8b", 8.0)  # the review: 13 patches in 60 s
+    dep_now = c.deployment(ns, "llama-8b")
+    assert dep_now["metadata"]["generation"] == gen
+    args = [*dep_now["spec"]["template"]["spec"]["containers"][0]["args"]]
+    assert flag_value(args, "--kv-cache-dtype") is None
+    assert c.condition(ns, "llama-8b", "Ready")["status"] == "True"  # type: ignore[index]
+    assert pdb_or_none(c, ns, "llama-8b-rival") is None
+    # the owner goes: the other takes over (refresh timer)
+    c.api.kubectl("delete", "icap", "llama-8b", "-n", ns, "--wait=true")
+    c.wait_condition(ns, "llama-8b-rival", "Ready", "True", timeout=30)
+
+
+# --- item 5: fail closed, bounded cost --------------------------------------------------------
+
+
+def test_hostile_layer_count_is_refused_and_others_keep_working(cluster: Cluster) -> None:
+    from inference_capacity.model import load_config
+
+    c = cluster
+    ns = c.namespace("hostile")
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    cfg = {**cfg, "num_hidden_layers": 300_000}
+    apply_example(c, ns, lambda i, d: i["spec"].update(model={"config": cfg}))
+    cond = c.wait_condition(ns, "llama-8b", "Ready", "False", "InvalidModelConfig")
+    assert "num_hidden_layers" in cond["message"] and "1024" in cond["message"]
+    assert c.deployment(ns, "llama-8b")["metadata"]["generation"] == 1
+    # an unrelated resource is still served promptly
+    other = c.namespace("bystander")
+    t = time.monotonic()
+    apply_example(c, other)
+    c.wait_args(other, "llama-8b", lambda a: SEQS in a)
+    assert time.monotonic() - t < 15
+    c.operator.assert_alive()
+
+
+def test_deep_config_json_in_a_configmap_is_a_condition(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("deepjson")
+    c.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": ns},
+            "data": {"config.json": "[" * 100_000 + "]" * 100_000},
+        }
+    )
+    apply_example(c, ns, lambda i, d: i["spec"].update(model={"configMapRef": {"name": "cfg"}}))
+    cond = c.wait_condition(ns, "llama-8b", "Ready", "False", "InvalidModelConfig")
+    assert "spec.model.configMapRef" in cond["message"]
+    assert "InvalidModelConfig" in reasons(c, ns)  # an Event, not only a log line
+    c.operator.assert_alive()
+
+
+def test_engine_version_that_was_never_released_is_refused(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("ver")
+    apply_example(c, ns, lambda i, d: i["spec"]["engine"].update(version="0.0.1"))
+    cond = c.wait_condition(ns, "llama-8b", "Ready", "False", "UnsupportedEngineVersion")
+    assert cond["message"].startswith("spec.engine.version")
+    assert c.deployment(ns, "llama-8b")["metadata"]["generation"] == 1
+
+
+def test_absurd_sizes_name_the_field_written(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("absurd")
+    apply_example(c, ns, lambda i, d: i["spec"]["engine"].update(maxNumBatchedTokens=10**12))
+    cond = c.wait_condition(ns, "llama-8b", "Ready", "False", "InvalidSpec")
+    # the review: "gpu_memory_utilization ... got -14219" for maxNumBatchedTokens 1e12
+    assert cond["message"].startswith("spec.engine.maxNumBatchedTokens")
+    assert "gpu_memory_utilization" not in cond["message"]
+    ns2 = c.namespace("absurd-gpu")
+    apply_example(c, ns2, lambda i, d: i["spec"]["hardware"].update(gpuMemoryGiB=1e12))
+    cond = c.wait_condition(ns2, "llama-8b", "Ready", "False", "InvalidSpec")
+    assert cond["message"].startswith("spec.hardware.gpuMemoryGiB")
+    assert c.deployment(ns2, "llama-8b")["metadata"]["generation"] == 1
+
+
+def test_max_model_len_32k_is_read_as_vllm_reads_it(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("k32")
+
+    def edit(icap: dict[str, Any], dep: dict[str, Any]) -> None:
+        icap["spec"]["workload"].pop("maxModelLen")
+        icap["spec"]["policy"]["setMaxModelLen"] = False
+        dep["spec"]["template"]["spec"]["containers"][0]["args"] = [
+            "--port",
+            "8000",
+            "--max-model-len",
+            "32k",
+        ]
+
+    apply_example(c, ns, edit)
+    args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+    # the review: read as unset and rewritten to 131072
+    assert flag_value(args, "--max-model-len") == "32k"
+    c.wait_condition(ns, "llama-8b", "Ready", "True")
+    assert c.icap(ns, "llama-8b")["status"]["recommendation"]["maxModelLen"] == 32_000
+
+
+# --- item 3: egress and Secrets ---------------------------------------------------------------
+
+
+def test_prometheus_outside_the_allowed_prefixes_is_refused(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("egress")
+    url = "http://169.254.169.254/latest/meta-data"
+    apply_example(c, ns, lambda i, d: i["spec"]["workload"].update(fromPrometheus={"url": url}))
+    cond = c.wait_condition(ns, "llama-8b", "Observed", "False", "PrometheusNotAllowed")
+    assert "nothing was sent" in cond["message"]
+    c.wait_condition(ns, "llama-8b", "Ready", "True")  # sized from the spec
+
+
+def test_a_token_secret_without_the_opt_in_label_is_not_sent(
+    cluster: Cluster, http_stub: Any
+) -> None:
+    import base64
+
+    c = cluster
+    ns = c.namespace("token")
+    url = http_stub(200, b'{"status":"success","data":{"resultType":"vector","result":[]}}')
+    c.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "db-password", "namespace": ns},
+            "data": {"token": base64.b64encode(b"hunter2").decode()},
+        }
+    )
+    apply_example(
+        c,
+        ns,
+        lambda i, d: i["spec"]["workload"].update(
+            fromPrometheus={"url": url, "bearerTokenSecretRef": {"name": "db-password"}}
+        ),
+    )
+    cond = c.wait_condition(ns, "llama-8b", "Observed", "False", "TokenSecretNotAllowed")
+    assert "capacity.inference.dev/prometheus-token" in cond["message"]
+    assert "hunter2" not in json.dumps(c.icap(ns, "llama-8b"))
+
+
+# --- item 4: no storms ------------------------------------------------------------------------
+
+
+def test_stabilization_window_holds_and_coalesces_rapid_edits(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("storm")
+    apply_example(c, ns, lambda i, d: i["spec"]["policy"].update(stabilizationWindowSeconds=600))
+    args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+    first = flag_value(args, SEQS)
+    gen = c.deployment(ns, "llama-8b")["metadata"]["generation"]
+    # flapping edits (the review: 30 edits in 10 s gave 26 pod-template changes)
+    for i in range(10):
+        merge(c, ns, "llama-8b", {"spec": {"model": {"kvCacheDtype": "fp8" if i % 2 else "auto"}}})
+    merge(c, ns, "llama-8b", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+    cond = c.wait_condition(ns, "llama-8b", "Applied", "False", "StabilizationWindow")
+    assert "stabilization window" in cond["message"]
+    settle(c, ns, "llama-8b", 6.0)
+    dep = c.deployment(ns, "llama-8b")
+    template_args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert flag_value(template_args, SEQS) == first  # no second pod-template change
+    # only non-template changes (replicas, strategy) may have moved the generation
+    assert dep["metadata"]["generation"] - gen <= 1
+    # the window ends (shortened here): one patch of the last desired state
+    merge(c, ns, "llama-8b", {"spec": {"policy": {"stabilizationWindowSeconds": 1}}})
+    args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, SEQS) != first, timeout=30)
+    assert int(flag_value(args, SEQS) or 0) > int(first or 0)  # fp8: more sequences
+
+
+def test_safety_lowering_changes_are_not_held(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("lower")
+    apply_example(c, ns, lambda i, d: i["spec"]["policy"].update(stabilizationWindowSeconds=600))
+    args = c.wait_args(ns, "llama-8b", lambda a: GMU in a)
+    gmu = float(flag_value(args, GMU) or 0)
+    # a hand edit raising utilization over-commits the device: lowered at once, window or not
+    c.patch_container(
+        ns,
+        "llama-8b",
+        {"name": "vllm", "args": [a if a != str(gmu) else "0.99" for a in args[3:]]},
+    )
+    args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, GMU) == str(gmu), timeout=20)
+    assert float(flag_value(args, GMU) or 0) == gmu
+
+
+# --- item 1: no blocking I/O in the shared workers --------------------------------------------
+
+
+class Slow(http.server.BaseHTTPRequestHandler):
+    """A Prometheus that answers every query after 9 s (the review's slow Prometheus)."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        time.sleep(9)
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def slow_prometheus() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def apply_slow_resources(c: Cluster, ns: str, url: str, count: int = 8) -> None:
+    for k in range(count):
+
+        def edit(icap: dict[str, Any], dep: dict[str, Any], k: int = k) -> None:
+            for d in (icap, dep):
+                d["metadata"]["name"] = f"slow-{k}"
+            icap["spec"]["targetRef"]["name"] = f"slow-{k}"
+            icap["spec"]["workload"]["fromPrometheus"] = {"url": url}
+
+        apply_example(c, ns, edit)
+
+
+def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> None:
+    c = cluster
+    with slow_prometheus() as url:
+        slow_ns = c.namespace("slowprom")
+        apply_slow_resources(c, slow_ns, url)  # the review: 8 resources, a 9-second Prometheus
+        time.sleep(2)  # their reconciles (and queries) are under way
+        ns = c.namespace("unrelated")
+        apply_example(c, ns)
+        args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+        seqs = flag_value(args, SEQS)
+        t = time.monotonic()
+        merge(c, ns, "llama-8b", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+        c.wait_args(ns, "llama-8b", lambda a: flag_value(a, SEQS) != seqs, timeout=30)
+        took = time.monotonic() - t
+        # was 21.8 s (blocking queries held every worker); the polling through kubectl on a
+        # busy machine costs part of this bound
+        assert took < 5, f"unrelated edit took {took:.1f} s"
+
+
+def test_sigterm_under_load_stops_within_the_exit_timeout(cluster: Cluster, tmp_path: Path) -> None:
+    """A second operator, scoped to one namespace of slow-Prometheus resources, gets SIGTERM:
+    it is gone within its exit timeout (the chart sets it 10 s inside the grace period; the
+    review saw SIGTERM ignored for over 2 minutes)."""
+    c = cluster
+    ns = c.namespace("sigterm")
+    op = Operator(
+        c.api,
+        tmp_path / "op.log",
+        extra_env={"INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS": "5"},
+        run_args=("--standalone", "--namespace", ns),
+    ).start()
+    try:
+        with slow_prometheus() as url:
+            apply_slow_resources(c, ns, url)
+            time.sleep(6)  # every resource reconciled at least once, queries in flight
+            assert op.proc is not None and op.proc.poll() is None, op.log()[-2000:]
+            t = time.monotonic()
+            op.proc.send_signal(signal.SIGTERM)
+            try:
+                op.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            took = time.monotonic() - t
+            assert op.proc.poll() is not None and took < 10, f"still running after {took:.0f} s"
+    finally:
+        op.kill()
+        op.stop()
+
+
+# --- the load test ----------------------------------------------------------------------------
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_load_200_resources_one_hostile_eight_slow(cluster: Cluster) -> None:
+    """200 InferenceCapacities: one hostile (300,000 layers), eight with a 9-second Prometheus.
+    The operator stays small and an unrelated edit is still patched promptly (the review: 689 MB
+    RSS and an OOM-kill crash loop for the hostile one; 21.8 s for an edit behind the slow ones)."""
+    from inference_capacity.model import load_config
+
+    c = cluster
+    assert c.operator.proc is not None
+    ns = c.namespace("load")
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    hostile = {**cfg, "num_hidden_layers": 300_000}
+    with slow_prometheus() as url:
+        docs: list[dict[str, Any]] = []
+        for k in range(200):
+            icap, dep = load_example(EXAMPLE, ns)
+            for d in (icap, dep):
+                d["metadata"]["name"] = f"m-{k}"
+            icap["spec"]["targetRef"]["name"] = f"m-{k}"
+            if k == 0:
+                icap["spec"]["model"] = {"config": hostile}
+            elif k <= 8:
+                icap["spec"]["workload"]["fromPrometheus"] = {"url": url}
+            docs += [icap, dep]
+        c.api.apply(*docs)
+
+        def patched() -> int:
+            items = c.api.get_json("deployments", "-n", ns)["items"]
+            return sum(
+                SEQS in d["spec"]["template"]["spec"]["containers"][0]["args"] for d in items
+            )
+
+        deadline = time.monotonic() + 180
+        while patched() < 191 and time.monotonic() < deadline:
+            time.sleep(2)
+        assert patched() >= 191, f"only {patched()} of 191 plain resources patched"
+        cond = c.wait_condition(ns, "m-0", "Ready", "False", "InvalidModelConfig")
+        assert "num_hidden_layers" in cond["message"]
+        rss = _rss_mb(c.operator.proc.pid)
+        assert rss < 300, f"operator RSS {rss:.0f} MB"
+        args = c.container(ns, "m-100")["args"]
+        seqs = flag_value(args, SEQS)
+        t = time.monotonic()
+        merge(c, ns, "m-100", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+        c.wait_args(ns, "m-100", lambda a: flag_value(a, SEQS) != seqs, timeout=30)
+        took = time.monotonic() - t
+        print(f"load: operator RSS {rss:.0f} MB; unrelated edit patched in {took:.2f} s")
+        # The harness refreshes every resource every 2 s (production: 60 s), i.e. 100 reconciles
+        # a second here on shared CPUs, so this bound is loose (measured ~12 s); the 2-second
+        # target with slow Prometheus servers is test_slow_prometheus_does_not_delay_unrelated_edits
+        assert took < 30, f"unrelated edit took {took:.1f} s"
+        c.operator.assert_alive()
+
+
+def test_log_lines_about_an_object_name_it(cluster: Cluster) -> None:
+    c = cluster
+    ns = c.namespace("logs")
+    apply_example(c, ns, lambda i, d: i["spec"]["engine"].update(version="0.0.1"))
+    c.wait_condition(ns, "llama-8b", "Ready", "False", "UnsupportedEngineVersion")
+    # "[time] kopf.objects [LEVEL] [namespace/name] message"
+    messages = [
+        ln.split("] ", 2)[2] for ln in c.operator.log().splitlines() if " kopf.objects " in ln
+    ]
+    assert messages
+    unnamed = [m for m in messages if not m.startswith("[")]
+    assert not unnamed, unnamed[:3]
+    assert any(m.startswith(f"[{ns}/llama-8b]") for m in messages)
