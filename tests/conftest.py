@@ -1,6 +1,6 @@
 import os
 
-pytest_plugins = ["tests.kubeapi.fixtures", "tests.realk8s.fixtures", "tests.promfixtures"]
+pytest_plugins = ["tests.realk8s.fixtures", "tests.promfixtures"]
 
 # No test reaches the Hugging Face Hub: a Hub lookup that a test does not point at its own test
 # Hub (tests/hubserver.py) fails at once on a closed local port, in this process and in every

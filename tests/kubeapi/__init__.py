@@ -1,20 +1,12 @@
-"""An in-memory Kubernetes API server for tests (kubectl, Kopf and the kubernetes client).
+"""An in-memory Kubernetes API server (kubectl, Kopf and the kubernetes client speak to it).
 
-Specification: ``/work/shared/research/apiserver-emulator.md``.
+Kept for one job only: the in-memory column of ``benchmarks/reconcile.py``, which measures the
+operator's own cost against a server that costs almost nothing (a real kube-apiserver on the same
+cores cannot show that). Every test runs on the real control plane of ``tests/realk8s``; the
+emulator's own tests were removed with the move, since the real server now covers what they
+checked (kubectl, Kopf, the client, faults through ``tests/realk8s/proxy.py``).
 
-In tests (the plugin is registered by ``tests/conftest.py``)::
-
-    def test_something(kubeapi):            # a fresh server per test
-        kubeapi.apply(manifest_dict_or_yaml)  # kubectl apply -f - (the wheel's kubectl)
-        kubeapi.kubectl("get", "pods")        # CompletedProcess; raises on failure
-        api = kubeapi.api_client()            # kubernetes.client.ApiClient
-        kubeapi.faults.fail(503, "PATCH", r"/widgets/", times=2)
-        kubeapi.faults.expire(); kubeapi.faults.drop_watches()
-        kubeapi.requests.not_allowed_by(role["rules"])
-        subprocess.run([...], env=kubeapi.env)  # KUBECONFIG and KUBECACHEDIR set
-
-Standalone: ``python -m tests.kubeapi --port 8080 --kubeconfig /tmp/kubeconfig -v``; the admin
-API is under ``/_kubeapi/`` (``faults``, ``requests``, ``drop-watches``, ``expire``).
+Standalone: ``python -m tests.kubeapi --port 8080 --kubeconfig /tmp/kubeconfig -v``.
 """
 
 from tests.realk8s.faults import FaultRule, Faults, RequestLog, RequestRecord
