@@ -383,8 +383,9 @@ def test_operator_restart_causes_no_new_patch(cluster: Cluster) -> None:
     # no pods scheduled: the spare GPUs (and so maxSurge) do not move while other tests run
     apply_example(c, ns, edit=_no_nodes)
     c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
-    c.wait_condition(ns, "llama-8b", "Applied", "True")
-    # settled first: on a real cluster the Deployment controller's status updates make the
+    # converged first: a reconcile found nothing left to change
+    c.wait_condition(ns, "llama-8b", "Applied", "True", "UpToDate", timeout=60)
+    # settled too: on a real cluster the Deployment controller's status updates make the
     # operator's first patch retry (409) and later reconciles may still adjust the strategy
     _settle(c, ns, "llama-8b", 3 * c.operator.refresh)
     before = c.deployment(ns, "llama-8b")["metadata"]

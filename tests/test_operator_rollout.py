@@ -241,11 +241,10 @@ def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) 
             "-p", json.dumps({"spec": {"workload": {"maxModelLen": 24576}}}),
         )  # fmt: skip
         c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--max-model-len") == "24576", 60)
-        new = c.icap(ns, "llama-8b")["status"]["recommendation"]
-        cond = c.condition(ns, "llama-8b", "RolloutSafe")
-        assert cond is not None and cond["status"] == "True", cond
-        assert "0 spare" in cond["message"], cond["message"]
-        assert new["maxSurge"] == 0 and new["maxUnavailable"] >= 1, new
+        # what the patch set (read at once: mid-rollout an old pod's GPU is briefly free, and
+        # the status then says so, while the operator changes nothing until the rollout is done)
+        ru = c.deployment(ns, "llama-8b")["spec"]["strategy"]["rollingUpdate"]
+        assert ru["maxSurge"] == 0 and ru["maxUnavailable"] >= 1, ru
         _wait_rolled_out(c, ns, "llama-8b")  # the scheduler agrees: it completes without surge
 
         # no recovery headroom: the operator refuses to roll at all ...

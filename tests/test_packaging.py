@@ -247,9 +247,10 @@ def assert_installed(api: KubeAPI, docs: Sequence[Doc], apply_output: str) -> No
             if sent["kind"] in ("ClusterRoleBinding", "RoleBinding"):
                 assert back["roleRef"] == sent["roleRef"]
                 assert back["subjects"] == sent["subjects"]
-    # The CRD is served: its short name resolves through discovery and lists (empty) objects.
+    # The CRD is served: its short name resolves through discovery and lists (the shared cluster
+    # may hold other tests' objects, so not necessarily none).
     listing = api.kubectl("get", "icap", "-A")
-    assert listing.returncode == 0 and "No resources found" in listing.stderr + listing.stdout
+    assert listing.returncode == 0
     api.kubectl("explain", "inferencecapacity.spec.targetRef")
 
 

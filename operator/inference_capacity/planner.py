@@ -17,6 +17,7 @@ Order of work:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field, replace
 
 from .engines.vllm import (
@@ -199,8 +200,19 @@ def _predict(inp: PlanInput, settings: EngineSettings) -> StartupPrediction:
     return predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, settings)
 
 
+#: make_plan is serialised: the sizing simulations and latency batches are cached and grown in
+#: place (sizing.distribution.Simulation, _BATCHES), and the operator plans from several handler
+#: threads at once (a real cluster with 200 resources hit an IndexError in a half-grown one)
+_PLAN_LOCK = threading.RLock()
+
+
 def make_plan(inp: PlanInput) -> Plan:
     """Plan one replica of a vLLM deployment and the fleet around it."""
+    with _PLAN_LOCK:
+        return _make_plan(inp)
+
+
+def _make_plan(inp: PlanInput) -> Plan:
     h = inp.headroom
     if not 0 <= h.operational_fraction < 1:
         raise SettingsError("headroom.operationalFraction must be in [0, 1)")
