@@ -1,12 +1,12 @@
-"""The operator publishes issue 14's sizing and latency in status (with the real API-server
-emulator and Kopf, as tests/test_operator.py)."""
+"""The operator publishes issue 14's sizing and latency in status (on the real control plane with
+Kopf, as tests/test_operator.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.kubeapi.fixtures import wait_for
 from tests.operator_harness import Cluster, cluster  # noqa: F401  (the fixture)
+from tests.realk8s.fixtures import wait_for
 from tests.test_operator import apply_example
 
 
