@@ -161,8 +161,7 @@ def ensure_namespaces(api: KubeAPI, names: Iterable[str]) -> None:
     existing = {ns["metadata"]["name"] for ns in api.get_json("namespaces")["items"]}
     missing = sorted(set(names) - existing)
     if missing:
-        # `kubectl apply`, not `kubectl create namespace`: the latter sends protobuf, which the
-        # emulator does not read (415).
+        # `kubectl apply`: the `kube` fixture deletes what was applied when the test ends
         api.apply(
             *(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
