@@ -238,6 +238,10 @@ class Cluster:
         head = "operator requests forbidden by RBAC:\n" + "\n".join(forbidden[-10:]) + "\n"
         return (head if forbidden else "") + f"operator log tail:\n{self.operator.log()[-2500:]}"
 
+    def patch_icap(self, ns: str, name: str, body: dict[str, Any]) -> None:
+        """Merge-patch an InferenceCapacity (``kubectl patch icap --type=merge``)."""
+        self.api.kubectl("patch", "icap", name, "-n", ns, "--type=merge", "-p", json.dumps(body))
+
     def patch_container(self, ns: str, name: str, container: dict[str, Any]) -> None:
         """Strategic-merge ``container`` (it names the container) into a Deployment, as a
         person editing it by hand would."""

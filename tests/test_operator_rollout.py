@@ -189,10 +189,7 @@ def test_rollout_keeps_peak_capacity_and_surges_onto_spare_gpus(cluster: Cluster
         # a material change: the context cap (new --max-model-len, a new pod template)
         before = c.deployment(ns, "llama-8b")["metadata"]["generation"]
         with Sampler(c, ns, "llama-8b") as sampler:
-            c.api.kubectl(
-                "patch", "icap", "llama-8b", "-n", ns, "--type=merge",
-                "-p", json.dumps({"spec": {"workload": {"maxModelLen": 24576}}}),
-            )  # fmt: skip
+            c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"maxModelLen": 24576}}})
             wait_for(
                 lambda: c.deployment(ns, "llama-8b")["metadata"]["generation"] > before,
                 timeout=60,
@@ -236,10 +233,7 @@ def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) 
         rec = _plan_replicas(c, ns)
         assert rec["replicas"] == replicas
         _wait_rolled_out(c, ns, "llama-8b")
-        c.api.kubectl(
-            "patch", "icap", "llama-8b", "-n", ns, "--type=merge",
-            "-p", json.dumps({"spec": {"workload": {"maxModelLen": 24576}}}),
-        )  # fmt: skip
+        c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"maxModelLen": 24576}}})
         c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--max-model-len") == "24576", 60)
         # what the patch set (read at once: mid-rollout an old pod's GPU is briefly free, and
         # the status then says so, while the operator changes nothing until the rollout is done)
@@ -248,10 +242,7 @@ def test_without_spare_gpus_the_verdict_matches_the_scheduler(cluster: Cluster) 
         _wait_rolled_out(c, ns, "llama-8b")  # the scheduler agrees: it completes without surge
 
         # no recovery headroom: the operator refuses to roll at all ...
-        c.api.kubectl(
-            "patch", "icap", "llama-8b", "-n", ns, "--type=merge",
-            "-p", json.dumps({"spec": {"headroom": {"recoveryReplicas": 0}}}),
-        )  # fmt: skip
+        c.patch_icap(ns, "llama-8b", {"spec": {"headroom": {"recoveryReplicas": 0}}})
         c.wait_condition(ns, "llama-8b", "RolloutSafe", "False", timeout=60)
         # ... and a surge rollout forced by hand cannot schedule its surge pod
         c.api.kubectl(

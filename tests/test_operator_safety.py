@@ -60,7 +60,7 @@ def pdb_or_none(c: Cluster, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def merge(c: Cluster, ns: str, name: str, patch: dict[str, Any]) -> None:
-    c.api.kubectl("patch", "icap", name, "-n", ns, "--type=merge", "-p", json.dumps(patch))
+    c.patch_icap(ns, name, patch)
 
 
 def reasons(c: Cluster, ns: str) -> set[str]:

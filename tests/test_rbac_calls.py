@@ -118,28 +118,10 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
     api.apply(icap, dep)
     c.wait_args(ns, "llama-8b", lambda a: "--max-num-seqs" in a)
     # an edit, a refusal, drift put back, deletion
-    api.kubectl(
-        "patch",
-        "icap",
-        "llama-8b",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"workload": {"maxModelLen": 16384}}}),
-    )
+    c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"maxModelLen": 16384}}})
     c.wait_args(ns, "llama-8b", lambda a: "16384" in a)
     before = api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"]
-    api.kubectl(
-        "patch",
-        "icap",
-        "llama-8b",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"workload": {"peakConcurrency": 500}}}),
-    )
+    c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"peakConcurrency": 500}}})
     from tests.realk8s.fixtures import wait_for
 
     wait_for(
