@@ -20,7 +20,7 @@ from inference_capacity.hardware import GPU_PRODUCT_LABEL, get_gpu
 from inference_capacity.ledger.kv import kv_layout
 from inference_capacity.model import load_model
 from inference_capacity.model.shapes import cdiv
-from inference_capacity.sizing.gpus import spare_gpus
+from inference_capacity.sizing.gpus import spare_after_scale_up, spare_gpus
 from inference_capacity.sizing.rollout import plan_rollout
 from inference_capacity.sizing.workload import (
     Cohort,
@@ -601,3 +601,11 @@ def test_spare_gpu_properties(
         assert usable % gpr == 0  # whole replicas only
     # one more pod never adds spare GPUs
     assert spare_gpus(nodes, [*pods, extra], GPU, H100, gpr)[0] <= usable
+
+
+def test_replicas_being_added_take_their_gpus_before_a_surge() -> None:
+    # 11 free GPUs, 3 replicas of TP2 being added: 6 go to them, 5 stay for surge pods
+    assert spare_after_scale_up(11, 3, 2) == (5, 6)
+    # never below zero, and no replicas added takes nothing
+    assert spare_after_scale_up(4, 3, 2) == (0, 6)
+    assert spare_after_scale_up(4, 0, 8) == (4, 0)

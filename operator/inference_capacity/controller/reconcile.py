@@ -37,7 +37,7 @@ from ..report import (
     startup_json,
 )
 from ..resolve import ResolveError, resolve
-from ..sizing.gpus import container_gpu_request, spare_gpus
+from ..sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
 from . import k8s, metrics, models, observing
 
 log = logging.getLogger("inference_capacity.reconcile")
@@ -271,6 +271,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         )
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
+        gpus_per_pod = inp.tp * inp.pp * max(1, inp.engine.data_parallel)
         if spec.rollout.manage_strategy:
             # the scheduler places surge pods only on Nodes matching the pod template's
             # nodeSelector, so only those Nodes' free GPUs count (and the spec's selector on top)
@@ -281,7 +282,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
             }
             spare, spare_msg = _spare(
                 inp.gpu,
-                inp.tp * inp.pp * max(1, inp.engine.data_parallel),
+                gpus_per_pod,
                 spec.hardware.gpu_resource_name,
                 selector,
             )
@@ -307,8 +308,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         # (once the scheduler placed them) finds fewer spare GPUs and changes maxSurge again
         adding = _replicas_to_add(dep, plan.recommendation.rollout.replicas, spec, hpa_min)
         if spare is not None and adding:
-            taken = adding * inp.tp * inp.pp
-            spare = max(0, spare - taken)
+            spare, taken = spare_after_scale_up(spare, adding, gpus_per_pod)
             spare_msg += f"; {taken} of them go to the {adding} replicas being added"
             inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
             plan = make_plan(inp)

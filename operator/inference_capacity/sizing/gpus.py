@@ -95,3 +95,10 @@ def spare_gpus(
         f"({spare_total} free in total)"
     )
     return usable, why
+
+
+def spare_after_scale_up(spare: int, adding: int, gpus_per_replica: int) -> tuple[int, int]:
+    """(spare GPUs left for surge pods, GPUs taken) once ``adding`` new replicas have taken
+    theirs: the replicas a plan adds are scheduled before any surge pod of a later rollout."""
+    taken = max(0, adding) * gpus_per_replica
+    return max(0, spare - taken), taken
