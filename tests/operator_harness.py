@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.realk8s.cluster import gpu_node
 from tests.realk8s.fixtures import RealKubeAPI, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,6 +250,22 @@ class Cluster:
         self.api.kubectl(
             "patch", "deployment", name, "-n", ns, "--type=strategic", "-p", json.dumps(body)
         )
+
+    def node_pool(self, ns: str, gpus: list[int]) -> list[str]:
+        """kwok GPU Nodes of their own (label ``pool=<ns>``), Ready: a test whose pods select
+        them does not depend on how the scheduler spread other tests' pods."""
+        names = [f"{ns}-n{i}" for i in range(len(gpus))]
+        self.api.cluster.create(
+            *(gpu_node(n, g, extra_labels={"pool": ns}) for n, g in zip(names, gpus, strict=True))
+        )
+        self.api.cluster.wait_nodes_ready(names)
+        return names
+
+    def delete_node_pool(self, ns: str, names: list[str]) -> None:
+        """The Deployments first (kwok deletes their pods while it still manages their Nodes),
+        then the Nodes: a Pod left on a deleted Node waits for the pod GC's 40 s quarantine."""
+        self.api.kubectl("delete", "deployment", "--all", "-n", ns, "--wait=true", check=False)
+        self.api.kubectl("delete", "node", *names, "--ignore-not-found", check=False)
 
     def events(self, ns: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.api.get_json("events", "-n", ns)["items"]

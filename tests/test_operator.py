@@ -198,10 +198,20 @@ def test_recommend_mode_reports_and_never_writes(cluster: Cluster) -> None:
 def test_args_only_form_with_equals(cluster: Cluster, example: str, expect: Any) -> None:
     c = cluster
     ns = c.namespace("eq")
-    apply_example(c, ns, example)
-    args = c.wait_args(ns, "llama-70b-fp8", lambda a: any(x.startswith(GMU) for x in a))
-    assert "--tensor-parallel-size=4" in args  # untouched, same spelling
-    assert any(x.startswith("--max-num-seqs") for x in args)
+    # two 4-GPU pods need two Nodes with 4 free GPUs each: a pool of their own, so a pod left
+    # Pending by other tests' spread (a rollout the operator rightly waits for) cannot happen
+    pool = c.node_pool(ns, [8, 8])
+
+    def on_pool(icap: dict[str, Any], dep: dict[str, Any]) -> None:
+        dep["spec"]["template"]["spec"]["nodeSelector"] = {"pool": ns}
+
+    try:
+        apply_example(c, ns, example, on_pool)
+        args = c.wait_args(ns, "llama-70b-fp8", lambda a: any(x.startswith(GMU) for x in a))
+        assert "--tensor-parallel-size=4" in args  # untouched, same spelling
+        assert any(x.startswith("--max-num-seqs") for x in args)
+    finally:
+        c.delete_node_pool(ns, pool)
 
 
 def test_shell_form_is_rewritten_inside_the_string(cluster: Cluster) -> None:

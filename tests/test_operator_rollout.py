@@ -16,7 +16,6 @@ from typing import Any
 import yaml
 
 from tests.operator_harness import Cluster, cluster, flag_value, load_example
-from tests.realk8s.cluster import gpu_node
 from tests.realk8s.fixtures import wait_for
 
 __all__ = ["cluster"]
@@ -115,19 +114,11 @@ class Sampler:
 
 
 def _pool(c: Cluster, ns: str, gpus: list[int]) -> list[str]:
-    names = [f"{ns}-n{i}" for i in range(len(gpus))]
-    c.api.cluster.create(
-        *(gpu_node(n, g, extra_labels={"pool": ns}) for n, g in zip(names, gpus, strict=True))
-    )
-    c.api.cluster.wait_nodes_ready(names)
-    return names
+    return c.node_pool(ns, gpus)
 
 
 def _delete_pool(c: Cluster, ns: str, names: list[str]) -> None:
-    """The Deployment first (kwok deletes its pods while it still manages their Nodes), then
-    the Nodes: a Pod left on a deleted Node waits for the pod GC's 40 s quarantine."""
-    c.api.kubectl("delete", "deployment", "--all", "-n", ns, "--wait=true", check=False)
-    c.api.kubectl("delete", "node", *names, "--ignore-not-found", check=False)
+    c.delete_node_pool(ns, names)
 
 
 #: a new pod counts as available only after this long Ready (vLLM takes minutes to load a model;

@@ -18,13 +18,14 @@ import yaml
 
 from inference_capacity.api.bounded_yaml import MAX_ALIASES, MAX_DEPTH
 from inference_capacity.api.models import InferenceCapacity, ManifestError, load_manifests
-from inference_capacity.controller.reconcile import owner_of, pdb_min_available
+from inference_capacity.controller.reconcile import owner_of
 from inference_capacity.decide import (
     material_changes,
     safety_lowering,
     stabilized_replicas,
     template_hold,
 )
+from inference_capacity.decision import pdb_min_available
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.engines.vllm_args import flag_int, human_readable_int, read_flags

@@ -18,12 +18,21 @@ from typing import Any
 import yaml
 
 from .engines.versions import NEWEST_SUPPORTED
-from .engines.vllm import EngineSettings
+from .engines.vllm import EngineSettings, GiB
 from .hardware import custom_gpu, get_gpu, list_gpus
 from .model import catalog_names, load_model
 from .model.source import checkpoint_json, describe, resolve_model_ref
 from .planner import Headroom, PlanInput, make_plan
-from .report import chart, latency_chart, plan_json, sweep_chart, sweep_table, table
+from .report import (
+    chart,
+    fits_message,
+    latency_chart,
+    plan_json,
+    sweep_chart,
+    sweep_table,
+    table,
+    why_not_fits,
+)
 from .whatif import levers, parse_prices, sweep, workload_from_flags
 
 EXIT_INPUT = 2
@@ -94,27 +103,68 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu", help="GPU catalog name (see `gpus`)")
     plan.add_argument("--gpu-memory-gib", type=_gib, help="device memory as CUDA reports it")
     plan.add_argument(
-        "--tp", "--tensor-parallel-size", dest="tp", type=_positive_int("--tp"), default=None
+        "--tp",
+        "--tensor-parallel-size",
+        dest="tp",
+        type=_positive_int("--tp"),
+        default=None,
+        help="tensor-parallel size (1)",
     )
     plan.add_argument(
-        "--pp", "--pipeline-parallel-size", dest="pp", type=_positive_int("--pp"), default=None
+        "--pp",
+        "--pipeline-parallel-size",
+        dest="pp",
+        type=_positive_int("--pp"),
+        default=None,
+        help="pipeline-parallel size (1)",
     )
     plan.add_argument(
-        "--dp", "--data-parallel-size", dest="dp", type=_positive_int("--dp"), default=1
+        "--dp",
+        "--data-parallel-size",
+        dest="dp",
+        type=_positive_int("--dp"),
+        default=None,
+        help="data-parallel size: engines per pod (1)",
     )
-    plan.add_argument("--enable-expert-parallel", action="store_true")
-    plan.add_argument("--gpu-memory-utilization", type=_fraction("--gpu-memory-utilization"))
-    plan.add_argument("--max-model-len", type=_positive_int("--max-model-len"))
-    plan.add_argument("--max-num-seqs", type=_positive_int("--max-num-seqs"))
-    plan.add_argument("--max-num-batched-tokens", type=_positive_int("--max-num-batched-tokens"))
-    plan.add_argument("--block-size", type=_positive_int("--block-size"))
+    plan.add_argument(
+        "--enable-expert-parallel", action="store_true", help="MoE experts split across ranks"
+    )
+    plan.add_argument(
+        "--gpu-memory-utilization",
+        type=_fraction("--gpu-memory-utilization"),
+        help="plan vLLM at this utilization (default: the one the ledger recommends)",
+    )
+    plan.add_argument(
+        "--max-model-len",
+        type=_positive_int("--max-model-len"),
+        help="context cap in tokens (default: the model's)",
+    )
+    plan.add_argument(
+        "--max-num-seqs",
+        type=_positive_int("--max-num-seqs"),
+        help="sequences per engine (default: sized from the workload, else vLLM's)",
+    )
+    plan.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int("--max-num-batched-tokens"),
+        help="tokens per scheduler step (default: vLLM's for the version and GPU)",
+    )
+    plan.add_argument(
+        "--block-size",
+        type=_positive_int("--block-size"),
+        help="KV-cache block size in tokens (default: the attention backend's)",
+    )
     plan.add_argument(
         "--kv-cache-dtype",
-        default="auto",
+        default=None,
         choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"],
+        help="KV-cache dtype (auto: the model's)",
     )
     plan.add_argument(
-        "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32", "half"]
+        "--dtype",
+        default=None,
+        choices=["auto", "bfloat16", "float16", "float32", "half"],
+        help="weights and activations dtype (auto: the config's)",
     )
     plan.add_argument("--quantization", help="vLLM --quantization (e.g. fp8, gptq_marlin)")
     plan.add_argument(
@@ -125,9 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--engine", choices=["v0", "v1"], default=None, help="force the V0 engine (vLLM <= 0.10)"
     )
-    plan.add_argument("--enforce-eager", action="store_true")
-    plan.add_argument("--max-loras", type=int, default=0)
-    plan.add_argument("--max-lora-rank", type=int, default=16)
+    plan.add_argument(
+        "--enforce-eager", action="store_true", help="no CUDA graphs (vLLM --enforce-eager)"
+    )
+    plan.add_argument("--max-loras", type=int, default=None, help="LoRA slots (0)")
+    plan.add_argument("--max-lora-rank", type=int, default=None, help="LoRA rank (16)")
     plan.add_argument(
         "--kv-cache-gib",
         type=_gib,
@@ -136,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--operational-headroom",
         type=float,
-        default=0.05,
+        default=None,
         help="fraction of the device kept free beyond vLLM's view (0.05)",
     )
     plan.add_argument(
@@ -150,12 +202,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--prompt-tokens", metavar="P50,P95,P99", help="prompt length quantiles")
     w.add_argument("--output-tokens", metavar="P50,P95,P99", help="output length quantiles")
-    w.add_argument("--shared-prefix-tokens", type=int, default=0, help="with --prompt-tokens")
-    w.add_argument("--samples", type=_positive_int("--samples"), default=1, help="n per request")
-    w.add_argument("--cohort", action="append", default=[], metavar="SPEC")
+    w.add_argument("--shared-prefix-tokens", type=int, default=None, help="with --prompt-tokens")
+    w.add_argument("--samples", type=_positive_int("--samples"), default=None, help="n per request")
+    w.add_argument(
+        "--cohort", action="append", default=[], metavar="SPEC", help="one cohort (repeatable)"
+    )
     w.add_argument("--burst", metavar="NAME=W,...", help="the burst hour's cohort weights")
-    w.add_argument("--peak-concurrency", type=_positive_int("--peak-concurrency"))
-    w.add_argument("--itl-target-ms", type=float)
+    w.add_argument(
+        "--peak-concurrency",
+        type=_positive_int("--peak-concurrency"),
+        help="sequences in flight at the peak, fleet-wide (sizes replicas)",
+    )
+    w.add_argument(
+        "--itl-target-ms", type=float, help="inter-token latency target: caps max-num-seqs"
+    )
     w.add_argument(
         "--sizing",
         choices=["distribution", "conservative"],
@@ -174,7 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--gpu-prices", metavar="FILE.yaml", help="a YAML table {GPU: price}")
     w.add_argument("--latency-chart", help="write the N → ITL / tokens/s curve (.svg/.png)")
     w.add_argument("--sweep-chart", help="write the sweep's options as bars (.svg/.png)")
-    plan.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml", "patch"])
+    plan.add_argument(
+        "-o",
+        "--output",
+        default="table",
+        choices=["table", "json", "yaml", "patch"],
+        help="table (default), json, yaml, or patch: the strategic-merge patch the operator "
+        "writes to the Deployment in FILE (exit codes in the README)",
+    )
     plan.add_argument("--chart", help="write the per-rank ledger as a stacked bar (.svg/.png)")
     plan.add_argument(
         "--fail-if-not-fits", action="store_true", help="exit 1 when the plan does not fit (for CI)"
@@ -201,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL"
     )
-    run.add_argument("--metrics-port", type=int, default=9090)
+    run.add_argument(
+        "--metrics-port", type=int, default=9090, help="Prometheus metrics port (0: none)"
+    )
     run.add_argument(
         "--prometheus-allowed-url-prefix",
         action="append",
@@ -210,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a URL prefix spec.workload.fromPrometheus.url may start with (repeatable), e.g. "
         "http://prometheus.monitoring:9090/; none (the default): every fromPrometheus is refused",
     )
-    run.add_argument("--verbose", "-v", action="store_true")
+    run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     return p
 
 
@@ -238,15 +307,16 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens,
         block_size=a.block_size,
-        kv_cache_dtype=a.kv_cache_dtype,
-        dtype=a.dtype,
+        kv_cache_dtype=a.kv_cache_dtype or "auto",
+        dtype=a.dtype or "auto",
         enforce_eager=a.enforce_eager,
-        max_loras=a.max_loras,
-        max_lora_rank=a.max_lora_rank,
-        data_parallel=a.dp,
+        max_loras=a.max_loras if a.max_loras is not None else 0,
+        max_lora_rank=a.max_lora_rank if a.max_lora_rank is not None else 16,
+        data_parallel=a.dp or 1,
         expert_parallel=a.enable_expert_parallel,
     )
-    if not 0 <= a.operational_headroom < 1:
+    headroom = 0.05 if a.operational_headroom is None else a.operational_headroom
+    if not 0 <= headroom < 1:
         raise CliError("--operational-headroom must be in [0, 1)")
     workload = workload_from_flags(
         a.prompt_tokens,
@@ -254,8 +324,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         a.cohort,
         a.peak_concurrency,
         a.itl_target_ms,
-        a.shared_prefix_tokens,
-        a.samples,
+        a.shared_prefix_tokens or 0,
+        a.samples or 1,
         a.burst,
     )
     base = _sizing_overrides(
@@ -267,7 +337,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             pp=a.pp or 1,
             engine=settings,
             workload=workload,
-            headroom=Headroom(operational_fraction=a.operational_headroom),
+            headroom=Headroom(operational_fraction=headroom),
         ),
     )
     # what-if: vLLM at exactly these flags
@@ -277,7 +347,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         )
     )
     # recommendation: the utilization the ledger recommends (or the one for --kv-cache-gib)
-    kv_pool = int(a.kv_cache_gib * 2**30) if a.kv_cache_gib is not None else None
+    kv_pool = int(a.kv_cache_gib * GiB) if a.kv_cache_gib is not None else None
     rec = make_plan(
         replace(
             base,
@@ -305,18 +375,38 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             "gpu_memory_utilization": rec.recommendation.gpu_memory_utilization,
             "num_gpu_blocks": rec.prediction.num_gpu_blocks,
             "available_kv_cache_gib": round(
-                rec.prediction.ranks[rec.prediction.binding_rank].available_kv / 2**30, 4
+                rec.prediction.ranks[rec.prediction.binding_rank].available_kv / GiB, 4
             ),
         }
-    text = (
-        describe(source, shape)
-        + "\n\n"
-        + table(whatif if workload is None else rec)
-        + "\n\nRecommended: "
-        + " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
-    )
-    if kv_pool is not None and not rec.fits:
-        text += f"\n\n--kv-cache-gib {a.kv_cache_gib:g}: {rec.reason}: {rec.message}"
+        # the largest pool there is: the one at the safe maximum utilization
+        best = make_plan(replace(base, choose_max_num_seqs=False))
+        largest = best.prediction.ranks[best.prediction.binding_rank].available_kv
+        if kv_pool > largest or not rec.fits:
+            reach = (
+                f"the largest reachable pool on {gpu.name} at TP={base.tp} PP={base.pp} is "
+                f"{max(largest, 0) / GiB:.2f} GiB per GPU (at --gpu-memory-utilization "
+                f"{best.recommendation.gpu_memory_utilization})"
+                if best.fits
+                else f"no KV pool is reachable: {best.reason}: {fits_message(best)}"
+            )
+            out["inverse"].update(
+                fits=False,
+                reason="KvPoolUnreachable" if kv_pool > largest else rec.reason,
+                largest_reachable_kv_cache_gib=round(max(largest, 0) / GiB, 4),
+            )
+            out["error"] = f"--kv-cache-gib {a.kv_cache_gib:g} is out of reach: {reach}"
+    shown = whatif if workload is None else rec
+    text = describe(source, shape) + "\n\n" + table(shown)
+    if "error" in out:
+        text += "\n\nNot usable: " + out["error"]
+    elif rec.fits:
+        text += "\n\nRecommended: " + " ".join(
+            f"--{k} {v}" for k, v in rec.recommendation.flags().items()
+        )
+    else:
+        text += f"\n\nNot usable: {rec.reason}: {fits_message(rec)}"
+        text += "".join(f"\n  {w}" for w in why_not_fits(rec))
+    if kv_pool is not None:
         # --fail-if-not-fits judges the plan asked for: the inverse one
         return out, text, rec
     return out, text, rec if workload is not None else whatif
@@ -348,11 +438,78 @@ def _name_of(doc: Any) -> Any:
     return meta.get("name") if isinstance(meta, dict) else None
 
 
+#: flags of the what-if form that a manifest says in its own spec: given with FILE they would be
+#: ignored, so they are refused (the spec field to edit instead)
+MANIFEST_FIELDS: dict[str, str] = {
+    "revision": "spec.model.revision",
+    "gpu": "spec.hardware.gpu",
+    "gpu_memory_gib": "spec.hardware.gpuMemoryGiB",
+    "tp": "spec.hardware.tensorParallel",
+    "pp": "spec.hardware.pipelineParallel",
+    "dp": "spec.engine.dataParallel",
+    "enable_expert_parallel": "the container's --enable-expert-parallel",
+    "gpu_memory_utilization": "the recommendation (the operator chooses it)",
+    "max_model_len": "spec.workload.maxModelLen",
+    "max_num_seqs": "spec.engine.maxNumSeqsCap",
+    "max_num_batched_tokens": "spec.engine.maxNumBatchedTokens",
+    "block_size": "spec.engine.blockSize",
+    "kv_cache_dtype": "spec.model.kvCacheDtype",
+    "dtype": "spec.model.dtype",
+    "quantization": "spec.model.quantization",
+    "engine_version": "spec.engine.version",
+    "engine": "spec.engine.version",
+    "enforce_eager": "spec.engine.enforceEager",
+    "max_loras": "spec.model.maxLoras",
+    "max_lora_rank": "spec.model.maxLoraRank",
+    "kv_cache_gib": "spec.engine.kvCacheMemoryBytes",
+    "operational_headroom": "spec.headroom.operationalFraction",
+    "prompt_tokens": "spec.workload.cohorts",
+    "output_tokens": "spec.workload.cohorts",
+    "shared_prefix_tokens": "spec.workload.cohorts[].sharedPrefixTokens",
+    "samples": "spec.workload.cohorts[].samples",
+    "cohort": "spec.workload.cohorts",
+    "burst": "spec.workload.burst",
+    "peak_concurrency": "spec.workload.peakConcurrency",
+    "itl_target_ms": "spec.workload.itlTargetMs",
+}
+
+
+def _refuse_manifest_flags(a: argparse.Namespace) -> None:
+    given = [k for k in MANIFEST_FIELDS if getattr(a, k, None) not in (None, False, [])]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise CliError(
+            f"plan FILE: {flag} is a what-if flag and the manifest says this itself "
+            f"({MANIFEST_FIELDS[given[0]]}): edit FILE, or plan from flags with --model"
+            + (
+                f" (also given: {', '.join('--' + g.replace('_', '-') for g in given[1:])})"
+                if given[1:]
+                else ""
+            )
+        )
+
+
+def _hpa_min(docs: list[dict[str, Any]], target: str) -> int | None:
+    """minReplicas of a HorizontalPodAutoscaler in the input that scales ``target``."""
+    for d in docs:
+        if d.get("kind") != "HorizontalPodAutoscaler":
+            continue
+        spec = d.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        if ref.get("kind") == "Deployment" and ref.get("name") == target:
+            return int(spec.get("minReplicas") or 1)
+    return None
+
+
 def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, Any]]:
-    from .api.models import InferenceCapacity, load_manifests
-    from .patching import apply_strategic, build_change
+    import time
+
+    from . import decision, settings
+    from .api.models import KIND, InferenceCapacity, load_manifests
+    from .patching import apply_strategic
     from .resolve import resolve
 
+    _refuse_manifest_flags(a)
     try:
         docs = load_manifests(_read_text(a.file))
     except yaml.YAMLError as exc:
@@ -367,10 +524,16 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         for d in others
         if d.get("kind") == "ConfigMap" and isinstance(d.get("data") or {}, dict)
     }
+    nodes = [d for d in others if d.get("kind") == "Node"]
+    pods = [d for d in others if d.get("kind") == "Pod"]
+    cfg = settings.current()
+    windows = decision.Windows(cfg.stabilization_seconds, cfg.replica_stabilization_seconds)
     results: list[tuple[dict[str, Any], str, Any]] = []
     for doc in docs.capacities:
         icap = InferenceCapacity.from_manifest(doc, ignore_status=True)
         spec = icap.spec
+        ns = icap.metadata.namespace or "default"
+        target = f"deployment/{spec.target_ref.name}"
         dep = next(
             (
                 d
@@ -379,67 +542,89 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             ),
             None,
         )
-        resolved = resolve(spec, dep, config_maps)
+        hpa_min = _hpa_min(others, spec.target_ref.name)
+        resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
         if not resolved.supported:
-            results.append(_unsupported_result(icap, resolved))
+            results.append(_unsupported_result(icap, resolved, decision.unsupported(resolved)))
             continue
-        plan = make_plan(_sizing_overrides(a, resolved.plan_input))
-        rec = plan.recommendation
-        flags = rec.flags(
-            max_model_len=spec.policy.set_max_model_len,
-            batched_tokens=spec.policy.set_max_num_batched_tokens,
-            kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-            kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
-        )
-        remove = rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+        inp = _sizing_overrides(a, resolved.plan_input)
         extra: dict[str, Any] = {
             "name": icap.metadata.name,
             "namespace": icap.metadata.namespace,
             "mode": spec.mode,
             "engine_version": resolved.engine_version,
             "engine_version_source": resolved.engine_version_source,
-            "flags": flags,
-            "removed_flags": list(remove),
             "conflicts": list(resolved.conflicts),
             "supported": True,
         }
-        patch: dict[str, Any] | None = None
-        if dep is not None and resolved.container_index is not None and plan.fits:
-            ro = rec.rollout
-            change = build_change(
-                dep,
-                resolved.container_index,
-                flags,
-                resolved.running_flags,
-                ro.replicas if spec.rollout.manage_replicas else None,
-                {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
-                if spec.rollout.manage_strategy and ro.safe
-                else None,
-                remove=remove,
+        if dep is None:
+            plan = make_plan(inp)
+            rec = plan.recommendation
+            flags = rec.flags(
+                max_model_len=spec.policy.set_max_model_len,
+                batched_tokens=spec.policy.set_max_num_batched_tokens,
+                kv_cache_dtype=spec.policy.set_kv_cache_dtype,
+                kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
             )
-            patch = change.patch
+            extra["flags"] = flags
+            extra["removed_flags"] = list(
+                rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+            )
             extra["patch"] = {
-                "target": f"deployment/{spec.target_ref.name}",
-                "strategicMergePatch": patch,
-                "changedFlags": {
-                    k: {"from": v[0], "to": v[1]} for k, v in change.changed_flags.items()
-                },
-            }
-            if patch:
-                new = apply_strategic(dep, patch)
-                c = new["spec"]["template"]["spec"]["containers"][resolved.container_index]
-                extra["patch"]["container"] = {"command": c.get("command"), "args": c.get("args")}
-        elif dep is None:
-            extra["patch"] = {
-                "target": f"deployment/{spec.target_ref.name}",
+                "target": target,
+                "action": "none",
+                "reason": "NoDeployment",
                 "note": "Deployment not in the input: flags only",
                 "flags": flags,
             }
         else:
-            extra["patch"] = {
-                "target": f"deployment/{spec.target_ref.name}",
-                "note": f"not patched: {plan.reason}",
+            if not spec.rollout.manage_strategy:
+                spare, spare_msg = None, "strategy not managed"
+            elif nodes:
+                spare, spare_msg = decision.spare_for_target(nodes, pods, dep, spec, inp)
+            else:
+                spare, spare_msg = None, "spare GPUs unknown (no Nodes in the input)"
+            plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
+            pdb = next(
+                (
+                    d
+                    for d in others
+                    if d.get("kind") == "PodDisruptionBudget" and _name_of(d) == icap.metadata.name
+                ),
+                None,
+            )
+            uid = str((doc.get("metadata") or {}).get("uid") or "")
+            world = decision.World(
+                deployment=dep,
+                hpa_min_replicas=hpa_min,
+                foreign_pdb=decision.foreign_pdb(pdb, icap.metadata.name, uid, KIND),
+                now=time.time(),
+            )
+            chosen = decision.decide(
+                spec,
+                f"{ns}/{icap.metadata.name}",
+                resolved,
+                plan,
+                world,
+                spare_message=spare_msg,
+                windows=windows,
+            )
+            extra["flags"] = dict(chosen.flags) if chosen.change else {}
+            extra["patch"] = _patch_json(chosen, target, dep, resolved.container_index)
+            extra["decision"] = {
+                "action": chosen.action,
+                "reason": chosen.reason,
+                "conditions": [
+                    {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+                    for c in chosen.conditions
+                ],
+                "held": list(chosen.held),
+                "pdbMinAvailable": chosen.pdb_min_available,
             }
+            if "container" not in extra["patch"] and extra["patch"].get("strategicMergePatch"):
+                new = apply_strategic(dep, extra["patch"]["strategicMergePatch"])
+                c = new["spec"]["template"]["spec"]["containers"][resolved.container_index or 0]
+                extra["patch"]["container"] = {"command": c.get("command"), "args": c.get("args")}
         src = resolved.model_source
         if src is not None:
             out = {"model": src.json(), **plan_json(plan, extra)}
@@ -454,17 +639,58 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
             f"{plan.input.gpu.name} TP={plan.input.tp} PP={plan.input.pp}, vLLM "
             f"{resolved.engine_version} ({resolved.engine_version_source})",
         )
-        text += "\n\nWould patch " + extra["patch"]["target"] + ": "
-        if patch:
-            text += "\n" + yaml.safe_dump(patch, sort_keys=False).rstrip()
-        elif "note" in extra["patch"]:
-            text += extra["patch"]["note"]
+        pj = extra["patch"]
+        text += "\n\nWould patch " + target + ": "
+        if pj.get("strategicMergePatch"):
+            if pj.get("note"):
+                text += pj["note"] + "\n"
+            text += "\n" + yaml.safe_dump(pj["strategicMergePatch"], sort_keys=False).rstrip()
         else:
-            text += "nothing (already as recommended)"
+            text += pj["note"]
         if resolved.conflicts:
             text += "\nConflicts: " + "; ".join(resolved.conflicts)
         results.append((out, text, plan))
     return results
+
+
+#: exit codes of ``plan -o patch`` (README "Exit codes")
+EXIT_NOTHING_TO_PATCH = 3
+EXIT_NO_DEPLOYMENT = 4
+EXIT_REFUSED = 5
+
+
+def _patch_json(chosen: Any, target: str, dep: dict[str, Any], index: int | None) -> dict[str, Any]:
+    """The ``patch`` object of ``plan -o json``: what the operator does to the Deployment."""
+    out: dict[str, Any] = {"target": target, "action": chosen.action, "reason": chosen.reason}
+    if chosen.held:
+        out["held"] = list(chosen.held)
+    if chosen.action == "patch":
+        out["strategicMergePatch"] = chosen.patch
+    elif chosen.action == "refuse":
+        message = next(c.message for c in chosen.conditions if c.type == "Applied")
+        out["note"] = f"not patched: {chosen.reason}: {message}"
+        out["message"] = message
+    elif spec_mode_recommend(chosen) or chosen.action == "wait":
+        # the operator writes this patch in mode Enforce / once the rollout settles
+        out["strategicMergePatch"] = dict(chosen.recommended.patch)
+        message = next(c.message for c in chosen.conditions if c.type == "Applied")
+        out["note"] = (
+            "mode Recommend: the operator writes nothing; this is the patch it recommends"
+            if chosen.reason == "RecommendOnly"
+            else f"the operator writes this once the rollout has settled ({message})"
+        )
+    else:
+        message = next((c.message for c in chosen.conditions if c.type == "Applied"), "")
+        out["note"] = f"nothing to change: {message}"
+    if chosen.recommended is not None:
+        out["changedFlags"] = {
+            k: {"from": v[0], "to": v[1]} for k, v in chosen.recommended.changed_flags.items()
+        }
+    return out
+
+
+def spec_mode_recommend(chosen: Any) -> bool:
+    return bool(chosen.reason == "RecommendOnly" and chosen.recommended is not None)
 
 
 def _config_model_json(spec: Any) -> dict[str, Any]:
@@ -479,7 +705,7 @@ def _config_model_json(spec: Any) -> dict[str, Any]:
     }
 
 
-def _unsupported_result(icap: Any, resolved: Any) -> tuple[dict[str, Any], str, None]:
+def _unsupported_result(icap: Any, resolved: Any, chosen: Any) -> tuple[dict[str, Any], str, None]:
     """A plan refused because the container sets what the ledger does not model."""
     spec = icap.spec
     message = resolved.unsupported_message()
@@ -491,6 +717,8 @@ def _unsupported_result(icap: Any, resolved: Any) -> tuple[dict[str, Any], str, 
         "unsupported": [{"name": u.name, "why": u.why} for u in resolved.unsupported],
         "patch": {
             "target": f"deployment/{spec.target_ref.name}",
+            "action": chosen.action,
+            "reason": chosen.reason,
             "note": "not patched: Supported=False",
         },
     }
@@ -559,6 +787,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     else:
         results = [_flags_plan(a)]
     results = [(r[0], r[1] + _add_whatifs(a, r), r[2]) for r in results]
+    patch_code = 0
     if a.latency_chart:
         latency_chart(results[0][2], a.latency_chart)
         print(f"latency chart written to {a.latency_chart}", file=sys.stderr)
@@ -571,14 +800,17 @@ def cmd_plan(a: argparse.Namespace) -> int:
     elif a.output == "patch":
         if not a.file:
             raise CliError("-o patch needs FILE.yaml (an InferenceCapacity and its Deployment)")
-        # the strategic-merge patch itself, ready for `kubectl patch --type strategic`
-        patches = [r[0].get("patch", {}).get("strategicMergePatch", {}) for r in results]
-        print(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))
+        patch_code = _print_patches(results)
     else:
         print("\n\n".join(r[1] for r in results))
     if a.chart and results[0][2] is not None:
         chart(results[0][2], a.chart)
         print(f"chart written to {a.chart}", file=sys.stderr)
+    errors = [r[0]["error"] for r in results if r[0].get("error")]
+    for e in errors:
+        print(f"inference-capacity: error: {e}", file=sys.stderr)
+    if errors:
+        return EXIT_NOT_FITS
     refused = [r[0] for r in results if r[2] is None]
     if a.fail_if_not_fits and refused:
         for out in refused:
@@ -590,7 +822,50 @@ def cmd_plan(a: argparse.Namespace) -> int:
         return EXIT_NOT_FITS
     if a.fail_if_not_fits and not all(r[2] is not None and r[2].fits for r in results):
         return EXIT_NOT_FITS
-    return 0
+    if a.fail_if_not_fits:
+        # the plan fits but the operator would refuse to apply it (a spec/container conflict,
+        # too few GPUs per pod, a foreign PDB, no safe rollout)
+        refusals = [r[0] for r in results if (r[0].get("patch") or {}).get("action") == "refuse"]
+        for out in refusals:
+            print(
+                f"inference-capacity: error: {out.get('name')}: {out['patch']['note']}",
+                file=sys.stderr,
+            )
+        if refusals:
+            return EXIT_NOT_FITS
+    return patch_code
+
+
+def _print_patches(results: list[tuple[dict[str, Any], str, Any]]) -> int:
+    """Print the strategic-merge patch the operator writes (``kubectl patch --type strategic``);
+    say on stderr why there is none. Exit code: 0 when every resource has a patch, else the
+    highest of 3 (nothing to change), 4 (no Deployment in the input), 5 (the operator refuses)."""
+    patches: list[Any] = []
+    code = 0
+    for out, _, _ in results:
+        pj = out.get("patch") or {}
+        name = out.get("name", "")
+        if pj.get("strategicMergePatch"):
+            patches.append(pj["strategicMergePatch"])
+            if pj.get("note"):
+                print(f"inference-capacity: {name}: {pj['note']}", file=sys.stderr)
+            continue
+        patches.append(None)
+        if pj.get("reason") == "NoDeployment":
+            why, rc = (
+                f"no Deployment {pj.get('target')} in the input (give it in FILE or with "
+                "--deployment): nothing to patch",
+                EXIT_NO_DEPLOYMENT,
+            )
+        elif pj.get("action") == "refuse":
+            why, rc = pj.get("note", "not patched"), EXIT_REFUSED
+        else:
+            why, rc = pj.get("note", "nothing to change"), EXIT_NOTHING_TO_PATCH
+        print(f"inference-capacity: {name}: {why}", file=sys.stderr)
+        code = max(code, rc)
+    if any(p is not None for p in patches):
+        print(json.dumps(patches[0] if len(patches) == 1 else patches, indent=2))
+    return code
 
 
 def cmd_crd(_: argparse.Namespace) -> int:
@@ -619,25 +894,35 @@ def cmd_gpus(_: argparse.Namespace) -> int:
     for g in list_gpus():
         bw = g.hbm_bandwidth_bytes_per_s
         print(
-            f"{g.name:<18} {g.total_bytes / 2**30:>8.2f} GiB  "
+            f"{g.name:<18} {g.total_bytes / GiB:>8.2f} GiB  "
             f"{(bw or 0) / 1e12:>5.2f} TB/s  {g.vendor}"
         )
     return 0
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from .controller import k8s
     from .controller.main import run_operator
+    from .settings import Settings
 
-    code: int = run_operator(
-        namespaces=a.namespace,
-        standalone=a.standalone,
-        peering=a.peering,
-        liveness=a.liveness,
-        metrics_port=a.metrics_port,
-        verbose=a.verbose,
-        priority=a.priority,
-        prometheus_allowed_url_prefixes=a.prometheus_allowed_url_prefix,
-    )
+    try:
+        config = Settings.from_env().replace(
+            namespaces=tuple(a.namespace),
+            standalone=a.standalone,
+            peering=a.peering,
+            liveness=a.liveness,
+            metrics_port=a.metrics_port,
+            verbose=a.verbose,
+            **({"peering_priority": a.priority} if a.priority is not None else {}),
+            **(
+                {"prometheus_allowed_url_prefixes": tuple(a.prometheus_allowed_url_prefix)}
+                if a.prometheus_allowed_url_prefix
+                else {}
+            ),
+        )
+        code: int = run_operator(config)
+    except k8s.Unreachable as exc:
+        raise CliError(f"run: {exc}") from None
     return code
 
 

@@ -11,21 +11,22 @@ inference_capacity.controller.handlers`` or ``inference-capacity run``).
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
 
+from .. import settings as settings_mod
 from ..api.models import GROUP, VERSION
-from . import k8s, metrics, observing
+from . import k8s, metrics, observing, state
 from . import reconcile as reconcile_mod
 from .reconcile import Outcome, reconcile
 
 PLURAL = k8s.PLURAL
-REFRESH_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_REFRESH_SECONDS", "60"))
-RETRY_DELAY = float(os.environ.get("INFERENCE_CAPACITY_RETRY_SECONDS", "5"))
+#: read when the module is imported (``run`` configures the settings before): Kopf's decorators
+#: take the timer interval at registration
+REFRESH_SECONDS = settings_mod.current().refresh_seconds
 log = logging.getLogger("inference_capacity.handlers")
 
 
@@ -42,24 +43,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.persistence.finalizer = f"{prefix}/finalizer"
     settings.posting.level = logging.INFO
-    settings.watching.server_timeout = int(
-        os.environ.get("INFERENCE_CAPACITY_WATCH_TIMEOUT", "300")
-    )
+    ours = settings_mod.current()
+    settings.watching.server_timeout = ours.watch_timeout
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [0.5, 1, 2, 5]
-    settings.execution.max_workers = int(os.environ.get("INFERENCE_CAPACITY_WORKERS", "8"))
+    settings.execution.max_workers = ours.workers
     # Kopf peering: the replica with the highest priority works, the others stand by; equal
     # priorities would pause them all, so each replica draws its own unless one is given
-    prio = os.environ.get("INFERENCE_CAPACITY_PEERING_PRIORITY")
-    settings.peering.priority = int(prio) if prio else random.randint(1, 2**31 - 1)
+    prio = ours.peering_priority
+    settings.peering.priority = prio if prio is not None else random.randint(1, 2**31 - 1)
     # how long a dead leader's peering entry counts: the standby takes over after it (Kopf's
     # default is 60 s)
-    settings.peering.lifetime = int(os.environ.get("INFERENCE_CAPACITY_PEERING_LIFETIME", "60"))
+    settings.peering.lifetime = ours.peering_lifetime
     # SIGTERM: Kopf exits gracefully, and kills itself when that takes longer than this (Kopf's
     # default is 10 minutes; the chart sets it below the pod's terminationGracePeriodSeconds)
-    settings.process.ultimate_exiting_timeout = float(
-        os.environ.get("INFERENCE_CAPACITY_EXIT_TIMEOUT_SECONDS", "20")
-    )
+    settings.process.ultimate_exiting_timeout = ours.exit_timeout_seconds
 
 
 @kopf.on.cleanup()
@@ -123,6 +121,7 @@ def run_reconcile(
         raise
     except Exception as exc:
         if k8s.transient(exc):
+            RETRY_DELAY = settings_mod.current().retry_seconds
             raise kopf.TemporaryError(
                 f"transient API error on {meta.get('namespace')}/{meta.get('name')}, retrying in "
                 f"{RETRY_DELAY:g} s: {k8s.describe_error(exc)}",
@@ -142,7 +141,7 @@ def icap_changed(
     if out.requeue:
         # mid-rollout or no target yet: try again, backing off up to a minute; a change held
         # by the stabilization window: when the window ends
-        delay = min(60.0, RETRY_DELAY * 2 ** min(retry, 6))
+        delay = min(60.0, settings_mod.current().retry_seconds * 2 ** min(retry, 6))
         if out.retry_after is not None:
             delay = out.retry_after + 0.5
         raise kopf.TemporaryError(
@@ -156,9 +155,18 @@ def icap_refresh(body: kopf.Body, patch: kopf.Patch, icap_targets: Targets, **_:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def icap_deleted(namespace: str, name: str, uid: str, **_: Any) -> None:
+def icap_deleted(namespace: str, name: str, uid: str, spec: kopf.Spec, **_: Any) -> None:
+    forget(namespace, name, uid, (spec.get("targetRef") or {}).get("name"))
+
+
+def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
+    """Drop everything remembered about a deleted InferenceCapacity (and its target's replica
+    history: a new resource for that Deployment starts from what runs)."""
     metrics.forget(namespace, name)
     observing.forget(uid or name)
+    state.forget_resource(namespace, name, uid)
+    if target:
+        state.forget_deployment(namespace, str(target))
     log.info(
         "InferenceCapacity %s/%s deleted; its Deployment keeps running as it is", namespace, name
     )
@@ -187,9 +195,9 @@ def deployment_event(
     if not names:
         return
     gen = (event.get("object") or {}).get("metadata", {}).get("generation")
-    if event.get("type") != "DELETED" and not reconcile_mod.deployment_changed(
-        namespace, name, gen
-    ):
+    if event.get("type") == "DELETED":
+        state.forget_deployment(namespace, name)
+    elif not reconcile_mod.deployment_changed(namespace, name, gen):
         # a status-only update (the Deployment controller's rollout progress), or the patch
         # the operator just wrote: nothing in the spec to re-check. Waiting rollouts are
         # retried by the InferenceCapacity handler and the refresh timer.

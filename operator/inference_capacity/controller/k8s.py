@@ -15,6 +15,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
+from .. import settings
 from ..api.models import GROUP, VERSION
 
 PLURAL = "inferencecapacities"
@@ -36,6 +37,47 @@ def api_client() -> client.ApiClient:
                 config.load_kube_config()  # type: ignore[no-untyped-call]
             _api = client.ApiClient()
         return _api
+
+
+class Unreachable(Exception):
+    """No cluster: no configuration found, or its API server does not answer."""
+
+
+def preflight(timeout: float = 5.0) -> str:
+    """Load the cluster configuration and ask the API server its version, in one short request;
+    returns where the configuration came from. Raises :class:`Unreachable` with one line that
+    names what was tried (the in-cluster service account, then KUBECONFIG or ~/.kube/config)."""
+    global _api
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        where = "the in-cluster service account"
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise Unreachable(
+                "no cluster configuration: not in a cluster (no service account token) and "
+                f"kubeconfig {kubeconfig}: {first}"
+            ) from None
+        where = f"kubeconfig {kubeconfig}"
+    api = client.ApiClient()
+    host = api.configuration.host
+    try:
+        client.VersionApi(api).get_code(_request_timeout=timeout)
+    except ApiException as exc:
+        if exc.status != 403:  # 403: it answered and knows who we are (RBAC is checked later)
+            raise Unreachable(
+                f"the API server {host} (from {where}) answered {describe_error(exc)}"
+            ) from None
+    except Exception as exc:  # connection refused, DNS, TLS, timeout
+        text = str(getattr(exc, "reason", None) or exc).splitlines()
+        reason = f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+        raise Unreachable(f"cannot reach the API server {host} (from {where}): {reason}") from None
+    with _lock:
+        _api = api
+    return f"{host} (from {where})"
 
 
 def _dict(obj: Any) -> dict[str, Any]:
@@ -188,7 +230,7 @@ def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] |
 
 
 #: HPA listings per namespace are shared by reconciles for this many seconds
-HPA_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_HPA_TTL_SECONDS", "5"))
+HPA_TTL_SECONDS = settings.current().hpa_ttl_seconds
 _hpa_cache: dict[str, tuple[float, dict[str, int]]] = {}
 
 

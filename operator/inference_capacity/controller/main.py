@@ -9,42 +9,32 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
+from ..settings import Settings, configure
 
-def run_operator(
-    namespaces: list[str],
-    standalone: bool,
-    peering: str | None,
-    liveness: str,
-    metrics_port: int,
-    verbose: bool,
-    priority: int | None = None,
-    prometheus_allowed_url_prefixes: list[str] | None = None,
-) -> int:
-    if priority is not None:
-        os.environ["INFERENCE_CAPACITY_PEERING_PRIORITY"] = str(priority)
-    if prometheus_allowed_url_prefixes:
-        from .observing import ALLOWED_URL_PREFIXES_ENV
 
-        for prefix in prometheus_allowed_url_prefixes:
-            if not prefix.startswith(("http://", "https://")) or "," in prefix:
-                raise ValueError(
-                    f"--prometheus-allowed-url-prefix: {prefix!r} is not an http(s):// prefix"
-                )
-        os.environ[ALLOWED_URL_PREFIXES_ENV] = ",".join(prometheus_allowed_url_prefixes)
+def run_operator(config: Settings) -> int:
+    """Run Kopf with ``config`` (the environment's settings and the flags of ``run``)."""
+    configure(config)
+    from . import k8s
+
+    # one clear line, not Kopf's retry loop of tracebacks, when there is no cluster
+    where = k8s.preflight()
     from . import handlers  # noqa: F401  (registers the handlers)
 
     # kopf.configure() sets up logging (one line per record); no second handler here
-    logging.getLogger("inference_capacity").setLevel(logging.DEBUG if verbose else logging.INFO)
-    if metrics_port:
-        start_http_server(metrics_port)
+    level = logging.DEBUG if config.verbose else logging.INFO
+    logging.getLogger("inference_capacity").setLevel(level)
+    if config.metrics_port:
+        start_http_server(config.metrics_port)
     # every line Kopf logs about an object starts with [namespace/name]
-    kopf.configure(verbose=verbose, log_prefix=True)
+    kopf.configure(verbose=config.verbose, log_prefix=True)
+    logging.getLogger("inference_capacity").info("cluster: %s", where)
     kopf.run(
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=standalone or peering is None,
-        peering_name=peering,
-        liveness_endpoint=liveness or None,
+        clusterwide=not config.namespaces,
+        namespaces=list(config.namespaces),
+        standalone=config.standalone or config.peering is None,
+        peering_name=config.peering,
+        liveness_endpoint=config.liveness or None,
     )
     # Kopf has stopped (gracefully, or its exit timeout passed). Prometheus queries still in
     # flight would keep the interpreter joining their threads for as long as a slow Prometheus

@@ -15,24 +15,22 @@ never lends its credentials to a resource).
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from .. import settings
 from ..api.models import InferenceCapacitySpec
 from ..model.source import ResolvedModel
 from ..resolve import ResolveError, resolve_model_source
 from . import k8s
 
-MODEL_RESOLVE_DEADLINE_SECONDS = float(
-    os.environ.get("INFERENCE_CAPACITY_MODEL_RESOLVE_DEADLINE_SECONDS", "20")
-)
+MODEL_RESOLVE_DEADLINE_SECONDS = settings.current().model_resolve_deadline_seconds
 #: per Hub request (connect / read)
-HUB_TIMEOUT_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_HUB_TIMEOUT", "10"))
+HUB_TIMEOUT_SECONDS = settings.current().hub_timeout
 _pool = ThreadPoolExecutor(
-    max_workers=int(os.environ.get("INFERENCE_CAPACITY_MODEL_WORKERS", "4")),
+    max_workers=max(1, settings.current().model_workers),
     thread_name_prefix="model-resolve",
 )
 

@@ -9,7 +9,6 @@ never a silent change of the formulas.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import settings
 from ..api.models import InferenceCapacitySpec
 from ..engines.vllm import predict_startup
 from ..observe import (
@@ -51,8 +51,7 @@ TOKEN_SECRET_LABEL = "capacity.inference.dev/prometheus-token"
 
 
 def allowed_url_prefixes() -> tuple[str, ...]:
-    raw = os.environ.get(ALLOWED_URL_PREFIXES_ENV, "")
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
+    return settings.current().prometheus_allowed_url_prefixes
 
 
 class _NotAllowed(Exception):
@@ -125,9 +124,9 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
 
 #: Prometheus queries run here, never in Kopf's handler workers: a slow or hostile Prometheus
 #: delays only its own resource's observation, not the reconciles of others
-PROMETHEUS_WORKERS = int(os.environ.get("INFERENCE_CAPACITY_PROMETHEUS_WORKERS", "4"))
+PROMETHEUS_WORKERS = settings.current().prometheus_workers
 #: how long a reconcile waits for a query it just started before going on without it (seconds)
-OBSERVE_WAIT_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_OBSERVE_WAIT_SECONDS", "0.5"))
+OBSERVE_WAIT_SECONDS = settings.current().observe_wait_seconds
 _pool = ThreadPoolExecutor(max_workers=max(1, PROMETHEUS_WORKERS), thread_name_prefix="prom")
 #: at most one observation in flight per resource and source
 _inflight: dict[str, Future[Observation]] = {}

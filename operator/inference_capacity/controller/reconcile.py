@@ -10,25 +10,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import decision, settings
 from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
-from ..decide import (
-    ANNOTATION_TEMPLATE_CHANGED,
-    material_changes,
-    rollout_in_progress,
-    set_condition,
-    stabilized_replicas,
-    template_hold,
-)
-from ..engines.vllm_args import VllmArgsError
-from ..patching import REMOVED, build_change
-from ..planner import Plan, make_plan
+from ..decide import set_condition
+from ..engines.vllm_args import VllmArgsError, read_flags
+from ..planner import Plan
 from ..report import (
     latency_status,
     ledger_json,
@@ -37,23 +29,10 @@ from ..report import (
     startup_json,
 )
 from ..resolve import ResolveError, resolve
-from ..sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
-from . import k8s, metrics, models, observing
+from . import k8s, metrics, models, observing, state
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
-_last_event: dict[tuple[str, str], str] = {}
-
-#: spec flags that the operator never sets: a disagreement here makes the plan wrong for the pods
-_STRUCTURAL = ("spec.hardware.tensorParallel", "spec.hardware.pipelineParallel")
-
-
-def _lock_for(key: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(key, threading.Lock())
 
 
 def now_iso() -> str:
@@ -92,10 +71,8 @@ class _Ctx:
         )
 
     def event(self, type_: str, reason: str, message: str, once: bool = True) -> None:
-        key = (self.uid or self.name, reason)
-        if once and _last_event.get(key) == message:
+        if not state.event_is_new(self.uid or self.name, reason, message) and once:
             return
-        _last_event[key] = message
         self.outcome.events.append((type_, reason, message))
         try:
             self._emit(type_, reason, message)
@@ -114,18 +91,14 @@ class _Ctx:
         return self.outcome
 
 
-def _refuse(ctx: _Ctx, reason: str, message: str, *, ready_reason: str | None = None) -> Outcome:
-    ctx.cond("Ready", "False", ready_reason or reason, message)
-    ctx.cond("Applied", "False", reason, message)
-    ctx.event("Warning", reason, message)
-    metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, reason).inc()
-    ctx.outcome.reason = reason
-    return ctx.finish()
+def _refuse(ctx: _Ctx, reason: str, message: str) -> Outcome:
+    """A refusal before a plan exists (bad spec, no target, model not resolved)."""
+    return _perform(ctx, decision.refusal(reason, message), None, None)
 
 
-#: Node/Pod listings are shared by all reconciles for this many seconds: every Deployment event
-#: reconciles, and listing every Pod of a large cluster each time would be the dominant cost
-NODES_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_NODES_TTL_SECONDS", "10"))
+#: Node/Pod listings are shared by all reconciles for ``settings.nodes_ttl_seconds``: every
+#: Deployment event reconciles, and listing every Pod of a large cluster each time would be the
+#: dominant cost
 _nodes_cache: list[Any] = [0.0, None]
 _nodes_lock = threading.Lock()
 
@@ -133,29 +106,12 @@ _nodes_lock = threading.Lock()
 def _nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     with _nodes_lock:
         at, value = _nodes_cache
-        if value is not None and time.monotonic() - at < NODES_TTL_SECONDS:
+        ttl = settings.current().nodes_ttl_seconds
+        if value is not None and time.monotonic() - at < ttl:
             return value  # type: ignore[no-any-return]
         value = k8s.list_nodes_and_pods()
         _nodes_cache[:] = [time.monotonic(), value]
         return value
-
-
-def _spare(
-    inp_gpu: Any, gpus_per_replica: int, resource: str, selector: Mapping[str, str] | None
-) -> tuple[int | None, str]:
-    listed = _nodes_and_pods()
-    if listed is None:
-        return None, "spare GPUs unknown (Nodes not readable)"
-    nodes, pods = listed
-    if selector:
-        nodes = [
-            n
-            for n in nodes
-            if all(
-                (n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items()
-            )
-        ]
-    return spare_gpus(nodes, pods, resource, inp_gpu, gpus_per_replica)
 
 
 def _pdb_body(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> dict[str, Any]:
@@ -201,8 +157,8 @@ def reconcile(
     InferenceCapacity of the namespace that targets the same Deployment (this one included);
     only the oldest acts, the others are refused with ``TargetConflict``."""
     meta = body.get("metadata", {})
-    key = f"{meta.get('namespace')}/{meta.get('name')}"
-    with _lock_for(key), metrics.RECONCILE_SECONDS.time():
+    key = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    with state.serialised(key), metrics.RECONCILE_SECONDS.time():
         metrics.RECONCILES.labels(meta.get("namespace", ""), meta.get("name", "")).inc()
         ctx = _Ctx(body, emit)
         try:
@@ -213,6 +169,7 @@ def reconcile(
 
 
 def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -> Outcome:
+    """Read the world, plan, :func:`~inference_capacity.decision.decide`, perform the decision."""
     try:
         icap = InferenceCapacity.from_manifest(dict(body), ignore_status=True)
     except ManifestError as exc:
@@ -254,39 +211,16 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     try:
         resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min, model_source=model.source)
         if not resolved.supported:
-            # fail closed: a flag or VLLM_* variable that may move memory and that the ledger
-            # does not model would make every number of the plan wrong; the Deployment is left
-            # as it is
-            msg = (
-                "the vLLM container sets what the ledger does not model, so no plan is made "
-                "and nothing is patched: " + resolved.unsupported_message()
-            )
-            ctx.cond("Supported", "False", "UnsupportedFlag", msg)
-            return _refuse(ctx, "UnsupportedFlag", msg)
-        ctx.cond(
-            "Supported",
-            "True",
-            "Supported",
-            "every vLLM flag and VLLM_* variable is modelled or known neutral",
-        )
+            return _perform(ctx, decision.unsupported(resolved), dep, spec)
+        ctx.cond(*_fields(decision.SUPPORTED))
         inp = resolved.plan_input
         spare, spare_msg = (None, "strategy not managed")
-        gpus_per_pod = inp.tp * inp.pp * max(1, inp.engine.data_parallel)
         if spec.rollout.manage_strategy:
-            # the scheduler places surge pods only on Nodes matching the pod template's
-            # nodeSelector, so only those Nodes' free GPUs count (and the spec's selector on top)
-            pod_spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
-            selector = {
-                **(pod_spec.get("nodeSelector") or {}),
-                **(spec.rollout.spare_gpu_node_selector or {}),
-            }
-            spare, spare_msg = _spare(
-                inp.gpu,
-                gpus_per_pod,
-                spec.hardware.gpu_resource_name,
-                selector,
-            )
-        inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
+            listed = _nodes_and_pods()
+            if listed is None:
+                spare, spare_msg = None, "spare GPUs unknown (Nodes not readable)"
+            else:
+                spare, spare_msg = decision.spare_for_target(*listed, dep, spec, inp)
         observed = observing.observe_and_merge(
             spec, ctx.ns, ctx.uid or ctx.name, inp, resolved.running_flags
         )
@@ -302,16 +236,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
                 ctx.outcome.retry_after = 2.0
                 ctx.outcome.reason = "waiting for the first Prometheus observation"
                 return ctx.finish()
-        plan = make_plan(inp)
-        # replicas the plan adds take free GPUs before any surge pod does: without this, the
-        # first plan counts GPUs its own new pods are about to fill, and the next reconcile
-        # (once the scheduler placed them) finds fewer spare GPUs and changes maxSurge again
-        adding = _replicas_to_add(dep, plan.recommendation.rollout.replicas, spec, hpa_min)
-        if spare is not None and adding:
-            spare, taken = spare_after_scale_up(spare, adding, gpus_per_pod)
-            spare_msg += f"; {taken} of them go to the {adding} replicas being added"
-            inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
-            plan = make_plan(inp)
+        plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
@@ -323,254 +248,26 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
-    rec = plan.recommendation
-    ro = rec.rollout
     metrics.publish_plan(ctx.ns, ctx.name, plan)
-    if plan.fits:
-        ctx.cond("Fits", "True", "Fits", plan.message)
-    else:
-        ctx.cond("Fits", "False", plan.reason, plan.message)
-    ctx.cond("RolloutSafe", "True" if ro.safe else "False", ro.reason, f"{ro.message}; {spare_msg}")
-    version_note = ""
-    if resolved.engine_version_source == "default":
-        version_note = (
-            f"; engine version assumed {resolved.engine_version} (no "
-            "spec.engine.version and no version in the image tag)"
-        )
-    flags = rec.flags(
-        max_model_len=spec.policy.set_max_model_len,
-        batched_tokens=spec.policy.set_max_num_batched_tokens,
-        kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-        kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
-    )
-    remove = rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
-    running = resolved.running_flags
-    # TP/PP given in the spec and absent from the command line: the operator sets them too,
-    # when the container has the GPUs for them (it never changes resources itself)
-    for flag, value, spec_value in (
-        ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
-        ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel),
-    ):
-        if spec_value is not None and flag not in running and value > 1:
-            flags[flag] = str(value)
-    gpus = _container_gpus(dep, resolved.container_index or 0, spec.hardware.gpu_resource_name)
-    dp = max(1, inp.engine.data_parallel)
-    if gpus is not None and gpus < inp.tp * inp.pp * dp:
-        return _refuse(
-            ctx,
-            "InsufficientGpusPerPod",
-            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
-            + (f" × DP {dp}" if dp > 1 else "")
-            + f" needs {inp.tp * inp.pp * dp} {spec.hardware.gpu_resource_name} per pod; the "
-            f"container asks for {gpus}",
-        )
-    changes = material_changes(running, flags, spec.policy.hysteresis_percent)
-    changes.update({k: (running[k], REMOVED) for k in remove if k in running})
-    replicas = ro.replicas if spec.rollout.manage_replicas and hpa_min is None else None
-    held: list[str] = []
-    enforce = spec.mode == "Enforce"
-    if replicas is not None and enforce:
-        window = _window(spec.policy.replica_stabilization_window_seconds, REPLICA_WINDOW_ENV)
-        want_replicas = replicas
-        replicas = _stable_replicas(ctx.ns, target, replicas, dep, window)
-        if replicas != want_replicas:
-            held.append(
-                f"replicas {want_replicas} (held at {replicas}: replicas go down only to the "
-                f"highest count recommended in the last {window:g} s)"
-            )
-    template_window = _window(spec.policy.stabilization_window_seconds, TEMPLATE_WINDOW_ENV)
-    hold_s = (
-        template_hold(changes, _template_changed_at(dep), time.time(), template_window)
-        if enforce
-        else None
-    )
-    if hold_s is not None:
-        held.append(
-            "flag changes "
-            + ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
-            + f" (stabilization window: the pod template changed less than "
-            f"{template_window:g} s ago; applied in {hold_s:.0f} s as the last desired state)"
-        )
-        changes = {}
-        flags = {k: v for k, v in running.items() if k in flags}
-    strategy = (
-        {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
-        if spec.rollout.manage_strategy and ro.safe
-        else None
-    )
-    if not plan.fits:
-        return _refuse(ctx, "NotFits", f"{plan.reason}: {plan.message}", ready_reason=plan.reason)
-    conflicts = [c for c in resolved.conflicts]
-    blocking = [
-        c
-        for c in conflicts
-        if c.startswith(_STRUCTURAL)
-        or not (
-            (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
-            or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype)
-            or (
-                c.startswith("spec.engine.maxNumBatchedTokens")
-                and spec.policy.set_max_num_batched_tokens
-            )
-            # the operator always writes the pool flags: the spec's pool replaces the running one
-            or c.startswith("spec.engine.kvCacheMemoryBytes")
-        )
-    ]
-    if blocking:
-        return _refuse(ctx, "SpecConflict", "; ".join(blocking))
-    # the PDB: only in Enforce mode, only with managed replicas, only one this resource owns
-    keep_pdb = (
-        spec.mode == "Enforce"
-        and spec.rollout.manage_pod_disruption_budget
-        and spec.rollout.manage_replicas
-        and hpa_min is None
-    )
-    if keep_pdb:
-        foreign = _foreign_pdb(ctx)
-        if foreign:
-            return _refuse(ctx, "PodDisruptionBudgetConflict", foreign)
-    dep_spec = dep.get("spec", {})
-    rep_change = replicas is not None and dep_spec.get("replicas") != replicas
-    cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
-    strat_change = strategy is not None and (
-        _norm_strategy(cur_strategy) != strategy
-        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
-    )
-    if held:
-        # retried when the window ends (and by the refresh timer), from the spec as it is then
-        ctx.outcome.retry_after = hold_s
-        ctx.outcome.requeue = hold_s is not None
-        ctx.outcome.reason = "stabilization window"
-    if not changes and not rep_change and not strat_change:
-        if held:
-            msg = "waiting to apply " + "; ".join(held)
-            ctx.cond("Applied", "False", "StabilizationWindow", msg)
-            ctx.cond("Ready", "True", "Ready", plan.message + version_note)
-            ctx.event("Normal", "StabilizationWindow", msg)
-            if keep_pdb:
-                _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
-            return ctx.finish()
-        if keep_pdb:
-            _pdb(ctx, dep, ro.pdb_min_available, dep_spec.get("replicas", 1))
-        ctx.cond(
-            "Applied",
-            "True",
-            "UpToDate",
-            "the Deployment already runs the recommended flags"
-            + (
-                " (within hysteresis)" if any(running.get(k) != v for k, v in flags.items()) else ""
-            ),
-        )
-        ctx.cond("Ready", "True", "Ready", plan.message + version_note)
-        return ctx.finish()
-    want = ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
-    if rep_change:
-        want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
-    if strat_change:
-        want += (
-            f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
-        )
-    if spec.mode == "Recommend":
-        msg = f"mode Recommend: would set {want}"
-        ctx.cond("Applied", "False", "RecommendOnly", msg)
-        ctx.cond("Ready", "True", "Ready", plan.message + version_note)
-        ctx.event("Normal", "Recommendation", msg)
-        return ctx.finish()
-    if not ro.safe:
-        return _refuse(
-            ctx,
-            "NoSafeRollout",
-            f"not applying ({want}): {ro.message}",
-            ready_reason="NoSafeRollout",
-        )
-    busy = rollout_in_progress(dep)
-    if busy:
-        ctx.cond("Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}")
-        ctx.cond("Ready", "False", "RolloutInProgress", busy)
-        ctx.outcome.requeue = True
-        return ctx.finish()
-    now_replicas = _apply(
-        ctx, dep, resolved.container_index or 0, flags, running, replicas, strategy, want, remove
-    )
-    if keep_pdb:
-        _pdb(ctx, dep, ro.pdb_min_available, now_replicas)
-    if held:
-        ctx.cond(
-            "Applied",
-            "False",
-            "StabilizationWindow",
-            f"set {want}; waiting to apply " + "; ".join(held),
-        )
-    ctx.cond("Ready", "True", "Ready", plan.message + version_note)
-    return ctx.finish()
-
-
-def _replicas_to_add(dep: Mapping[str, Any], planned: int, spec: Any, hpa_min: int | None) -> int:
-    """Pods the Deployment will create to reach the planned replicas (none when the operator
-    does not manage replicas). Counted from ``spec.replicas``: the Deployment's pods already
-    running hold their GPUs in the spare count."""
-    if not spec.rollout.manage_replicas or hpa_min is not None:
-        return 0
-    current = (dep.get("spec") or {}).get("replicas")
-    current = 1 if current is None else int(current)
-    return max(0, planned - current)
-
-
-def _container_gpus(dep: Mapping[str, Any], index: int, resource: str) -> int | None:
-    containers = dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
-    return container_gpu_request(containers[index], resource) if index < len(containers) else None
-
-
-def _norm_strategy(cur: Any) -> dict[str, Any] | None:
-    if not isinstance(cur, Mapping):
-        return None
-    out = {}
-    for k in ("maxSurge", "maxUnavailable"):
-        v = cur.get(k)
-        try:
-            out[k] = int(v) if v is not None else v
-        except (TypeError, ValueError):
-            out[k] = v
-    return out
-
-
-def _apply(
-    ctx: _Ctx,
-    dep: Mapping[str, Any],
-    index: int,
-    flags: Mapping[str, str],
-    running: Mapping[str, str],
-    replicas: int | None,
-    strategy: Mapping[str, Any] | None,
-    want: str,
-    remove: tuple[str, ...] = (),
-) -> Any:
-    """Patch the Deployment with optimistic concurrency: the patch carries the resourceVersion
-    it was computed from, so a concurrent edit makes it fail (409) instead of being overwritten;
-    then the Deployment is read again and the patch recomputed."""
-    target = dep["metadata"]["name"]
+    windows = _windows()
     for attempt in range(4):
-        change = build_change(
-            dep,
-            index,
-            flags,
-            running,
-            replicas,
-            strategy,
-            owner=f"{ctx.ns}/{ctx.name}",
-            remove=remove,
+        chosen = decision.decide(
+            spec,
+            f"{ctx.ns}/{ctx.name}",
+            resolved,
+            plan,
+            _world(ctx, spec, dep, hpa_min),
+            spare_message=spare_msg,
+            windows=windows,
         )
-        if change.empty:
-            ctx.cond("Applied", "True", "UpToDate", "nothing to change")
-            return dep.get("spec", {}).get("replicas", 1)
-        patch = json.loads(json.dumps(change.patch))
+        if chosen.action != "patch" or chosen.change is None:
+            return _perform(ctx, chosen, dep, spec)
+        patch = json.loads(json.dumps(chosen.change.patch))
+        # optimistic concurrency: a concurrent edit makes the patch fail (409) instead of being
+        # overwritten; then the Deployment is read again and the decision made again
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
-        if change.changed_flags:
-            # the pod template changes: the stabilization window starts now
-            patch["metadata"].setdefault("annotations", {})[ANNOTATION_TEMPLATE_CHANGED] = ctx.now
         try:
             patched = k8s.patch_deployment(ctx.ns, target, patch)
-            deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
         except Exception as exc:
             if k8s.is_status(exc, 409) and attempt < 3:
                 log.info(
@@ -580,126 +277,93 @@ def _apply(
                 if fresh is None:
                     raise
                 dep = fresh
-                containers = dep["spec"]["template"]["spec"]["containers"]
-                from ..engines.vllm_args import read_flags
-
-                running = read_flags(containers[index])
+                resolved = replace(
+                    resolved,
+                    running_flags=read_flags(
+                        dep["spec"]["template"]["spec"]["containers"][resolved.container_index or 0]
+                    ),
+                )
                 continue
             raise
+        state.deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
         metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
-        msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
-        ctx.cond("Applied", "True", "Applied", msg)
         ctx.status["applied"] = {
-            "flags": dict(flags),
-            "replicas": replicas,
+            "flags": dict(chosen.flags),
+            "replicas": chosen.replicas,
             "at": ctx.now,
-            "hash": change.applied_hash,
+            "hash": chosen.change.applied_hash,
         }
         ctx.outcome.patched = True
-        ctx.event("Normal", "Applied", msg, once=False)
-        return patched.get("spec", {}).get("replicas", 1)
+        return _perform(ctx, chosen, patched, spec)
     raise RuntimeError("unreachable")
 
 
-TEMPLATE_WINDOW_ENV = "INFERENCE_CAPACITY_STABILIZATION_SECONDS"
-REPLICA_WINDOW_ENV = "INFERENCE_CAPACITY_REPLICA_STABILIZATION_SECONDS"
-#: the stabilization windows when spec.policy leaves them null (seconds)
-DEFAULT_WINDOW_SECONDS = 300.0
-#: replica recommendations per Deployment, (unix seconds, replicas), newest last
-_replica_history: dict[tuple[str, str], list[tuple[float, int]]] = {}
-_REPLICA_HISTORY_MAX = 256
+def _fields(c: decision.Condition) -> tuple[str, str, str, str]:
+    return c.type, c.status, c.reason, c.message
 
 
-def _window(spec_value: int | None, env: str) -> float:
-    if spec_value is not None:
-        return float(spec_value)
-    try:
-        return max(0.0, float(os.environ.get(env, DEFAULT_WINDOW_SECONDS)))
-    except ValueError:
-        return DEFAULT_WINDOW_SECONDS
+def _windows() -> decision.Windows:
+    s = settings.current()
+    return decision.Windows(s.stabilization_seconds, s.replica_stabilization_seconds)
 
 
-def _template_changed_at(dep: Mapping[str, Any]) -> float | None:
-    raw = (dep.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_TEMPLATE_CHANGED)
-    if not raw:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def _world(ctx: _Ctx, spec: Any, dep: Mapping[str, Any], hpa_min: int | None) -> decision.World:
+    foreign = ""
+    if decision.owns_pdb(spec, hpa_min):
+        seen = state.pdb_seen.get(ctx.uid or ctx.name)
+        if not (seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS):
+            # not written (so owned) by this resource a moment ago: read it
+            foreign = decision.foreign_pdb(k8s.get_pdb(ctx.ns, ctx.name), ctx.name, ctx.uid, KIND)
+    return decision.World(
+        deployment=dep,
+        hpa_min_replicas=hpa_min,
+        foreign_pdb=foreign,
+        replica_history=state.replica_history.get((ctx.ns, spec.target_ref.name)) or (),
+        now=time.time(),
+    )
 
 
-def _stable_replicas(
-    ns: str, target: str, desired: int, dep: Mapping[str, Any], window: float
-) -> int:
-    current = dep.get("spec", {}).get("replicas", 1)
-    if not isinstance(current, int):
-        current = None
-    now = time.time()
-    with _generations_lock:
-        hist = _replica_history.setdefault((ns, target), [])
-        if not hist and current is not None:
-            # no memory (a restart): the running count counts as recommended just now
-            hist.append((now, current))
-        hist.append((now, desired))
-        del hist[: max(0, len(hist) - _REPLICA_HISTORY_MAX)]
-        hist[:] = [(t, r) for t, r in hist if now - t < max(window, 1.0)]
-        return stabilized_replicas(hist, desired, current, now, window)
+def _perform(
+    ctx: _Ctx, chosen: decision.Decision, dep: Mapping[str, Any] | None, spec: Any
+) -> Outcome:
+    """Do what the decision says (but the patch, written by the caller): conditions, Events,
+    the PDB, the memory of replica recommendations, when to look again."""
+    for c in chosen.conditions:
+        ctx.cond(c.type, c.status, c.reason, c.message)
+    for e in chosen.events:
+        ctx.event(e.type, e.reason, e.message, once=e.once)
+    if chosen.action == "refuse":
+        metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, chosen.reason).inc()
+    if chosen.replica_history:
+        state.replica_history.set((ctx.ns, spec.target_ref.name), chosen.replica_history)
+    if chosen.pdb_min_available is not None and dep is not None:
+        _pdb(ctx, dep, chosen.pdb_min_available)
+    if chosen.requeue:
+        ctx.outcome.requeue = True
+    if chosen.retry_after is not None:
+        ctx.outcome.retry_after = chosen.retry_after
+    if chosen.action == "refuse":
+        ctx.outcome.reason = chosen.reason
+    elif chosen.held:
+        ctx.outcome.reason = "stabilization window"
+    return ctx.finish()
 
 
-#: the PDB last written (or found) per InferenceCapacity uid: skip the round trip when unchanged
-#: for a minute (then read again, so a PDB deleted by hand comes back)
-_pdb_seen: dict[str, tuple[int, str, float]] = {}
+#: the PDB last written (or found) per InferenceCapacity is trusted for this long before it is
+#: read again (so a PDB deleted by hand comes back)
 PDB_RECHECK_SECONDS = 60.0
-#: the Deployment generation last handled, per namespace/name
-_generations: dict[tuple[str, str], int] = {}
-_generations_lock = threading.Lock()
 
 
 def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
     """Record ``generation`` as handled; True when it is new (the spec changed since)."""
-    if generation is None:
-        return True
-    with _generations_lock:
-        if _generations.get((namespace, name)) == generation:
-            return False
-        _generations[(namespace, name)] = generation
-        return True
+    return state.deployment_changed(namespace, name, generation)
 
 
-def pdb_min_available(planned: int, replicas: Any) -> int:
-    """minAvailable for the replicas the Deployment really has: the plan's N_min, but never so
-    high that no pod may be evicted (a 1-replica Deployment with minAvailable 4 blocks every
-    node drain)."""
-    have = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
-    return max(0, min(planned, have - 1))
-
-
-def _foreign_pdb(ctx: _Ctx) -> str:
-    """Why the PDB of this resource's name may not be written ("" when it may): it exists and
-    is not owned by this InferenceCapacity."""
-    seen = _pdb_seen.get(ctx.uid or ctx.name)
-    if seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS:
-        return ""  # written (so owned) by this resource a moment ago
-    cur = k8s.get_pdb(ctx.ns, ctx.name)
-    if cur is None:
-        return ""
-    owners = cur.get("metadata", {}).get("ownerReferences") or []
-    if any(o.get("uid") == ctx.uid and o.get("kind") == KIND for o in owners):
-        return ""
-    held = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners) or "no owner"
-    return (
-        f"poddisruptionbudget/{ctx.name} exists and is not owned by this InferenceCapacity "
-        f"({held}); it is left as it is and nothing is applied. Delete or rename it, or set "
-        "spec.rollout.managePodDisruptionBudget: false"
-    )
-
-
-def _pdb(ctx: _Ctx, dep: Mapping[str, Any], planned: int, replicas: Any) -> None:
-    min_available = pdb_min_available(planned, replicas)
+def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
-    seen = _pdb_seen.get(ctx.uid or ctx.name)
+    key = ctx.uid or ctx.name
+    seen = state.pdb_seen.get(key)
     now = time.monotonic()
     if seen and seen[:2] == (min_available, selector) and now - seen[2] < PDB_RECHECK_SECONDS:
         return
@@ -709,7 +373,7 @@ def _pdb(ctx: _Ctx, dep: Mapping[str, Any], planned: int, replicas: Any) -> None
         ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
         ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))
         return
-    _pdb_seen[ctx.uid or ctx.name] = (min_available, selector, now)
+    state.pdb_seen.set(key, (min_available, selector, now))
     if what != "unchanged":
         ctx.event(
             "Normal",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from .catalog import catalog_names, load_config, load_model, resolve_catalog_key
 from .checkpoint import (
     CheckpointError,
@@ -52,7 +53,7 @@ from .shapes import HeaderWeights, ModelShape
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: seconds for each Hub request (connect and read), unless the caller says otherwise
-DEFAULT_TIMEOUT = float(os.environ.get("INFERENCE_CAPACITY_HUB_TIMEOUT", "10"))
+DEFAULT_TIMEOUT = settings.current().hub_timeout
 #: parallel header requests for a sharded checkpoint
 HEADER_WORKERS = 8
 OFFLINE_HINT = (
@@ -251,8 +252,8 @@ def _gguf_message(repo: str, ggufs: list[str]) -> str:
 # the Hub
 
 #: resolved models by (repo id, commit); resolutions of a moving revision by (id, revision)
-CACHE_MAX = int(os.environ.get("INFERENCE_CAPACITY_MODEL_CACHE", "64"))
-REVISION_TTL_SECONDS = float(os.environ.get("INFERENCE_CAPACITY_REVISION_TTL_SECONDS", "300"))
+CACHE_MAX = settings.current().model_cache
+REVISION_TTL_SECONDS = settings.current().revision_ttl_seconds
 _cache: OrderedDict[tuple[str, str], ResolvedModel] = OrderedDict()
 _revisions: dict[tuple[str, str | None, str], tuple[float, str]] = {}
 _access: dict[tuple[str, str], set[str]] = {}

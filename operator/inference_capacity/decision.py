@@ -1,0 +1,611 @@
+"""The one decision: what happens to a Deployment for a plan (pure: no I/O, no clock, no state).
+
+:func:`decide` takes everything the operator has read — the spec, the resolved inputs, the plan,
+the live Deployment, the HPA's minReplicas, whether a PodDisruptionBudget of another owner holds
+the resource's name, the replica recommendations remembered so far and the time — and returns a
+:class:`Decision`: the conditions and Events, the patch to write or every reason there is none,
+the PDB to own and when to look again. The controller performs it; ``inference-capacity plan
+FILE -o patch`` prints its patch for the Deployment in the file. The two call this one function,
+so what ``plan`` prints is, by construction, what the operator would write.
+
+The rules themselves (hysteresis, stabilization windows, rollout-in-progress) are in
+:mod:`inference_capacity.decide`; the patch shape in :mod:`inference_capacity.patching`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .api.models import InferenceCapacitySpec
+from .decide import (
+    ANNOTATION_TEMPLATE_CHANGED,
+    material_changes,
+    rollout_in_progress,
+    stabilized_replicas,
+    template_hold,
+)
+from .patching import REMOVED, DeploymentChange, build_change
+from .planner import Plan, PlanInput, make_plan
+from .resolve import Resolved
+from .sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
+
+#: the stabilization windows when spec.policy leaves them null (seconds)
+DEFAULT_WINDOW_SECONDS = 300.0
+#: replica recommendations remembered per Deployment (the newest kept)
+REPLICA_HISTORY_MAX = 256
+#: spec fields the operator never sets on the container: a disagreement with the running
+#: command line makes the plan wrong for the pods, whatever the policy says
+STRUCTURAL_FIELDS = ("spec.hardware.tensorParallel", "spec.hardware.pipelineParallel")
+
+Action = Literal["patch", "none", "refuse", "wait"]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    status: str  # True | False | Unknown
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+    #: posted once per (object, reason, message): a repeated refusal is not re-posted
+    once: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """Stabilization windows (seconds) used when the spec leaves them null."""
+
+    template_s: float = DEFAULT_WINDOW_SECONDS
+    replicas_s: float = DEFAULT_WINDOW_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """What the operator read about the target, besides the plan."""
+
+    #: the live Deployment (with status when read from the API server)
+    deployment: Mapping[str, Any]
+    #: minReplicas of a HorizontalPodAutoscaler that scales it; None: none does
+    hpa_min_replicas: int | None = None
+    #: why the PodDisruptionBudget of the resource's name may not be written ("" when it does
+    #: not exist or this resource owns it): :func:`foreign_pdb`
+    foreign_pdb: str = ""
+    #: replica recommendations remembered, (unix seconds, replicas), oldest first
+    replica_history: Sequence[tuple[float, int]] = ()
+    #: unix seconds
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    #: CamelCase: the refusal's reason, or what the action is waiting for ("" when applying or
+    #: up to date)
+    reason: str = ""
+    conditions: tuple[Condition, ...] = ()
+    events: tuple[Event, ...] = ()
+    #: the strategic-merge patch to write (action "patch"); its metadata carries the applied and
+    #: owner annotations and the template-changed time, never a resourceVersion (the caller's
+    #: precondition)
+    change: DeploymentChange | None = None
+    #: what the patch sets, for people: "--max-num-seqs 64→85, replicas 2→3"
+    want: str = ""
+    #: the flags the change writes and the replicas it sets (status.applied)
+    flags: Mapping[str, str] = field(default_factory=dict)
+    replicas: int | None = None
+    #: minAvailable of the PDB this resource owns; None: no PDB is written
+    pdb_min_available: int | None = None
+    #: look again (mid-rollout, a held change, no target yet), after ``retry_after`` seconds
+    #: when given
+    requeue: bool = False
+    retry_after: float | None = None
+    #: the replica recommendations to remember from now on (empty: replicas not managed)
+    replica_history: tuple[tuple[float, int], ...] = ()
+    #: changes held back by a stabilization window, for people
+    held: tuple[str, ...] = ()
+    #: what would be written in mode Enforce (mode Recommend: the same patch, not written)
+    recommended: DeploymentChange | None = None
+
+    @property
+    def patch(self) -> dict[str, Any]:
+        """The patch to write, {} when nothing is."""
+        return dict(self.change.patch) if self.change is not None else {}
+
+
+def iso(now: float) -> str:
+    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
+    stamp = dt.datetime.fromtimestamp(now, dt.UTC).replace(microsecond=0)
+    return stamp.isoformat().replace("+00:00", "Z")
+
+
+def refusal(
+    reason: str, message: str, *, ready_reason: str | None = None, requeue: bool = False
+) -> Decision:
+    """Nothing is written: Ready and Applied are False with ``reason``, and a Warning Event."""
+    return Decision(
+        action="refuse",
+        reason=reason,
+        conditions=(
+            Condition("Ready", "False", ready_reason or reason, message),
+            Condition("Applied", "False", reason, message),
+        ),
+        events=(Event("Warning", reason, message),),
+        requeue=requeue,
+    )
+
+
+def unsupported(resolved: Resolved) -> Decision:
+    """The container sets a flag or VLLM_* variable that may move memory and that the ledger
+    does not model: every number of a plan would be wrong, so none is made (fail closed)."""
+    msg = (
+        "the vLLM container sets what the ledger does not model, so no plan is made and "
+        "nothing is patched: " + resolved.unsupported_message()
+    )
+    refused = refusal("UnsupportedFlag", msg)
+    return replace(
+        refused,
+        conditions=(Condition("Supported", "False", "UnsupportedFlag", msg), *refused.conditions),
+    )
+
+
+SUPPORTED = Condition(
+    "Supported",
+    "True",
+    "Supported",
+    "every vLLM flag and VLLM_* variable is modelled or known neutral",
+)
+
+
+def gpus_per_pod(inp: PlanInput) -> int:
+    """GPUs one vLLM pod uses: TP × PP × DP."""
+    return inp.tp * inp.pp * max(1, inp.engine.data_parallel)
+
+
+def surge_node_selector(
+    deployment: Mapping[str, Any], spec: InferenceCapacitySpec
+) -> dict[str, str]:
+    """Labels a Node must carry for a surge pod to land on it: the pod template's nodeSelector
+    (the scheduler honours it) and the spec's spareGpuNodeSelector on top."""
+    pod_spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return {
+        **(pod_spec.get("nodeSelector") or {}),
+        **(spec.rollout.spare_gpu_node_selector or {}),
+    }
+
+
+def spare_for_target(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    deployment: Mapping[str, Any],
+    spec: InferenceCapacitySpec,
+    inp: PlanInput,
+) -> tuple[int, str]:
+    """Spare GPUs a surge pod of this Deployment could use (and why), from Nodes and Pods."""
+    selector = surge_node_selector(deployment, spec)
+    matching = [
+        n
+        for n in nodes
+        if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector.items())
+    ]
+    return spare_gpus(matching, pods, spec.hardware.gpu_resource_name, inp.gpu, gpus_per_pod(inp))
+
+
+def manages_replicas(spec: InferenceCapacitySpec, hpa_min_replicas: int | None) -> bool:
+    """The operator sets spec.replicas: the policy says so and no HPA scales the Deployment."""
+    return spec.rollout.manage_replicas and hpa_min_replicas is None
+
+
+def replicas_to_add(
+    deployment: Mapping[str, Any],
+    planned: int,
+    spec: InferenceCapacitySpec,
+    hpa_min_replicas: int | None,
+) -> int:
+    """Pods the Deployment will create to reach the planned replicas (none when the operator
+    does not manage replicas). Counted from ``spec.replicas``: the Deployment's pods already
+    running hold their GPUs in the spare count."""
+    if not manages_replicas(spec, hpa_min_replicas):
+        return 0
+    current = (deployment.get("spec") or {}).get("replicas")
+    current = 1 if current is None else int(current)
+    return max(0, planned - current)
+
+
+def plan_for_target(
+    inp: PlanInput,
+    spec: InferenceCapacitySpec,
+    deployment: Mapping[str, Any],
+    hpa_min_replicas: int | None,
+    spare: int | None,
+    spare_message: str,
+) -> tuple[Plan, str]:
+    """The plan for this Deployment with ``spare`` GPUs for surge pods, and the spare-GPU
+    explanation.
+
+    Replicas the plan adds take free GPUs before any surge pod does: without this, the first
+    plan counts GPUs its own new pods are about to fill, and the next reconcile (once the
+    scheduler placed them) finds fewer spare GPUs and changes maxSurge again."""
+    inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
+    plan = make_plan(inp)
+    adding = replicas_to_add(
+        deployment, plan.recommendation.rollout.replicas, spec, hpa_min_replicas
+    )
+    if spare is not None and adding:
+        spare, taken = spare_after_scale_up(spare, adding, gpus_per_pod(inp))
+        spare_message += f"; {taken} of them go to the {adding} replicas being added"
+        plan = make_plan(replace(inp, rollout=replace(inp.rollout, spare_gpus=spare)))
+    return plan, spare_message
+
+
+def foreign_pdb(pdb: Mapping[str, Any] | None, name: str, uid: str, kind: str) -> str:
+    """Why the PodDisruptionBudget ``name`` may not be written ("" when it may): it exists and
+    is not owned by this resource (``uid``)."""
+    if pdb is None:
+        return ""
+    owners = (pdb.get("metadata") or {}).get("ownerReferences") or []
+    if any(o.get("uid") == uid and o.get("kind") == kind for o in owners):
+        return ""
+    held = ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners) or "no owner"
+    return (
+        f"poddisruptionbudget/{name} exists and is not owned by this InferenceCapacity "
+        f"({held}); it is left as it is and nothing is applied. Delete or rename it, or set "
+        "spec.rollout.managePodDisruptionBudget: false"
+    )
+
+
+def owns_pdb(spec: InferenceCapacitySpec, hpa_min_replicas: int | None) -> bool:
+    """A PDB is written only in mode Enforce, only with managed replicas and no HPA."""
+    return (
+        spec.mode == "Enforce"
+        and spec.rollout.manage_pod_disruption_budget
+        and manages_replicas(spec, hpa_min_replicas)
+    )
+
+
+def pdb_min_available(planned: int, replicas: Any) -> int:
+    """minAvailable for the replicas the Deployment really has: the plan's N_min, but never so
+    high that no pod may be evicted (a 1-replica Deployment with minAvailable 4 blocks every
+    node drain)."""
+    have = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    return max(0, min(planned, have - 1))
+
+
+def template_changed_at(deployment: Mapping[str, Any]) -> float | None:
+    """When the operator last changed the pod template (its annotation), unix seconds."""
+    raw = ((deployment.get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_TEMPLATE_CHANGED
+    )
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _norm_strategy(cur: Any) -> dict[str, Any] | None:
+    if not isinstance(cur, Mapping):
+        return None
+    out = {}
+    for k in ("maxSurge", "maxUnavailable"):
+        v = cur.get(k)
+        try:
+            out[k] = int(v) if v is not None else v
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def _window(spec_value: int | None, default: float) -> float:
+    return float(spec_value) if spec_value is not None else default
+
+
+def _history(
+    history: Sequence[tuple[float, int]],
+    desired: int,
+    current: int | None,
+    now: float,
+    window: float,
+) -> tuple[tuple[float, int], ...]:
+    """The remembered recommendations with this one added, trimmed to the window."""
+    hist = list(history)
+    if not hist and current is not None:
+        # no memory (a restart, or the CLI): the running count counts as recommended just now
+        hist.append((now, current))
+    hist.append((now, desired))
+    del hist[: max(0, len(hist) - REPLICA_HISTORY_MAX)]
+    return tuple((t, r) for t, r in hist if now - t < max(window, 1.0))
+
+
+def _arrows(changes: Mapping[str, tuple[str | None, str]]) -> str:
+    return ", ".join(f"--{k} {v[0] or '(unset)'}→{v[1]}" for k, v in changes.items())
+
+
+def blocking_conflicts(resolved: Resolved, spec: InferenceCapacitySpec) -> list[str]:
+    """The spec/container disagreements the operator will not resolve by writing the spec's
+    value: TP/PP always; the others unless the policy lets the operator set that flag."""
+    return [
+        c
+        for c in resolved.conflicts
+        if c.startswith(STRUCTURAL_FIELDS)
+        or not (
+            (c.startswith("spec.workload.maxModelLen") and spec.policy.set_max_model_len)
+            or (c.startswith("spec.model.kvCacheDtype") and spec.policy.set_kv_cache_dtype)
+            or (
+                c.startswith("spec.engine.maxNumBatchedTokens")
+                and spec.policy.set_max_num_batched_tokens
+            )
+            # the operator always writes the pool flags: the spec's pool replaces the running one
+            or c.startswith("spec.engine.kvCacheMemoryBytes")
+        )
+    ]
+
+
+def decide(
+    spec: InferenceCapacitySpec,
+    owner: str,
+    resolved: Resolved,
+    plan: Plan,
+    world: World,
+    *,
+    spare_message: str = "",
+    windows: Windows = Windows(),
+) -> Decision:
+    """What to do to ``world.deployment`` for ``plan`` (see the module docstring).
+
+    ``owner``: "namespace/name" of the InferenceCapacity (written in the owner annotation)."""
+    dep = world.deployment
+    inp = plan.input
+    rec = plan.recommendation
+    ro = rec.rollout
+    conds: list[Condition] = [SUPPORTED]
+    if plan.fits:
+        conds.append(Condition("Fits", "True", "Fits", plan.message))
+    else:
+        conds.append(Condition("Fits", "False", plan.reason, plan.message))
+    conds.append(
+        Condition(
+            "RolloutSafe",
+            "True" if ro.safe else "False",
+            ro.reason,
+            f"{ro.message}; {spare_message}" if spare_message else ro.message,
+        )
+    )
+    version_note = ""
+    if resolved.engine_version_source == "default":
+        version_note = (
+            f"; engine version assumed {resolved.engine_version} (no "
+            "spec.engine.version and no version in the image tag)"
+        )
+    ready = Condition("Ready", "True", "Ready", plan.message + version_note)
+
+    def refuse(reason: str, message: str, ready_reason: str | None = None) -> Decision:
+        r = refusal(reason, message, ready_reason=ready_reason)
+        return replace(r, conditions=(*conds, *r.conditions))
+
+    policy = spec.policy
+    flags = rec.flags(
+        max_model_len=policy.set_max_model_len,
+        batched_tokens=policy.set_max_num_batched_tokens,
+        kv_cache_dtype=policy.set_kv_cache_dtype,
+        kv_cache_memory=policy.use_kv_cache_memory_bytes,
+    )
+    remove = rec.removed_flags(kv_cache_memory=policy.use_kv_cache_memory_bytes)
+    running = resolved.running_flags
+    # TP/PP given in the spec and absent from the command line: the operator sets them too,
+    # when the container has the GPUs for them (it never changes resources itself)
+    for flag, value, spec_value in (
+        ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
+        ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel),
+    ):
+        if spec_value is not None and flag not in running and value > 1:
+            flags[flag] = str(value)
+    index = resolved.container_index or 0
+    containers = ((dep.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "containers"
+    ) or []
+    resource = spec.hardware.gpu_resource_name
+    gpus = container_gpu_request(containers[index], resource) if index < len(containers) else None
+    need = gpus_per_pod(inp)
+    if gpus is not None and gpus < need:
+        dp = max(1, inp.engine.data_parallel)
+        return refuse(
+            "InsufficientGpusPerPod",
+            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
+            + (f" × DP {dp}" if dp > 1 else "")
+            + f" needs {need} {resource} per pod; the container asks for {gpus}",
+        )
+    changes = material_changes(running, flags, policy.hysteresis_percent)
+    changes.update({k: (running[k], REMOVED) for k in remove if k in running})
+    managed = manages_replicas(spec, world.hpa_min_replicas)
+    replicas = ro.replicas if managed else None
+    held: list[str] = []
+    enforce = spec.mode == "Enforce"
+    history: tuple[tuple[float, int], ...] = ()
+    dep_spec = dep.get("spec") or {}
+    if replicas is not None and enforce:
+        window = _window(policy.replica_stabilization_window_seconds, windows.replicas_s)
+        current = dep_spec.get("replicas", 1)
+        current = current if isinstance(current, int) and not isinstance(current, bool) else None
+        history = _history(world.replica_history, replicas, current, world.now, window)
+        stable = stabilized_replicas(history, replicas, current, world.now, window)
+        if stable != replicas:
+            held.append(
+                f"replicas {replicas} (held at {stable}: replicas go down only to the "
+                f"highest count recommended in the last {window:g} s)"
+            )
+        replicas = stable
+    template_window = _window(policy.stabilization_window_seconds, windows.template_s)
+    hold_s = (
+        template_hold(changes, template_changed_at(dep), world.now, template_window)
+        if enforce
+        else None
+    )
+    if hold_s is not None:
+        held.append(
+            f"flag changes {_arrows(changes)} (stabilization window: the pod template changed "
+            f"less than {template_window:g} s ago; applied in {hold_s:.0f} s as the last desired "
+            "state)"
+        )
+        changes = {}
+    desired = dict(flags)
+    # a change within the hysteresis (or held) is not written: the running value stays
+    flags = {k: (v if k in changes else running.get(k, v)) for k, v in flags.items()}
+    flags = {k: v for k, v in flags.items() if k in running or k in changes}
+    remove = tuple(k for k in remove if k in changes)
+    strategy = (
+        {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
+        if spec.rollout.manage_strategy and ro.safe
+        else None
+    )
+    if not plan.fits:
+        return refuse("NotFits", f"{plan.reason}: {plan.message}", ready_reason=plan.reason)
+    blocking = blocking_conflicts(resolved, spec)
+    if blocking:
+        return refuse("SpecConflict", "; ".join(blocking))
+    keep_pdb = owns_pdb(spec, world.hpa_min_replicas)
+    if keep_pdb and world.foreign_pdb:
+        return refuse("PodDisruptionBudgetConflict", world.foreign_pdb)
+    rep_change = replicas is not None and dep_spec.get("replicas") != replicas
+    cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
+    strat_change = strategy is not None and (
+        _norm_strategy(cur_strategy) != strategy
+        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
+    )
+    base = Decision(
+        action="none",
+        requeue=bool(held) and hold_s is not None,
+        retry_after=hold_s if held else None,
+        reason="StabilizationWindow" if held else "",
+        replica_history=history,
+        held=tuple(held),
+    )
+    current_replicas = dep_spec.get("replicas", 1)
+    if not changes and not rep_change and not strat_change:
+        pdb = pdb_min_available(ro.pdb_min_available, current_replicas) if keep_pdb else None
+        if held:
+            msg = "waiting to apply " + "; ".join(held)
+            return replace(
+                base,
+                conditions=(
+                    *conds,
+                    Condition("Applied", "False", "StabilizationWindow", msg),
+                    ready,
+                ),
+                events=(Event("Normal", "StabilizationWindow", msg),),
+                pdb_min_available=pdb,
+            )
+        within = (
+            " (within hysteresis)" if any(running.get(k) != v for k, v in desired.items()) else ""
+        )
+        return replace(
+            base,
+            conditions=(
+                *conds,
+                Condition(
+                    "Applied",
+                    "True",
+                    "UpToDate",
+                    "the Deployment already runs the recommended flags" + within,
+                ),
+                ready,
+            ),
+            pdb_min_available=pdb,
+        )
+    want = _arrows(changes)
+    if rep_change:
+        want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
+    if strat_change:
+        want += (
+            f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
+        )
+    change = build_change(
+        dep, index, flags, running, replicas, strategy, owner=owner, remove=remove
+    )
+    if change.changed_flags and change.patch:
+        # the pod template changes: the stabilization window starts now
+        change.patch.setdefault("metadata", {}).setdefault("annotations", {})[
+            ANNOTATION_TEMPLATE_CHANGED
+        ] = iso(world.now)
+    if spec.mode == "Recommend":
+        msg = f"mode Recommend: would set {want}"
+        return replace(
+            base,
+            reason="RecommendOnly",
+            conditions=(*conds, Condition("Applied", "False", "RecommendOnly", msg), ready),
+            events=(Event("Normal", "Recommendation", msg),),
+            want=want,
+            recommended=change,
+        )
+    if not ro.safe:
+        r = refuse("NoSafeRollout", f"not applying ({want}): {ro.message}", "NoSafeRollout")
+        return replace(r, want=want, recommended=change)
+    busy = rollout_in_progress(dep)
+    if busy:
+        return replace(
+            base,
+            action="wait",
+            reason="RolloutInProgress",
+            conditions=(
+                *conds,
+                Condition(
+                    "Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}"
+                ),
+                Condition("Ready", "False", "RolloutInProgress", busy),
+            ),
+            requeue=True,
+            retry_after=None,
+            want=want,
+            recommended=change,
+        )
+    if change.empty:
+        return replace(
+            base,
+            conditions=(
+                *conds,
+                Condition("Applied", "True", "UpToDate", "nothing to change"),
+                ready,
+            ),
+            pdb_min_available=(
+                pdb_min_available(ro.pdb_min_available, current_replicas) if keep_pdb else None
+            ),
+        )
+    target = (dep.get("metadata") or {}).get("name", spec.target_ref.name)
+    msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
+    after = [Condition("Applied", "True", "Applied", msg)]
+    if held:
+        after.append(
+            Condition(
+                "Applied",
+                "False",
+                "StabilizationWindow",
+                f"set {want}; waiting to apply " + "; ".join(held),
+            )
+        )
+    return replace(
+        base,
+        action="patch",
+        conditions=(*conds, *after, ready),
+        events=(Event("Normal", "Applied", msg, once=False),),
+        change=change,
+        recommended=change,
+        want=want,
+        flags=flags,
+        replicas=replicas,
+        pdb_min_available=(
+            pdb_min_available(
+                ro.pdb_min_available, replicas if replicas is not None else current_replicas
+            )
+            if keep_pdb
+            else None
+        ),
+    )

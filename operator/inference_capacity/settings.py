@@ -1,0 +1,148 @@
+"""Every setting of the operator in one object: the ``INFERENCE_CAPACITY_*`` environment
+variables and the flags of ``inference-capacity run``.
+
+:func:`current` is what the rest of the code reads; ``run`` builds it once from the environment
+and its flags (:func:`configure`), so nothing passes settings through ``os.environ``. A value
+that is not a number of the right kind, or out of range, is an error naming the variable (the
+operator does not start on a setting it would have to guess).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+PREFIX = "INFERENCE_CAPACITY_"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- Kopf (controller/handlers.py) -------------------------------------------------------
+    #: the refresh timer of every InferenceCapacity (seconds)
+    refresh_seconds: float = 60.0
+    #: delay of a retry after a transient API error (seconds)
+    retry_seconds: float = 5.0
+    #: server-side timeout of a watch request (seconds)
+    watch_timeout: int = 300
+    #: Kopf's handler worker threads
+    workers: int = 8
+    #: peering priority; None: a random one per process, so exactly one replica works
+    peering_priority: int | None = None
+    #: how long a dead leader's peering entry counts (seconds)
+    peering_lifetime: int = 60
+    #: after SIGTERM the operator kills itself if a graceful exit takes longer (seconds)
+    exit_timeout_seconds: float = 20.0
+    # --- the decision (decision.py) ----------------------------------------------------------
+    #: pod-template stabilization window when spec.policy.stabilizationWindowSeconds is null
+    stabilization_seconds: float = 300.0
+    #: replica scale-down window when spec.policy.replicaStabilizationWindowSeconds is null
+    replica_stabilization_seconds: float = 300.0
+    # --- cluster reads (controller/) ---------------------------------------------------------
+    #: Node/Pod listings shared by reconciles for this long (seconds)
+    nodes_ttl_seconds: float = 10.0
+    #: HPA listings per namespace shared by reconciles for this long (seconds)
+    hpa_ttl_seconds: float = 5.0
+    # --- Prometheus (controller/observing.py) ------------------------------------------------
+    #: threads for Prometheus queries (never the handler workers)
+    prometheus_workers: int = 4
+    #: how long a reconcile waits for a query it just started (seconds)
+    observe_wait_seconds: float = 0.5
+    #: URL prefixes spec.workload.fromPrometheus.url may start with; empty: all refused
+    prometheus_allowed_url_prefixes: tuple[str, ...] = ()
+    # --- the Hub (model/source.py, controller/models.py) -------------------------------------
+    #: per Hub request, connect and read (seconds)
+    hub_timeout: float = 10.0
+    #: how long a reconcile waits for a model resolution before reporting Resolving (seconds)
+    model_resolve_deadline_seconds: float = 20.0
+    #: threads resolving models from the Hub
+    model_workers: int = 4
+    #: resolved models kept in memory
+    model_cache: int = 64
+    #: how long a moving revision (a branch) resolves to the same commit (seconds)
+    revision_ttl_seconds: float = 300.0
+    # --- flags of `run` only -----------------------------------------------------------------
+    namespaces: tuple[str, ...] = field(default=(), metadata={"env": False})
+    standalone: bool = field(default=False, metadata={"env": False})
+    peering: str | None = field(default=None, metadata={"env": False})
+    liveness: str = field(default="http://0.0.0.0:8080/healthz", metadata={"env": False})
+    metrics_port: int = field(default=9090, metadata={"env": False})
+    verbose: bool = field(default=False, metadata={"env": False})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings the environment gives (defaults for the variables it does not set)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if not f.metadata.get("env", True):
+                continue
+            name = env_name(f.name)
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[f.name] = _parse(name, str(f.type), raw)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        out = dataclasses.replace(self, **changes)
+        out.validate()
+        return out
+
+    def validate(self) -> None:
+        for prefix in self.prometheus_allowed_url_prefixes:
+            if not prefix.startswith(("http://", "https://")) or "," in prefix:
+                raise ValueError(
+                    f"--prometheus-allowed-url-prefix: {prefix!r} is not an http(s):// prefix"
+                )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+                raise ValueError(f"{env_name(f.name)} must be >= 0, got {value}")
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: INFERENCE_CAPACITY_ + the name in capitals."""
+    return PREFIX + field_name.upper()
+
+
+def env_names() -> tuple[str, ...]:
+    """Every environment variable the operator reads (docs/install.md lists them)."""
+    return tuple(env_name(f.name) for f in fields(Settings) if f.metadata.get("env", True))
+
+
+def _parse(name: str, type_: str, raw: str) -> Any:
+    text = raw.strip()
+    try:
+        if type_.startswith("int"):
+            return int(text)
+        if type_ == "float":
+            return float(text)
+        if type_.startswith("tuple"):
+            return tuple(p.strip() for p in text.split(",") if p.strip())
+    except ValueError:
+        kind = "an integer" if type_.startswith("int") else "a number"
+        raise ValueError(f"{name} must be {kind}, got {raw!r}") from None
+    raise TypeError(f"{name}: no parser for {type_}")  # a new field's type: a bug here
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """The operator's settings: those :func:`configure` set, else the environment's."""
+    global _current
+    if _current is None:
+        _current = Settings.from_env()
+    return _current
+
+
+def configure(settings: Settings) -> None:
+    """Set the settings every part of the operator reads (``run`` does, once, at start)."""
+    global _current
+    settings.validate()
+    _current = settings
