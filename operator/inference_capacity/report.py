@@ -260,6 +260,72 @@ def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]
     return out
 
 
+#: what vLLM's own message suggests, wrong when no utilization can hold the weights
+_RAISE_UTILIZATION = " Try increasing gpu_memory_utilization."
+
+
+def weights_exceed_gpu(plan: Plan) -> tuple[float, float] | None:
+    """(weights GiB, device GiB) of the binding rank when the weights alone exceed the GPU."""
+    pred = plan.prediction
+    r = pred.ranks[pred.binding_rank]
+    if r.weights.total > pred.total_bytes:
+        return r.weights.total / GiB, pred.total_bytes / GiB
+    return None
+
+
+def fits_message(plan: Plan) -> str:
+    """The plan's message, without vLLM's "Try increasing gpu_memory_utilization" when the
+    weights alone exceed the GPU (no utilization can help then)."""
+    if weights_exceed_gpu(plan) is not None:
+        return plan.message.replace(_RAISE_UTILIZATION, "")
+    return plan.message
+
+
+def why_not_fits(plan: Plan) -> list[str]:
+    """For a plan that does not fit: what makes the difference, and the flag or field to move."""
+    if plan.fits:
+        return []
+    out: list[str] = []
+    big = weights_exceed_gpu(plan)
+    if big is not None:
+        out.append(
+            f"the weights alone ({big[0]:.2f} GiB per GPU) exceed the GPU ({big[1]:.2f} GiB): no "
+            "--gpu-memory-utilization can hold them; more tensor/pipeline parallelism, a larger "
+            "GPU or a quantized checkpoint can (levers below)"
+        )
+        return out
+    if not plan.prediction.starts:
+        return out
+    frac = plan.input.headroom.operational_fraction
+    device = plan.prediction.total_bytes / GiB
+    if plan.reason == "OverCommitted":
+        out.append(
+            f"vLLM would start, but the operator keeps {frac:.0%} of the device "
+            f"({frac * device:.2f} GiB per GPU) as operational headroom beyond vLLM's view, and "
+            "the plan does not leave it: lower it with --operational-headroom "
+            "(spec.headroom.operationalFraction) or lower --gpu-memory-utilization"
+        )
+    elif plan.reason == "KvPoolUnreachable":
+        out.append(
+            "vLLM would start, but not with the KV pool asked for: ask for less "
+            "(--kv-cache-gib, spec.engine.kvCacheMemoryBytes)"
+        )
+    elif plan.reason == "WorkloadDoesNotFit":
+        kv = plan.input.headroom.kv_safety_fraction
+        out.append(
+            f"vLLM would start, but with {kv:.0%} of the KV pool kept as safety headroom "
+            "(spec.headroom.kvSafetyFraction) not one sequence of the workload fits: lower "
+            "it, or cap the lengths (--max-model-len, spec.workload.maxModelLen)"
+        )
+    elif plan.reason == "ExceedsMaxReplicas":
+        out.append(
+            "vLLM would start, but the peak needs more replicas than spec.rollout.maxReplicas "
+            "allows (with spec.headroom.recoveryReplicas for recovery): raise it, or lower "
+            "spec.workload.peakConcurrency"
+        )
+    return out
+
+
 def table(plan: Plan, title: str = "") -> str:
     pred = plan.prediction
     rs = pred.settings
@@ -307,7 +373,10 @@ def table(plan: Plan, title: str = "") -> str:
         f"({pred.num_gpu_blocks:,} blocks), Maximum concurrency for "
         f"{rs.max_model_len:,} tokens per request: {pred.max_concurrency:.2f}x"
     )
-    lines.append(f"  starts: {'yes' if pred.starts else 'NO — ' + str(pred.error)}")
+    error = str(pred.error)
+    if weights_exceed_gpu(plan) is not None:
+        error = error.replace(_RAISE_UTILIZATION, "")
+    lines.append(f"  starts: {'yes' if pred.starts else 'NO — ' + error}")
     lines.append("")
     lines.append(
         f"KV bytes per token: {plan.kv_bytes_per_token_rank:,} per rank "
@@ -319,13 +388,17 @@ def table(plan: Plan, title: str = "") -> str:
     lines.append("")
     lines.append("Recommendation")
     flags = rec.flags()
-    lines.append("  vLLM flags: " + " ".join(f"--{k} {v}" for k, v in flags.items()))
+    if plan.fits:
+        lines.append("  vLLM flags: " + " ".join(f"--{k} {v}" for k, v in flags.items()))
+    else:
+        lines.append("  vLLM flags: none usable — the plan does not fit (why below)")
     lines.append(
         f"  replicas {ro.replicas} (peak needs {ro.min_replicas_for_peak}), maxSurge "
         f"{ro.max_surge}, maxUnavailable {ro.max_unavailable}, PDB minAvailable "
         f"{ro.pdb_min_available}"
     )
-    lines.append(f"  fits: {'yes' if plan.fits else 'NO'} ({plan.reason}) {plan.message}")
+    lines.append(f"  fits: {'yes' if plan.fits else 'NO'} ({plan.reason}) {fits_message(plan)}")
+    lines.extend(f"  why: {w}" for w in why_not_fits(plan))
     lines.extend(_sizing_lines(plan))
     lines.append(f"  rollout: {'safe' if ro.safe else 'NOT SAFE'} ({ro.reason}) {ro.message}")
     for n in plan.notes:

@@ -264,9 +264,12 @@ def levers(base: Plan) -> list[dict[str, Any]]:
             lever["rejected_fraction"] = round(rejected, 5) if rejected is not None else None
             out.append(lever)
     heads = inp.model.num_attention_heads
-    if inp.tp * 2 <= 8 and heads % (inp.tp * 2) == 0:
-        p = _try(replace(inp, tp=inp.tp * 2))
-        out.append(_lever("more-tensor-parallel", f"--tensor-parallel-size {inp.tp * 2}", base, p))
+    # the smallest larger TP that fits (TP 2 may not be enough where TP 4 is)
+    tps = [t for t in (inp.tp * 2, inp.tp * 4, inp.tp * 8) if t <= 8 and heads % t == 0]
+    if tps:
+        tried = [(t, _try(replace(inp, tp=t))) for t in tps]
+        t, p = next(((t, p) for t, p in tried if p is not None and p.fits), tried[0])
+        out.append(_lever("more-tensor-parallel", f"--tensor-parallel-size {t}", base, p))
     if inp.model.num_layers >= inp.pp + 1:
         p = _try(replace(inp, pp=inp.pp + 1))
         out.append(
@@ -274,8 +277,13 @@ def levers(base: Plan) -> list[dict[str, Any]]:
         )
     bigger = _larger_gpu(inp.gpu)
     if bigger is not None:
-        p = _try(replace(inp, gpu=bigger))
-        out.append(_lever("larger-gpu", f"GPU {bigger.name}", base, p))
+        # the smallest larger GPU that fits
+        larger = [bigger]
+        while (nxt := _larger_gpu(larger[-1])) is not None and len(larger) < 8:
+            larger.append(nxt)
+        tried_gpus = [(g, _try(replace(inp, gpu=g))) for g in larger]
+        g, p = next(((g, p) for g, p in tried_gpus if p is not None and p.fits), tried_gpus[0])
+        out.append(_lever("larger-gpu", f"GPU {g.name}", base, p))
     if wl is not None and any(c.shared_prefix > 0 for c in wl.cohorts):
         off = replace(wl, cohorts=tuple(replace(c, shared_prefix=0) for c in wl.cohorts))
         p = _try(replace(inp, workload=off))
