@@ -8,7 +8,6 @@ import math
 import pytest
 
 from inference_capacity.hardware import (
-    GIB,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     Gpu,
@@ -18,6 +17,7 @@ from inference_capacity.hardware import (
     gpu_from_node_labels,
     list_gpus,
 )
+from inference_capacity.units import GiB as GIB
 
 GPUS = list_gpus()
 IDS = [gpu.name for gpu in GPUS]

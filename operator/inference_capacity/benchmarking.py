@@ -17,8 +17,7 @@ from typing import Any
 from .engines.vllm import EngineSettings, predict_startup
 from .hardware import get_gpu
 from .model import load_config, shape_from_config
-
-GiB = 2**30
+from .units import GiB
 
 #: quantization_config blocks of the public quantized checkpoints the logs used (their
 #: config.json files are not in the catalog; these mirror their published quantization blocks)

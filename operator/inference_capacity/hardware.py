@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from .units import GiB, MiB, gib
+
 __all__ = [
-    "GIB",
     "Gpu",
     "UnknownGpuError",
     "GPU_PRODUCT_LABEL",
@@ -41,8 +42,6 @@ __all__ = [
     "custom_gpu",
 ]
 
-GIB = 1 << 30
-GB = 10**9
 
 #: Node label set by NVIDIA GPU Feature Discovery (GFD): the NVML device name with
 #: spaces replaced by dashes, e.g. "NVIDIA-H100-80GB-HBM3", "Tesla-T4".
@@ -87,8 +86,8 @@ class Gpu:
     source: str
 
     @property
-    def total_gib(self) -> float:
-        return self.total_bytes / GIB
+    def totalgib(self) -> float:
+        return self.total_bytes / GiB
 
 
 class UnknownGpuError(ValueError):
@@ -105,11 +104,6 @@ class UnknownGpuError(ValueError):
         )
 
 
-def _gib(value: float) -> int:
-    """Bytes for a GiB figure logged with 2 decimals (rounded to the logged precision)."""
-    return round(value * GIB)
-
-
 _TB = 1e12
 _GBS = 1e9
 
@@ -123,7 +117,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="A10G",
         aliases=("a10g", "a10g-24gb", "nvidia a10g"),
         vendor="nvidia",
-        total_bytes=_gib(22.20),
+        total_bytes=gib(22.20),
         marketed_memory_gb=24,
         memory_type="GDDR6",
         hbm_bandwidth_bytes_per_s=600 * _GBS,
@@ -148,7 +142,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="L4",
         aliases=("l4", "l4-24gb", "nvidia l4"),
         vendor="nvidia",
-        total_bytes=_gib(22.03),
+        total_bytes=gib(22.03),
         marketed_memory_gb=24,
         memory_type="GDDR6",
         hbm_bandwidth_bytes_per_s=300 * _GBS,
@@ -172,7 +166,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="L40S",
         aliases=("l40s", "l40s-48gb", "nvidia l40s"),
         vendor="nvidia",
-        total_bytes=_gib(44.53),
+        total_bytes=gib(44.53),
         marketed_memory_gb=48,
         memory_type="GDDR6",
         hbm_bandwidth_bytes_per_s=864 * _GBS,
@@ -197,7 +191,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="A100-SXM-40GB",
         aliases=("a100-40gb", "a100-sxm4-40gb", "nvidia a100-sxm4-40gb", "a100-sxm-40g"),
         vendor="nvidia",
-        total_bytes=_gib(39.56),
+        total_bytes=gib(39.56),
         marketed_memory_gb=40,
         memory_type="HBM2",
         hbm_bandwidth_bytes_per_s=1555 * _GBS,
@@ -221,7 +215,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="A100-PCIe-40GB",
         aliases=("a100-pcie-40gb", "nvidia a100-pcie-40gb", "a100-40gb-pcie"),
         vendor="nvidia",
-        total_bytes=_gib(39.56),
+        total_bytes=gib(39.56),
         marketed_memory_gb=40,
         memory_type="HBM2",
         hbm_bandwidth_bytes_per_s=1555 * _GBS,
@@ -244,7 +238,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="A100-SXM-80GB",
         aliases=("a100-80gb", "a100-sxm4-80gb", "nvidia a100-sxm4-80gb", "a100-sxm-80g"),
         vendor="nvidia",
-        total_bytes=_gib(79.14),
+        total_bytes=gib(79.14),
         marketed_memory_gb=80,
         memory_type="HBM2e",
         hbm_bandwidth_bytes_per_s=2039 * _GBS,
@@ -269,7 +263,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="A100-PCIe-80GB",
         aliases=("a100-pcie-80gb", "nvidia a100 80gb pcie", "a100-80gb-pcie"),
         vendor="nvidia",
-        total_bytes=_gib(79.14),
+        total_bytes=gib(79.14),
         marketed_memory_gb=80,
         memory_type="HBM2e",
         hbm_bandwidth_bytes_per_s=1935 * _GBS,
@@ -291,7 +285,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="H100-PCIe-80GB",
         aliases=("h100-pcie", "h100-pcie-80gb", "nvidia h100 pcie"),
         vendor="nvidia",
-        total_bytes=_gib(79.19),
+        total_bytes=gib(79.19),
         marketed_memory_gb=80,
         memory_type="HBM2e",
         hbm_bandwidth_bytes_per_s=2.0 * _TB,
@@ -321,7 +315,7 @@ _CATALOG: tuple[Gpu, ...] = (
             "nvidia h100 80gb hbm3",
         ),
         vendor="nvidia",
-        total_bytes=_gib(79.19),
+        total_bytes=gib(79.19),
         marketed_memory_gb=80,
         memory_type="HBM3",
         hbm_bandwidth_bytes_per_s=3.35 * _TB,
@@ -349,7 +343,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="H100-NVL-94GB",
         aliases=("h100-nvl", "h100-nvl-94gb", "nvidia h100 nvl"),
         vendor="nvidia",
-        total_bytes=_gib(93.00),
+        total_bytes=gib(93.00),
         marketed_memory_gb=94,
         memory_type="HBM3",
         hbm_bandwidth_bytes_per_s=3.9 * _TB,
@@ -372,7 +366,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="H200-SXM-141GB",
         aliases=("h200", "h200-141gb", "h200-sxm", "nvidia h200"),
         vendor="nvidia",
-        total_bytes=_gib(139.80),
+        total_bytes=gib(139.80),
         marketed_memory_gb=141,
         memory_type="HBM3e",
         hbm_bandwidth_bytes_per_s=4.8 * _TB,
@@ -395,7 +389,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="H20-96GB",
         aliases=("h20", "h20-96gb", "nvidia h20"),
         vendor="nvidia",
-        total_bytes=_gib(95.00),
+        total_bytes=gib(95.00),
         marketed_memory_gb=96,
         memory_type="HBM3",
         hbm_bandwidth_bytes_per_s=4.0 * _TB,
@@ -418,7 +412,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="H20-141GB",
         aliases=("h20-141gb", "h20-hbm3e"),
         vendor="nvidia",
-        total_bytes=_gib(139.80),
+        total_bytes=gib(139.80),
         marketed_memory_gb=141,
         memory_type="HBM3e",
         hbm_bandwidth_bytes_per_s=4.8 * _TB,
@@ -444,7 +438,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="B200-180GB",
         aliases=("b200", "b200-180gb", "nvidia b200", "hgx-b200"),
         vendor="nvidia",
-        total_bytes=_gib(178.35),
+        total_bytes=gib(178.35),
         marketed_memory_gb=180,
         memory_type="HBM3e",
         hbm_bandwidth_bytes_per_s=8.0 * _TB,
@@ -469,7 +463,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="RTX-3090",
         aliases=("rtx-3090", "3090", "geforce rtx 3090", "nvidia geforce rtx 3090"),
         vendor="nvidia",
-        total_bytes=_gib(23.58),
+        total_bytes=gib(23.58),
         marketed_memory_gb=24,
         memory_type="GDDR6X",
         hbm_bandwidth_bytes_per_s=936 * _GBS,
@@ -493,7 +487,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="RTX-4090",
         aliases=("rtx-4090", "4090", "geforce rtx 4090", "nvidia geforce rtx 4090"),
         vendor="nvidia",
-        total_bytes=_gib(23.52),
+        total_bytes=gib(23.52),
         marketed_memory_gb=24,
         memory_type="GDDR6X",
         hbm_bandwidth_bytes_per_s=1008 * _GBS,
@@ -517,7 +511,7 @@ _CATALOG: tuple[Gpu, ...] = (
         name="T4",
         aliases=("t4", "t4-16gb", "tesla t4", "nvidia tesla t4"),
         vendor="nvidia",
-        total_bytes=_gib(14.56),
+        total_bytes=gib(14.56),
         marketed_memory_gb=16,
         memory_type="GDDR6",
         hbm_bandwidth_bytes_per_s=320 * _GBS,
@@ -696,7 +690,7 @@ def gpu_from_node_labels(labels: Mapping[str, str]) -> Gpu | None:
     if larger is not None and memory_mib is not None:
         # NVML's total is above CUDA's, so anything well above the smaller variant's
         # CUDA total (10 % margin) is the larger variant.
-        if memory_mib * (1 << 20) > gpu.total_bytes * 1.1:
+        if memory_mib * MiB > gpu.total_bytes * 1.1:
             return _BY_NAME[larger]
     return gpu
 
@@ -729,7 +723,7 @@ def custom_gpu(
         name=name,
         aliases=(),
         vendor="unknown",
-        total_bytes=round(total_gib * GIB),
+        total_bytes=gib(total_gib),
         marketed_memory_gb=None,
         memory_type="unknown",
         hbm_bandwidth_bytes_per_s=None,

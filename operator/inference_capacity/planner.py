@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 
 from .engines.vllm import (
     EngineSettings,
-    GiB,
     SettingsError,
     StartupPrediction,
     batch_defaults,
@@ -41,6 +40,7 @@ from .sizing.distribution import (
 from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
 from .sizing.rollout import RolloutPlan, plan_rollout
 from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
+from .units import GiB
 
 #: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn
 #: from the length distributions) or "conservative" (every sequence at the sizing quantile).

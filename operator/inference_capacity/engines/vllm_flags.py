@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..units import GiB, KiB, MiB, TiB
+
 __all__ = [
     "MODELLED_ENV",
     "MODELLED_FLAGS",
@@ -369,7 +371,7 @@ NEUTRAL_ENV: Final = frozenset(
 
 _HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL_SUFFIX: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY_SUFFIX: Final = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_BINARY_SUFFIX: Final = {"K": KiB, "M": MiB, "G": GiB, "T": TiB}
 
 
 def human_readable_int(text: str) -> int:

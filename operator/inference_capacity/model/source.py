@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..units import GiB
 from .catalog import catalog_names, load_config, load_model, resolve_catalog_key
 from .checkpoint import (
     CheckpointError,
@@ -803,13 +804,13 @@ def describe(model: ResolvedModel, shape: ModelShape) -> str:
     if h is not None:
         text += (
             f"\n  checkpoint (safetensors headers): {h.checkpoint_bytes} B"
-            f" = {h.checkpoint_bytes / 2**30:.4f} GiB; loaded by vLLM {h.loaded_bytes} B; "
+            f" = {h.checkpoint_bytes / GiB:.4f} GiB; loaded by vLLM {h.loaded_bytes} B; "
             f"config-derived {h.config_bytes} B; difference {h.delta:+d} B"
         )
         if shape.quantization != h.quantization:
             text += " (not applied: the runtime quantization differs from the checkpoint's)"
     if model.disk_bytes is not None:
-        text += f"\n  on disk: {model.disk_bytes} B = {model.disk_bytes / 2**30:.4f} GiB"
+        text += f"\n  on disk: {model.disk_bytes} B = {model.disk_bytes / GiB:.4f} GiB"
     for note in [*model.notes, *checkpoint_notes(model, shape)]:
         text += f"\n  note: {note}"
     return text
