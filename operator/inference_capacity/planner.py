@@ -39,7 +39,7 @@ from .sizing.distribution import (
 )
 from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
 from .sizing.rollout import RolloutPlan, plan_rollout
-from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
+from .sizing.workload import SeqSizing, Workload, replicas_for_peak, size_max_num_seqs
 from .units import GiB
 
 #: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn
@@ -478,7 +478,7 @@ def _latency(
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
     at_peak = None
     if peak and chosen > 0:
-        share = math.ceil(peak / math.ceil(peak / chosen))  # ≤ chosen
+        share = math.ceil(peak / replicas_for_peak(peak, chosen))  # ≤ chosen
         at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
     return LatencyReport(

@@ -36,10 +36,10 @@ from .engines.vllm_flags import (
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, load_model, model_from_dict
 from .model.limits import parse_config_json
-from .model.quant import ALIASES as QUANT_ALIASES
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
 from .sizing.workload import Cohort, Quantiles, Workload
+from .vocab import QUANT_ALIASES
 
 
 class ResolveError(ValueError):

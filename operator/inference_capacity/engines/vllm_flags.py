@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..units import GiB, KiB, MiB, TiB
+from ..vocab import KV_CACHE_DTYPES
 
 __all__ = [
     "MODELLED_ENV",
@@ -306,20 +307,7 @@ _KV_CONNECTORS: Final = frozenset(
 
 #: ``--kv-cache-dtype`` values the ledger sizes (cache/config.py CacheDType; page layouts in
 #: ledger/kv.py KV_FORMATS).
-_MODELLED_KV_DTYPES: Final = frozenset(
-    {
-        "auto",
-        "bfloat16",
-        "float16",
-        "fp8",
-        "fp8_e4m3",
-        "fp8_e5m2",
-        "fp8_per_token_head",
-        "int8_per_token_head",
-        "fp8_ds_mla",
-        "nvfp4",
-    }
-)
+_MODELLED_KV_DTYPES: Final = KV_CACHE_DTYPES
 
 #: ``VLLM_*`` variables read into the plan.
 MODELLED_ENV: Final = frozenset(

@@ -21,6 +21,7 @@ from ..engines.vllm import (
     distributed_init_bytes,
 )
 from ..units import GiB, MiB, gib
+from ..vocab import Lifetime, Provenance
 
 #: Allocator fragmentation at run time: blocks the caching allocator holds but cannot reuse.
 #: Assumed 1 % of the transient activation + CUDA-graph terms plus 64 MiB.
@@ -35,9 +36,9 @@ POST_KV_WORKSPACE_GIB = 0.25
 class LedgerItem:
     name: str
     bytes: int
-    lifetime: str  # worker | request | iteration | startup
+    lifetime: Lifetime
     owner: str
-    provenance: str  # exact | calibrated | assumed
+    provenance: Provenance
     in_vllm_budget: bool
     note: str = ""
 

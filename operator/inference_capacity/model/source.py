@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..units import GiB
+from ..vocab import DTYPE_BYTES
 from .catalog import catalog_names, load_config, load_model, resolve_catalog_key
 from .checkpoint import (
     CheckpointError,
@@ -47,6 +48,7 @@ from .checkpoint import (
 )
 from .config import shape_from_config
 from .errors import ModelConfigError
+from .quant import config_checkpoint_bytes
 from .shapes import HeaderWeights, ModelShape
 
 #: ``org/name``: the shape of a Hub model id (huggingface_hub validates it further)
@@ -682,8 +684,6 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
 def shape_with_header(model: ResolvedModel, quantization: str | None = None) -> ModelShape:
     """The config's shape; with an inventory, the header-derived weights attached (they win
     over the config-derived ones in the ledger; :class:`HeaderWeights` holds both)."""
-    from ..ledger.weights import DTYPE_BYTES, config_checkpoint_bytes
-
     if model.source == "catalog":
         return load_model(model.id, quantization=quantization)
     key = (model.source, model.id, model.revision, quantization)

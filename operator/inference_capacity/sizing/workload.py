@@ -132,6 +132,8 @@ def blocks_for_tokens(tokens: int, block_size: int) -> int:
 
 
 def replicas_for_peak(peak: int, per_replica: int) -> int:
+    """``ceil(peak / per-replica concurrency)``: the replicas that hold the peak (0 for no
+    load). The one place this formula is written (rollout and the latency report use it)."""
     if per_replica <= 0:
         raise ValueError("per-replica concurrency must be positive")
     return max(1, math.ceil(peak / per_replica)) if peak > 0 else 0
