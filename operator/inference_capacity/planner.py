@@ -20,6 +20,7 @@ import math
 import threading
 from dataclasses import dataclass, field, replace
 
+from .budget import RankLedger, build_ledger, max_utilization
 from .engines.vllm import (
     EngineSettings,
     SettingsError,
@@ -29,7 +30,6 @@ from .engines.vllm import (
 )
 from .hardware import Gpu
 from .ledger.kv import kv_bytes_per_token, kv_token_format
-from .ledger.ledger import RankLedger, build_ledger, max_utilization
 from .model.shapes import ModelShape
 from .sizing.distribution import (
     DEFAULT_PREEMPTION_TARGET,

@@ -1,7 +1,8 @@
 """The per-rank GPU memory ledger: pure functions, bytes in, bytes out.
 
-``ledger.weights`` and ``ledger.kv`` are the exact parts; ``ledger.ledger`` assembles the
-per-rank items from a vLLM startup prediction (import it from there).
+``ledger.weights`` and ``ledger.kv`` are the exact terms (below the vLLM engine rules, which use
+them); ``inference_capacity.budget`` assembles the per-rank items from a vLLM startup prediction
+(above the engine rules).
 """
 
 from .kv import KvLayout, kv_bytes_per_token, kv_layout

@@ -13,15 +13,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..engines.versions import Era
-from ..engines.vllm import (
+from .engines.versions import Era
+from .engines.vllm import (
     CUDA_CONTEXT_GIB,
     RankPrediction,
     StartupPrediction,
     distributed_init_bytes,
 )
-from ..units import GiB, MiB, gib
-from ..vocab import Lifetime, Provenance
+from .units import GiB, MiB, gib
+from .vocab import Lifetime, Provenance
 
 #: Allocator fragmentation at run time: blocks the caching allocator holds but cannot reuse.
 #: Assumed 1 % of the transient activation + CUDA-graph terms plus 64 MiB.
