@@ -221,7 +221,7 @@ def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
     """(prediction JSON, None) or (None, reason the point cannot be predicted)."""
     setup = POINT_SETUP.get(p.id)
     if setup is None:
-        return None, "no setup for this point in inference_capacity.benchmarking.POINT_SETUP"
+        return None, "no setup for this point in benchmarks.helpers.POINT_SETUP"
     if setup.skip or setup.catalog is None:
         return None, setup.skip or "no catalog model"
     name, cfg = load_config(setup.catalog)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .engines.versions import Era
+from .engines import Era
 from .engines.vllm import (
     CUDA_CONTEXT_GIB,
     RankPrediction,

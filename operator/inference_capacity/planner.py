@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from .budget import RankLedger, build_ledger, max_utilization
-from .engines.vllm import (
+from .engines import (
     EngineSettings,
     SettingsError,
     StartupPrediction,
@@ -29,17 +29,24 @@ from .engines.vllm import (
     predict_startup,
 )
 from .hardware import Gpu
-from .ledger.kv import kv_bytes_per_token, kv_token_format
-from .model.shapes import ModelShape
-from .sizing.distribution import (
+from .ledger import kv_bytes_per_token, kv_token_format
+from .model import ModelShape
+from .sizing import (
     DEFAULT_PREEMPTION_TARGET,
     MAX_REQUESTS,
+    BatchLatency,
     DistributionSizing,
+    LatencyModel,
+    LatencyPoint,
+    RolloutPlan,
+    SeqSizing,
+    Workload,
+    build_latency_model,
+    plan_rollout,
+    replicas_for_peak,
     size_by_distribution,
+    size_max_num_seqs,
 )
-from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
-from .sizing.rollout import RolloutPlan, plan_rollout
-from .sizing.workload import SeqSizing, Workload, replicas_for_peak, size_max_num_seqs
 from .units import GiB
 
 #: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .planner import Plan, format_utilization
-from .sizing.distribution import PATHS, Z95, Z99, LogNormal
-from .sizing.latency import LatencyPoint
+from .sizing import PATHS, Z95, Z99, LatencyPoint, LogNormal
 from .units import GiB
 
 

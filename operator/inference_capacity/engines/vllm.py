@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
-from ..model.config import resolve_dtype
-from ..model.shapes import AttnKind, LayerAttention, ModelShape
+from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..units import GiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version

@@ -5,14 +5,24 @@ them); ``inference_capacity.budget`` assembles the per-rank items from a vLLM st
 (above the engine rules).
 """
 
-from .kv import KvLayout, kv_bytes_per_token, kv_layout
+from .kv import (
+    KvLayout,
+    kv_bytes_per_token,
+    kv_dtype_bytes,
+    kv_layout,
+    kv_token_format,
+    layers_on_rank,
+)
 from .weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
 
 __all__ = [
     "KvLayout",
     "WeightBreakdown",
     "kv_bytes_per_token",
+    "kv_dtype_bytes",
     "kv_layout",
+    "kv_token_format",
+    "layers_on_rank",
     "pp_layer_ranges",
     "weight_breakdown",
 ]
