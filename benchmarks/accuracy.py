@@ -7,7 +7,7 @@ on (in-sample) and the others (out-of-sample); prints the V1 means both ways and
 failed start was flagged. Points that cannot be predicted (model config not public, numbers
 inconsistent in the source, ...) are listed with the reason.
 
-    python benchmarks/accuracy.py [--logs PATH] [--json]
+    python -m benchmarks.accuracy [--logs PATH] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference_capacity.benchmarking import LogPoint, load_points, predict_point
+from benchmarks.helpers import LogPoint, load_points, predict_point
 
 DEFAULT_LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm-startup-logs.jsonl"
 

@@ -10,7 +10,7 @@ formats (tests/checkpoints.py), so it needs no network. Prints two tables:
    requests per shard), with the on-disk header cache only (a restarted process), and from the
    in-memory cache by (id, commit).
 
-    python benchmarks/model_resolution.py
+    python -m benchmarks.model_resolution
 """
 
 from __future__ import annotations
@@ -19,18 +19,16 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tests import checkpoints as ck
+from tests.hubserver import HubServer
 
-from tests import checkpoints as ck  # noqa: E402
-from tests.hubserver import HubServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CONFIGS = ROOT / "operator" / "inference_capacity" / "catalog" / "models"
 

@@ -3,7 +3,7 @@
 Target (issue 2): under 5 ms per plan, so a what-if sweep over GPUs × TP × utilization of a
 thousand points takes seconds. Prints one row per model and the sweep time.
 
-    python benchmarks/plan_speed.py [--repeat N]
+    python -m benchmarks.plan_speed [--repeat N]
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ patches at once, ``rollout_in_progress`` is None) and no spare GPU for the pods'
 
 Targets: edit→flags p50 < 1 s; 1,000 InferenceCapacities < 60 s on 2 cores; RSS < 250 MB.
 
-    python benchmarks/reconcile.py [--cluster both|memory|real] [--sizes 100,1000] [--edits 30]
-    python benchmarks/reconcile.py --quick                       # smoke run, both columns
-    python benchmarks/reconcile.py --quick --profile /tmp/prof   # per-thread cProfile dumps
+    python -m benchmarks.reconcile [--cluster both|memory|real] [--sizes 100,1000] [--edits 30]
+    python -m benchmarks.reconcile --quick                       # smoke run, both columns
+    python -m benchmarks.reconcile --quick --profile /tmp/prof   # per-thread cProfile dumps
 """
 
 from __future__ import annotations
@@ -64,28 +64,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from kubernetes import client, config  # noqa: E402
-from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
-from tests.kubeapi.fixtures import KubeAPI, wait_for  # noqa: E402
-from tests.kubeapi.server import KubeAPIServer  # noqa: E402
-from tests.operator_harness import (  # noqa: E402
+from kubernetes import client, config
+from kubernetes.watch.watch import iter_resp_lines
+from tests.kubeapi.fixtures import KubeAPI, wait_for
+from tests.kubeapi.server import KubeAPIServer
+from tests.operator_harness import (
     CRD,
     apply_crd,
-    flag_value,  # noqa: E402
+    flag_value,
     load_example,
 )
-from tests.realk8s.cluster import RealCluster  # noqa: E402
-from tests.realk8s.fixtures import (  # noqa: E402
+from tests.realk8s.cluster import RealCluster
+from tests.realk8s.fixtures import (
     OPERATOR_NAMESPACE,
     RealKubeAPI,
     install_operator_rbac,
 )
-from tests.realk8s.proxy import FaultProxy  # noqa: E402
+from tests.realk8s.proxy import FaultProxy
 
+ROOT = Path(__file__).resolve().parent.parent
 GROUP, VERSION, PLURAL = "capacity.inference.dev", "v1alpha1", "inferencecapacities"
 ICAP_KEY = (GROUP, PLURAL)
 DEP_KEY = ("apps", "deployments")

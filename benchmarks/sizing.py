@@ -1,7 +1,7 @@
 """Issue 14: max-num-seqs by both rules for the examples, the time the distribution sizing
 takes (target < 20 ms), and the sweep (target < 2 s) with its top three options.
 
-    python benchmarks/sizing.py [--repeat N]
+    python -m benchmarks.sizing [--repeat N]
 
 "cold" clears the Monte Carlo cache first (a new workload); "warm" re-sizes the same workload
 on another pool (the planner's fixed-point loop, a sweep over TP/dtype/GPU).

@@ -1,4 +1,4 @@
-"""benchmarks/accuracy.py: per-term errors, in/out-of-sample means, failed starts flagged."""
+"""python -m benchmarks.accuracy: per-term errors, in/out-of-sample means, failed starts flagged."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_accuracy_report() -> None:
     r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "accuracy.py")],
+        [sys.executable, "-m", "benchmarks.accuracy"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from inference_capacity import hardware
 from inference_capacity.hardware import (
-    GIB,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     Gpu,
@@ -18,6 +21,7 @@ from inference_capacity.hardware import (
     gpu_from_node_labels,
     list_gpus,
 )
+from inference_capacity.units import GiB as GIB
 
 GPUS = list_gpus()
 IDS = [gpu.name for gpu in GPUS]
@@ -235,3 +239,63 @@ def test_datasheet_bandwidths() -> None:
     assert get_gpu("a100-80gb").hbm_bandwidth_bytes_per_s == pytest.approx(2.039e12)
     assert get_gpu("l4").hbm_bandwidth_bytes_per_s == pytest.approx(300e9)
     assert get_gpu("t4").hbm_bandwidth_bytes_per_s == pytest.approx(320e9)
+
+
+# --- the catalog data file (catalog/gpus.json) -------------------------------------------------
+
+
+def _catalog_doc() -> dict[str, Any]:
+    path = Path(hardware.__file__).parent / "catalog" / hardware.CATALOG_FILE
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def test_catalog_file_is_the_catalog() -> None:
+    doc = _catalog_doc()
+    assert [e["name"] for e in doc["gpus"]] == IDS
+    for entry in doc["gpus"]:
+        assert entry["source"].strip(), entry["name"]  # every figure cites where it was seen
+        if "dense_bf16_flops" in entry:
+            assert hardware.dense_flops(get_gpu(entry["name"])) is not None
+
+
+def test_catalog_file_is_packaged() -> None:
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert '"catalog/gpus.json"' in pyproject
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"total_gib": None}, r"H100-SXM-80GB\).*total_gib: wrong type"),
+        ({"total_bytes": 1}, r"exactly one of total_gib and total_bytes"),
+        ({"vendor": "intel"}, r"vendor 'intel'"),
+        ({"hbm_bandwidth": "3.35 TB"}, r"hbm_bandwidth: '3.35 TB' is not a rate"),
+        ({"dense_bf16_flops": "989 GB/s"}, r"dense_bf16_flops: '989 GB/s' is not a rate"),
+        ({"source": " "}, r"source must cite"),
+        ({"supports_fp8": 1}, r"supports_fp8: wrong type int"),
+        ({"marketed_memory_gb": True}, r"marketed_memory_gb: wrong type bool"),
+        ({"compute_capability": [9]}, r"compute_capability must be \[major, minor\]"),
+        ({"colour": "green"}, r"unknown fields \['colour'\]"),
+        ({"larger_memory_variant": "H999"}, r"'H999' is not in the catalog"),
+    ],
+)
+def test_a_malformed_catalog_entry_is_named(change: dict[str, Any], message: str) -> None:
+    doc = _catalog_doc()
+    entry = next(e for e in doc["gpus"] if e["name"] == "H100-SXM-80GB")
+    entry.update(change)
+    with pytest.raises(hardware.GpuCatalogError, match=r"gpus\.json: .*" + message):
+        hardware._parse_catalog(doc)
+
+
+def test_a_catalog_entry_without_a_field_or_twice_is_refused() -> None:
+    doc = _catalog_doc()
+    del doc["gpus"][0]["source"]
+    with pytest.raises(hardware.GpuCatalogError, match=r"gpus\[0\] \(A10G\): missing 'source'"):
+        hardware._parse_catalog(doc)
+    doc = _catalog_doc()
+    doc["gpus"].append(doc["gpus"][0])
+    with pytest.raises(hardware.GpuCatalogError, match="duplicate name 'A10G'"):
+        hardware._parse_catalog(doc)
+    with pytest.raises(hardware.GpuCatalogError, match="a 'gpus' list"):
+        hardware._parse_catalog([])

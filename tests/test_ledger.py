@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inference_capacity.budget import build_ledger, max_utilization
 from inference_capacity.engines.vllm import EngineSettings, predict_startup
 from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.kv import kv_bytes_per_token, kv_layout
-from inference_capacity.ledger.ledger import build_ledger, max_utilization
 from inference_capacity.ledger.weights import pp_layer_ranges, weight_breakdown
 from inference_capacity.model import AttnKind, load_config, load_model, shape_from_config
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from inference_capacity.ledger.weights import config_checkpoint_bytes, weight_breakdown
+from inference_capacity.ledger.weights import weight_breakdown
 from inference_capacity.model import shape_from_config
 from inference_capacity.model.checkpoint import (
     CheckpointError,
@@ -27,6 +27,7 @@ from inference_capacity.model.checkpoint import (
     parse_header,
     read_local_header,
 )
+from inference_capacity.model.quant import config_checkpoint_bytes
 from inference_capacity.model.source import (
     ModelSourceError,
     clear_cache,

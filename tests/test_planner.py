@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inference_capacity.budget import max_utilization
 from inference_capacity.engines.vllm import EngineSettings, SettingsError, predict_startup
 from inference_capacity.hardware import get_gpu
-from inference_capacity.ledger.ledger import max_utilization
 from inference_capacity.model import load_model
 from inference_capacity.planner import (
     Headroom,

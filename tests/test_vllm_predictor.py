@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from benchmarks.helpers import load_points, predict_point
 
-from inference_capacity.benchmarking import load_points, predict_point
 from inference_capacity.engines.versions import Era, VersionError, era_of, parse_version
 from inference_capacity.engines.vllm import (
     EngineSettings,

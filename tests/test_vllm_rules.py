@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from inference_capacity.budget import max_utilization
 from inference_capacity.engines.versions import Era, parse_version
 from inference_capacity.engines.vllm import (
     EngineSettings,
@@ -21,7 +22,6 @@ from inference_capacity.engines.vllm import (
 )
 from inference_capacity.engines.vllm_flags import parse_speculative_config
 from inference_capacity.hardware import get_gpu
-from inference_capacity.ledger.ledger import max_utilization
 from inference_capacity.ledger.weights import lora_bytes
 from inference_capacity.model import catalog_names, load_model
 from inference_capacity.planner import PlanInput, make_plan

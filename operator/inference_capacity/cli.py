@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from .engines.versions import NEWEST_SUPPORTED
-from .engines.vllm import EngineSettings, GiB
+from .engines.vllm import EngineSettings
 from .hardware import custom_gpu, get_gpu, list_gpus
 from .model import catalog_names, load_model
 from .model.source import checkpoint_json, describe, resolve_model_ref
@@ -33,6 +33,8 @@ from .report import (
     table,
     why_not_fits,
 )
+from .units import GiB
+from .vocab import CLI_DTYPE_CHOICES, CLI_KV_CACHE_DTYPE_CHOICES
 from .whatif import levers, parse_prices, sweep, workload_from_flags
 
 EXIT_INPUT = 2
@@ -157,13 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--kv-cache-dtype",
         default=None,
-        choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"],
+        choices=list(CLI_KV_CACHE_DTYPE_CHOICES),
         help="KV-cache dtype (auto: the model's)",
     )
     plan.add_argument(
         "--dtype",
         default=None,
-        choices=["auto", "bfloat16", "float16", "float32", "half"],
+        choices=list(CLI_DTYPE_CHOICES),
         help="weights and activations dtype (auto: the config's)",
     )
     plan.add_argument("--quantization", help="vLLM --quantization (e.g. fp8, gptq_marlin)")

@@ -20,27 +20,34 @@ import math
 import threading
 from dataclasses import dataclass, field, replace
 
-from .engines.vllm import (
+from .budget import RankLedger, build_ledger, max_utilization
+from .engines import (
     EngineSettings,
-    GiB,
     SettingsError,
     StartupPrediction,
     batch_defaults,
     predict_startup,
 )
 from .hardware import Gpu
-from .ledger.kv import kv_bytes_per_token, kv_token_format
-from .ledger.ledger import RankLedger, build_ledger, max_utilization
-from .model.shapes import ModelShape
-from .sizing.distribution import (
+from .ledger import kv_bytes_per_token, kv_token_format
+from .model import ModelShape
+from .sizing import (
     DEFAULT_PREEMPTION_TARGET,
     MAX_REQUESTS,
+    BatchLatency,
     DistributionSizing,
+    LatencyModel,
+    LatencyPoint,
+    RolloutPlan,
+    SeqSizing,
+    Workload,
+    build_latency_model,
+    plan_rollout,
+    replicas_for_peak,
     size_by_distribution,
+    size_max_num_seqs,
 )
-from .sizing.latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
-from .sizing.rollout import RolloutPlan, plan_rollout
-from .sizing.workload import SeqSizing, Workload, size_max_num_seqs
+from .units import GiB
 
 #: How max-num-seqs is sized: "distribution" (the default; the preemption risk of a batch drawn
 #: from the length distributions) or "conservative" (every sequence at the sizing quantile).
@@ -478,7 +485,7 @@ def _latency(
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
     at_peak = None
     if peak and chosen > 0:
-        share = math.ceil(peak / math.ceil(peak / chosen))  # ≤ chosen
+        share = math.ceil(peak / replicas_for_peak(peak, chosen))  # ≤ chosen
         at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
     return LatencyReport(

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api.models import InferenceCapacitySpec
-from .engines.versions import NEWEST_SUPPORTED, VersionError, parse_version
-from .engines.vllm import EngineSettings
+from .engines import NEWEST_SUPPORTED, EngineSettings, VersionError, parse_version
 from .engines.vllm_args import (
     find_vllm_container,
     hidden_flags,
@@ -36,10 +35,10 @@ from .engines.vllm_flags import (
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, load_model, model_from_dict
 from .model.limits import parse_config_json
-from .model.quant import ALIASES as QUANT_ALIASES
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
-from .sizing.workload import Cohort, Quantiles, Workload
+from .sizing import Cohort, Quantiles, Workload
+from .vocab import QUANT_ALIASES
 
 
 class ResolveError(ValueError):

@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .engines.vllm import SettingsError
+from .engines import SettingsError
 from .hardware import Gpu, list_gpus
-from .model.shapes import cdiv
+from .model import cdiv
 from .planner import Plan, PlanInput, RolloutInput, make_plan
-from .sizing.workload import Cohort, Quantiles, Workload
+from .sizing import Cohort, Quantiles, Workload
 
 #: Tensor-parallel sizes the sweep tries (a replica within one 8-GPU node).
 SWEEP_TP = (1, 2, 4, 8)

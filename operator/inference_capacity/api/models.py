@@ -43,6 +43,10 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
+from ..vocab import ConditionStatus, ConditionType, Lifetime, Provenance
+from ..vocab import QuantMethod as Quantization
+from ..vocab import SpecKvCacheDtype as KvCacheDtype
+from ..vocab import SpecWeightDtype as WeightDtype
 from . import bounded_yaml
 
 __all__ = [
@@ -117,40 +121,12 @@ KIND: Final = "InferenceCapacity"
 
 Mode = Literal["Enforce", "Recommend"]
 TargetKind = Literal["Deployment"]
-WeightDtype = Literal["auto", "bfloat16", "float16", "float32"]
-Quantization = Literal[
-    "fp8",
-    "compressed-tensors",
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "mxfp4",
-    "bitsandbytes",
-    "modelopt",
-    "fbgemm_fp8",
-    "experts_int8",
-]
-KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 EngineName = Literal["vllm"]
 BlockSize = Literal[8, 16, 32, 64, 128]
 Quantile = Literal["p50", "p95", "p99"]
 SizingRule = Literal["Distribution", "Conservative"]
 PrometheusMode = Literal["replace", "max", "spec-only"]
-ConditionType = Literal[
-    "Ready",
-    "Fits",
-    "RolloutSafe",
-    "Applied",
-    "Observed",
-    "Calibrated",
-    "ModelResolved",
-    "Supported",
-]
 ModelSourceKind = Literal["local", "catalog", "hub", "configMap", "inline"]
-ConditionStatus = Literal["True", "False", "Unknown"]
-Lifetime = Literal["worker", "request", "iteration", "startup"]
-Provenance = Literal["exact", "calibrated", "assumed"]
 EngineVersionSource = Literal["spec", "image", "default"]
 
 # Kubernetes name rules (apimachinery validation), anchored: pydantic and the API server both

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import settings
 from ..api.models import InferenceCapacitySpec
-from ..engines.vllm import predict_startup
+from ..engines import predict_startup
 from ..observe import (
     Calibration,
     Observation,
@@ -38,7 +38,7 @@ from ..observe.observation import (
     Reason,
 )
 from ..planner import PlanInput
-from ..sizing.workload import Workload
+from ..sizing import Workload
 from . import k8s
 
 #: URL prefixes the cluster admin allows Prometheus queries to (``run

@@ -15,14 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
-from ..ledger.weights import DTYPE_BYTES, WeightBreakdown, pp_layer_ranges, weight_breakdown
-from ..model.config import resolve_dtype
-from ..model.shapes import AttnKind, LayerAttention, ModelShape
+from ..ledger.weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
+from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
+from ..units import GiB, gib
+from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
-
-GiB = 2**30
-MiB = 2**20
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -217,10 +215,6 @@ class SettingsError(ValueError):
     """Engine settings that vLLM itself would reject, or that make no sense."""
 
 
-def _gib(x: float) -> int:
-    return int(round(x * GiB))
-
-
 #: Architectures the V2 model runner takes by default besides dense models, from 0.25
 #: (config/vllm.py::_is_default_v2_model_runner_model in the 0.25.0 wheel).
 V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
@@ -272,14 +266,14 @@ def batch_defaults(
 ) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) defaults: ``EngineArgs.get_batch_defaults``.
     ``--performance-mode throughput`` doubles both (same function, where the flag exists)."""
-    gib = total_bytes / GiB
+    total_gib = total_bytes / GiB
     a100 = "a100" in gpu_name.lower()
     if era is Era.V0:
         return 0, 256  # tokens resolved with max_model_len below
-    if v.key >= BIG_GPU_TIER_VERSION and gib >= BIG_GPU_TIER_GIB:
+    if v.key >= BIG_GPU_TIER_VERSION and total_gib >= BIG_GPU_TIER_GIB:
         T, R = 16384, 1024
     else:
-        big = gib >= 70 if v.key < (0, 9, 0) else gib >= 70 and not a100
+        big = total_gib >= 70 if v.key < (0, 9, 0) else total_gib >= 70 and not a100
         if big:
             T, R = (8192 if usage_context == "api" else 16384), 1024
         else:
@@ -466,20 +460,20 @@ def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
 
 def non_torch(era: Era, tp: int, pp: int) -> int:
     if tp >= 2 and era is not Era.V0:
-        return _gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp)
+        return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp)
     if tp >= 2:
-        return _gib(NON_TORCH_TP1[era] + 0.2)
+        return gib(NON_TORCH_TP1[era] + 0.2)
     if pp >= 2:
-        return _gib(NON_TORCH_PP_ONLY)
-    return _gib(NON_TORCH_TP1[era])
+        return gib(NON_TORCH_PP_ONLY)
+    return gib(NON_TORCH_TP1[era])
 
 
 def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: bool) -> int:
     if not cudagraphs:
         return 0
     mla = any(layer.kind is AttnKind.MLA for layer in shape.layers)
-    gib = CG_BASE_GIB + CG_PER_LAYER_GIB * layers_on_stage + (CG_MLA_EXTRA_GIB if mla else 0.0)
-    return _gib(gib)
+    pool_gib = CG_BASE_GIB + CG_PER_LAYER_GIB * layers_on_stage + (CG_MLA_EXTRA_GIB if mla else 0.0)
+    return gib(pool_gib)
 
 
 #: vLLM's default capture list for R ≥ 256 and T ≥ 512: [1, 2, 4] + 8..248 step 8 + 256..512
@@ -503,19 +497,19 @@ def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
     """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
     (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
     snapshot and is measured instead (non-torch)."""
-    gib = 0.0
+    init_gib = 0.0
     if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
         if tp >= 2:
-            gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+            init_gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
         if pp >= 2:
-            gib += PP_INIT_GIB
-    return _gib(gib)
+            init_gib += PP_INIT_GIB
+    return gib(init_gib)
 
 
 def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
     """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
     plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
-    return _gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
+    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
 
 
 def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
@@ -740,9 +734,9 @@ def predict_startup(
         cg = cg * graphs // DEFAULT_CAPTURE_SIZES
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
-            avail = requested - (w.total + act) - (nt + _gib(CUDA_CONTEXT_GIB))
+            avail = requested - (w.total + act) - (nt + gib(CUDA_CONTEXT_GIB))
         elif era is Era.V1_CONSUMED:
-            consumed = w.total + nt + _gib(PERSISTENT_MISC_GIB)
+            consumed = w.total + nt + gib(PERSISTENT_MISC_GIB)
             avail = requested - consumed - act - (cg if rs.cg_in_budget else 0)
         else:
             avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)

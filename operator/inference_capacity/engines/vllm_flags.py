@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..units import GiB, KiB, MiB, TiB
+from ..vocab import KV_CACHE_DTYPES
+
 __all__ = [
     "MODELLED_ENV",
     "MODELLED_FLAGS",
@@ -304,20 +307,7 @@ _KV_CONNECTORS: Final = frozenset(
 
 #: ``--kv-cache-dtype`` values the ledger sizes (cache/config.py CacheDType; page layouts in
 #: ledger/kv.py KV_FORMATS).
-_MODELLED_KV_DTYPES: Final = frozenset(
-    {
-        "auto",
-        "bfloat16",
-        "float16",
-        "fp8",
-        "fp8_e4m3",
-        "fp8_e5m2",
-        "fp8_per_token_head",
-        "int8_per_token_head",
-        "fp8_ds_mla",
-        "nvfp4",
-    }
-)
+_MODELLED_KV_DTYPES: Final = KV_CACHE_DTYPES
 
 #: ``VLLM_*`` variables read into the plan.
 MODELLED_ENV: Final = frozenset(
@@ -369,7 +359,7 @@ NEUTRAL_ENV: Final = frozenset(
 
 _HUMAN_INT: Final = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL_SUFFIX: Final = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY_SUFFIX: Final = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_BINARY_SUFFIX: Final = {"K": KiB, "M": MiB, "G": GiB, "T": TiB}
 
 
 def human_readable_int(text: str) -> int:

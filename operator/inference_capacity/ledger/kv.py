@@ -13,21 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
+from ..vocab import KV_DTYPE_BYTES
 from .weights import pp_layer_ranges
 
-KV_DTYPE_BYTES = {
-    "auto": 0,
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "int8": 1,
-    "fp8_per_token_head": 1,
-    "int8_per_token_head": 1,
-    "fp8_ds_mla": 1,
-    "nvfp4": 1,  # elements; the packed size is kv_token_format's
-}
 #: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, as read in 0.33;
 #: earlier wheels were not checked): per-token-head formats add one fp32 scale per head for K and
 #: for V (``AttentionSpec.page_size_bytes`` + 2·B·Hkv·4); ``fp8_ds_mla`` stores 656 B per token

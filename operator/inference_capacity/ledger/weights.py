@@ -13,8 +13,6 @@ from typing import Any
 from ..model.quant import applies_to, quantized_bytes
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
 #: MXFP4 MoE kernels on Hopper/Blackwell/Ampere (Marlin, Triton, TRTLLM) pad hidden to 256 and
 #: the expert intermediate size to 128 (fused_moe/oracle/mxfp4.py::
 #: mxfp4_round_up_hidden_size_and_intermediate_size); gpt-oss 2880 -> 3072 / 2944.
@@ -65,23 +63,6 @@ class WeightBreakdown:
     @property
     def total(self) -> int:
         return sum(self.by_group.values()) + self.rope_cache + self.lora + self.header_correction
-
-
-def config_checkpoint_bytes(shape: ModelShape) -> int:
-    """What the config-derived tensors say the checkpoint stores: every published tensor,
-    unsharded and unpadded, in the checkpoint's dtype or quantized format (payload, scales,
-    zero points, index tensors). Compared with the safetensors headers' sum."""
-    dtype_bytes = DTYPE_BYTES.get(shape.dtype, 2)
-    quant = shape.quantization
-    total = 0
-    for t in shape.tensors:
-        if not t.checkpoint:
-            continue
-        if quant is not None and applies_to(quant, t):
-            total += quantized_bytes(quant, t.rows, t.cols, t.experts)
-        else:
-            total += t.numel * (4 if t.fp32 else dtype_bytes)
-    return total
 
 
 def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:

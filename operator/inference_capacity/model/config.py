@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..vocab import DTYPE_ALIASES, DTYPE_BYTES, DTYPE_CHOICES, TORCH_DTYPE_BYTES
 from .errors import ModelConfigError
 from .limits import check_config
 from .quant import parse_quantization
@@ -821,9 +822,6 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
     return d
 
 
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
-
-
 def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
     """Qwen3.5 (vllm models/qwen3_5.py on qwen3_next.py): Gated DeltaNet linear-attention layers
     and gated full-attention layers (``layer_types``), every layer followed by a sparse MoE block
@@ -857,7 +855,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
     nk, dk = c.pos("linear_num_key_heads"), c.pos("linear_key_head_dim")
     nv, dv = c.pos("linear_num_value_heads"), c.pos("linear_value_head_dim")
     ssm_dtype = c.get("mamba_ssm_dtype")
-    if ssm_dtype is not None and str(ssm_dtype) not in _DTYPE_BYTES:
+    if ssm_dtype is not None and str(ssm_dtype) not in TORCH_DTYPE_BYTES:
         raise ModelConfigError(c.path("mamba_ssm_dtype"), f"unknown dtype {ssm_dtype!r}")
     # conv state (2·nk·dk + nv·dv)/tp × (K−1), temporal state (nv/tp)·dv·dk
     # (mamba_utils.py::gated_delta_net_state_shape); the temporal state's dtype is the HF
@@ -869,7 +867,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
         ssm_heads=nv,
         ssm_head_dim=dv,
         ssm_state=dk,
-        ssm_dtype_bytes=_DTYPE_BYTES[str(ssm_dtype)] if ssm_dtype is not None else None,
+        ssm_dtype_bytes=TORCH_DTYPE_BYTES[str(ssm_dtype)] if ssm_dtype is not None else None,
     )
     d.gdn = True
     if moe:
@@ -1160,16 +1158,18 @@ def _moonvit_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
 
 def resolve_dtype(config_dtype: str | None, requested: str) -> str:
     """vLLM's ``--dtype auto``: the checkpoint dtype, float32 served as bfloat16."""
-    if requested not in ("auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"):
+    if requested not in DTYPE_CHOICES:
         raise ModelConfigError("dtype", f"unknown dtype {requested!r}")
-    aliases = {"half": "float16", "fp16": "float16", "bf16": "bfloat16"}
     if requested != "auto":
-        return aliases.get(requested, requested)
+        return DTYPE_ALIASES.get(requested, requested)
     dt = (config_dtype or "bfloat16").replace("torch.", "")
     if dt in ("float32", "float"):
         return "bfloat16"
     if dt not in ("bfloat16", "float16"):
-        return "bfloat16"
+        # fail closed: sizing an unknown checkpoint dtype as bf16 would guess its bytes
+        raise ModelConfigError(
+            "torch_dtype", f"unknown dtype {dt!r}; the ledger sizes {', '.join(DTYPE_BYTES)}"
+        )
     return dt
 
 

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..units import MiB
 from .errors import ModelConfigError
 
 #: nesting depth of a config (dicts and lists); real configs nest 3-4 levels
@@ -23,7 +24,7 @@ MAX_DEPTH = 32
 MAX_NODES = 100_000
 #: serialized size of a config (bytes); real configs are a few KiB (quantization ignore lists
 #: can reach ~200 KiB)
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = MiB
 
 #: per-key upper bounds (inclusive), wherever the key appears (top level, text_config, ...)
 SHAPE_LIMITS: dict[str, int] = {

@@ -10,34 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..vocab import DTYPE_BYTES, QUANT_ALIASES, QUANT_METHODS
 from .errors import ModelConfigError
-from .shapes import Quantization, Tensor, cdiv
+from .shapes import ModelShape, Quantization, Tensor, cdiv
 
 #: ``--quantization`` names that are the same format as another entry
-ALIASES = {
-    "awq_marlin": "awq",
-    "gptq_marlin": "gptq",
-    "fbgemm_fp8": "fp8",
-    "modelopt": "fp8",
-    "modelopt_fp8": "fp8",
-    "ptpc_fp8": "fp8",
-}
-
-KNOWN_METHODS = (
-    "fp8",
-    "compressed-tensors",
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "mxfp4",
-    "bitsandbytes",
-    "modelopt",
-    "modelopt_fp4",
-    "fbgemm_fp8",
-    "experts_int8",
-    "ptpc_fp8",
-)
+ALIASES = QUANT_ALIASES
+#: every method the ledger sizes (the CRD's quantization enum is the same set)
+KNOWN_METHODS = QUANT_METHODS
 
 
 def _excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
@@ -241,3 +221,20 @@ def quantized_bytes(q: Quantization, rows: int, cols: int, experts: int) -> int:
     if q.g_idx:
         scales += cols * 4
     return (payload + scales) * experts
+
+
+def config_checkpoint_bytes(shape: ModelShape) -> int:
+    """What the config-derived tensors say the checkpoint stores: every published tensor,
+    unsharded and unpadded, in the checkpoint's dtype or quantized format (payload, scales,
+    zero points, index tensors). Compared with the safetensors headers' sum."""
+    dtype_bytes = DTYPE_BYTES.get(shape.dtype, 2)
+    quant = shape.quantization
+    total = 0
+    for t in shape.tensors:
+        if not t.checkpoint:
+            continue
+        if quant is not None and applies_to(quant, t):
+            total += quantized_bytes(quant, t.rows, t.cols, t.experts)
+        else:
+            total += t.numel * (4 if t.fp32 else dtype_bytes)
+    return total

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..units import GiB
+from ..vocab import DTYPE_BYTES
 from .catalog import catalog_names, load_config, load_model, resolve_catalog_key
 from .checkpoint import (
     CheckpointError,
@@ -47,6 +49,7 @@ from .checkpoint import (
 )
 from .config import shape_from_config
 from .errors import ModelConfigError
+from .quant import config_checkpoint_bytes
 from .shapes import HeaderWeights, ModelShape
 
 #: ``org/name``: the shape of a Hub model id (huggingface_hub validates it further)
@@ -682,8 +685,6 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
 def shape_with_header(model: ResolvedModel, quantization: str | None = None) -> ModelShape:
     """The config's shape; with an inventory, the header-derived weights attached (they win
     over the config-derived ones in the ledger; :class:`HeaderWeights` holds both)."""
-    from ..ledger.weights import DTYPE_BYTES, config_checkpoint_bytes
-
     if model.source == "catalog":
         return load_model(model.id, quantization=quantization)
     key = (model.source, model.id, model.revision, quantization)
@@ -804,13 +805,13 @@ def describe(model: ResolvedModel, shape: ModelShape) -> str:
     if h is not None:
         text += (
             f"\n  checkpoint (safetensors headers): {h.checkpoint_bytes} B"
-            f" = {h.checkpoint_bytes / 2**30:.4f} GiB; loaded by vLLM {h.loaded_bytes} B; "
+            f" = {h.checkpoint_bytes / GiB:.4f} GiB; loaded by vLLM {h.loaded_bytes} B; "
             f"config-derived {h.config_bytes} B; difference {h.delta:+d} B"
         )
         if shape.quantization != h.quantization:
             text += " (not applied: the runtime quantization differs from the checkpoint's)"
     if model.disk_bytes is not None:
-        text += f"\n  on disk: {model.disk_bytes} B = {model.disk_bytes / 2**30:.4f} GiB"
+        text += f"\n  on disk: {model.disk_bytes} B = {model.disk_bytes / GiB:.4f} GiB"
     for note in [*model.notes, *checkpoint_notes(model, shape)]:
         text += f"\n  note: {note}"
     return text

@@ -6,7 +6,8 @@ observation into the spec's workload; ``calibrate`` compares predicted and real 
 Kubernetes here: the controller resolves Secrets and ConfigMaps and writes status.
 """
 
-from .calibration import Calibration, CalibrationReason, calibrate
+from ..vocab import CalibrationReason
+from .calibration import Calibration, calibrate
 from .histogram import BucketHit, coarseness, locate
 from .merge import OBSERVED_COHORT, MergeMode, merge_cohorts, peak_concurrency
 from .observation import (

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
+from ..vocab import CalibrationReason, ConditionStatus
 from .observation import Condition, PodPool
-
-CalibrationReason = Literal["Calibrated", "PredictionDrift", "NoPoolData"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +32,7 @@ class Calibration:
 
     def condition(self) -> Condition:
         """The ``Calibrated`` condition (Unknown without pool data)."""
-        status: Literal["True", "False", "Unknown"]
+        status: ConditionStatus
         if self.reason == "NoPoolData":
             status = "Unknown"
         else:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace as dc_replace
 from typing import Literal
 
-from ..sizing.workload import Cohort, Quantiles
+from ..sizing import Cohort, Quantiles
 from .observation import Observation, ObservedQuantiles
 
 MergeMode = Literal["replace", "max", "spec-only"]

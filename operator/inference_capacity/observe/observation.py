@@ -14,18 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-Reason = Literal[
-    "Observed",
-    "BucketsTooCoarse",
-    "PrometheusUnreachable",
-    "AuthRefused",
-    "QueryRejected",
-    "NoSeries",
-    "InsufficientData",
-    "PrometheusNotAllowed",
-    "TokenSecretNotAllowed",
-    "Pending",
-]
+from ..vocab import ObservationReason
+
+Reason = ObservationReason
 OBSERVED: Final = "Observed"
 BUCKETS_TOO_COARSE: Final = "BucketsTooCoarse"
 PROMETHEUS_UNREACHABLE: Final = "PrometheusUnreachable"

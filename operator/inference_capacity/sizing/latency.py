@@ -40,10 +40,10 @@ from typing import TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..engines.vllm import StartupPrediction
+from ..engines import StartupPrediction
 from ..hardware import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops
-from ..ledger.kv import layers_on_rank
-from ..model.shapes import AttnKind, ModelShape
+from ..ledger import layers_on_rank
+from ..model import AttnKind, ModelShape
 from .distribution import DistributionSizing, MixSizing
 
 FloatArray = npt.NDArray[np.float64]

@@ -9,8 +9,9 @@ would deadlock (Kubernetes rejects 0/0) or drop below peak, and the plan says so
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from .workload import replicas_for_peak
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ def plan_rollout(
         n_min = max(min_replicas, 1)
         peak_msg = "no peakConcurrency given"
     else:
-        n_min = max(1, math.ceil(peak_concurrency / per_replica))
+        n_min = max(1, replicas_for_peak(peak_concurrency, per_replica))
         peak_msg = (
             f"peak {peak_concurrency} / {per_replica} per replica = {n_min} replicas for the peak"
         )

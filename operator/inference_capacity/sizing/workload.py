@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..ledger.kv import KvLayout
 from ..model.shapes import cdiv
+from ..units import GiB, MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +114,8 @@ def size_max_num_seqs(
             result, limited = by_itl, "itl"
             msg += (
                 f"; an ITL of {workload.itl_target_ms} ms allows {by_itl} "
-                f"(decode reads {weight_bytes / 2**30:.2f} GiB of weights + "
-                f"{per_seq / 2**20:.1f} MiB of KV per sequence per step)"
+                f"(decode reads {weight_bytes / GiB:.2f} GiB of weights + "
+                f"{per_seq / MiB:.1f} MiB of KV per sequence per step)"
             )
     if result > cap:
         result, limited = cap, "cap"
@@ -131,6 +132,8 @@ def blocks_for_tokens(tokens: int, block_size: int) -> int:
 
 
 def replicas_for_peak(peak: int, per_replica: int) -> int:
+    """``ceil(peak / per-replica concurrency)``: the replicas that hold the peak (0 for no
+    load). The one place this formula is written (rollout and the latency report use it)."""
     if per_replica <= 0:
         raise ValueError("per-replica concurrency must be positive")
     return max(1, math.ceil(peak / per_replica)) if peak > 0 else 0

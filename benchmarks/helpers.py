@@ -1,4 +1,5 @@
-"""Replay public vLLM startup logs through the predictor (used by benchmarks and tests).
+"""Replay public vLLM startup logs through the predictor (used by benchmarks/accuracy.py and
+tests/test_vllm_predictor.py; not shipped in the package).
 
 A log point names a model, a GPU and the flags; this module maps each to a catalog config, a
 device size and :class:`EngineSettings`. Where a log leaves something out (the vLLM version, the
@@ -14,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .engines.vllm import EngineSettings, predict_startup
-from .hardware import get_gpu
-from .model import load_config, shape_from_config
-
-GiB = 2**30
+from inference_capacity.engines.vllm import EngineSettings, predict_startup
+from inference_capacity.hardware import get_gpu
+from inference_capacity.model import load_config, shape_from_config
+from inference_capacity.units import GiB
 
 #: quantization_config blocks of the public quantized checkpoints the logs used (their
 #: config.json files are not in the catalog; these mirror their published quantization blocks)
@@ -221,7 +221,7 @@ def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
     """(prediction JSON, None) or (None, reason the point cannot be predicted)."""
     setup = POINT_SETUP.get(p.id)
     if setup is None:
-        return None, "no setup for this point in inference_capacity.benchmarking.POINT_SETUP"
+        return None, "no setup for this point in benchmarks.helpers.POINT_SETUP"
     if setup.skip or setup.catalog is None:
         return None, setup.skip or "no catalog model"
     name, cfg = load_config(setup.catalog)

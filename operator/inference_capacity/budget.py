@@ -13,19 +13,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..engines.versions import Era
-from ..engines.vllm import (
+from .engines import Era
+from .engines.vllm import (
     CUDA_CONTEXT_GIB,
-    GiB,
     RankPrediction,
     StartupPrediction,
     distributed_init_bytes,
 )
+from .units import GiB, MiB, gib
+from .vocab import Lifetime, Provenance
 
 #: Allocator fragmentation at run time: blocks the caching allocator holds but cannot reuse.
 #: Assumed 1 % of the transient activation + CUDA-graph terms plus 64 MiB.
 FRAGMENTATION_FRACTION = 0.01
-FRAGMENTATION_FLOOR = 64 * 2**20
+FRAGMENTATION_FLOOR = 64 * MiB
 #: Workspaces allocated after the KV cache (attention-backend workspaces such as FlashInfer's
 #: 394 MiB buffer in 0.19, sampler warm-up): assumed 0.25 GiB, outside vLLM's budget.
 POST_KV_WORKSPACE_GIB = 0.25
@@ -35,9 +36,9 @@ POST_KV_WORKSPACE_GIB = 0.25
 class LedgerItem:
     name: str
     bytes: int
-    lifetime: str  # worker | request | iteration | startup
+    lifetime: Lifetime
     owner: str
-    provenance: str  # exact | calibrated | assumed
+    provenance: Provenance
     in_vllm_budget: bool
     note: str = ""
 
@@ -65,10 +66,6 @@ class RankLedger:
         return self.get("unallocated")
 
 
-def _gib(x: float) -> int:
-    return int(round(x * GiB))
-
-
 def _cuda_graph_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
     """The CUDA-graph pool: inside vLLM's budget from 0.20 (the estimate is subtracted), in the
     margin before (graphs are captured after the KV cache is allocated)."""
@@ -89,7 +86,7 @@ def margin_items(
     items = [
         LedgerItem(
             "cuda_context",
-            _gib(CUDA_CONTEXT_GIB),
+            gib(CUDA_CONTEXT_GIB),
             "worker",
             "CUDA driver",
             "calibrated",
@@ -124,7 +121,7 @@ def margin_items(
     items.append(
         LedgerItem(
             "post_kv_workspaces",
-            _gib(POST_KV_WORKSPACE_GIB),
+            gib(POST_KV_WORKSPACE_GIB),
             "worker",
             "attention backend / sampler",
             "assumed",
