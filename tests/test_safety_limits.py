@@ -27,7 +27,8 @@ from inference_capacity.decide import (
 )
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings
-from inference_capacity.engines.vllm_args import flag_int, human_readable_int, read_flags
+from inference_capacity.engines.vllm_args import flag_int, read_flags
+from inference_capacity.engines.vllm_flags import human_readable_int
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import ModelConfigError, load_config, model_from_dict
 from inference_capacity.model.limits import MAX_CONFIG_BYTES, SHAPE_LIMITS, parse_config_json

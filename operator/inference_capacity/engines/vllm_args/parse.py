@@ -48,7 +48,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from .vllm_flags import human_readable_int
+from ..vllm_flags import human_readable_int
 
 __all__ = [
     "SIZING_FLAGS",
