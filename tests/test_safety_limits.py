@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from inference_capacity.api import InferenceCapacity, ManifestError, load_manifests
 from inference_capacity.api.bounded_yaml import MAX_ALIASES, MAX_DEPTH
-from inference_capacity.api.models import InferenceCapacity, ManifestError, load_manifests
 from inference_capacity.controller.reconcile import owner_of, pdb_min_available
 from inference_capacity.decide import (
     material_changes,

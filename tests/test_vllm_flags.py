@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_capacity.api.models import InferenceCapacity
+from inference_capacity.api import InferenceCapacity
 from inference_capacity.engines.vllm import predict_startup
 from inference_capacity.engines.vllm_args import read_flags, rewrite_flags
 from inference_capacity.engines.vllm_flags import (

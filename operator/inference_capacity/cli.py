@@ -349,7 +349,7 @@ def _name_of(doc: Any) -> Any:
 
 
 def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, Any]]:
-    from .api.models import InferenceCapacity, load_manifests
+    from .api import InferenceCapacity, load_manifests
     from .patching import apply_strategic, build_change
     from .resolve import resolve
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .api.models import InferenceCapacitySpec
+from .api import InferenceCapacitySpec
 from .engines.versions import NEWEST_SUPPORTED, VersionError, parse_version
 from .engines.vllm import EngineSettings
 from .engines.vllm_args import (

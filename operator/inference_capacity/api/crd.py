@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from inference_capacity.api.models import (
+from inference_capacity.api import (
     GROUP,
     KIND,
     VERSION,

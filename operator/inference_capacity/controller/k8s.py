@@ -15,7 +15,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
-from ..api.models import GROUP, VERSION
+from ..api import GROUP, VERSION
 
 PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"

@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..api.models import InferenceCapacitySpec
+from ..api import InferenceCapacitySpec
 from ..engines.vllm import predict_startup
 from ..observe import (
     Calibration,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
+from ..api import API_VERSION, KIND, InferenceCapacity, ManifestError
 from ..decide import (
     ANNOTATION_TEMPLATE_CHANGED,
     material_changes,
