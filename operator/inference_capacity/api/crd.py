@@ -1,6 +1,6 @@
 """Generate the InferenceCapacity CustomResourceDefinition from the pydantic models.
 
-Why generate: the models are the one definition of the API (see ``models.py``); the CRD in
+Why generate: the models are the one definition of the API (``spec.py``, ``status.py``); the CRD in
 ``crds/`` is derived from them so the API server, ``kubectl explain`` and the operator can never
 disagree. A test compares the checked-in file with ``render_crd_yaml()``.
 
