@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engines.vllm import GiB
-from .planner import Plan, format_utilization
-from .sizing.distribution import PATHS, Z95, Z99, LogNormal
-from .sizing.latency import LatencyPoint
+from ..engines.vllm import GiB
+from ..planner import Plan, format_utilization
+from ..sizing.distribution import PATHS, Z95, Z99, LogNormal
+from ..sizing.latency import LatencyPoint
 
 
 def _point_json(pt: LatencyPoint) -> dict[str, Any]:

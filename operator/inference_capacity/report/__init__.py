@@ -1,0 +1,34 @@
+"""Render a plan: JSON for machines (CLI ``-o json`` and the CRD status), a text table for
+people, and the per-rank stacked-bar chart (seed 000, figure 1)."""
+
+from .charts import (
+    chart,
+    latency_chart,
+    latency_json,
+    latency_status,
+    ledger_json,
+    plan_json,
+    recommendation_json,
+    sizing_json,
+    sizing_status,
+    startup_json,
+    sweep_chart,
+    sweep_table,
+    table,
+)
+
+__all__ = [
+    "chart",
+    "latency_chart",
+    "latency_json",
+    "latency_status",
+    "ledger_json",
+    "plan_json",
+    "recommendation_json",
+    "sizing_json",
+    "sizing_status",
+    "startup_json",
+    "sweep_chart",
+    "sweep_table",
+    "table",
+]
