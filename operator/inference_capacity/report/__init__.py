@@ -1,9 +1,12 @@
 """Render a plan: JSON for machines (CLI ``-o json`` and the CRD status), a text table for
-people, and the per-rank stacked-bar chart (seed 000, figure 1)."""
+people, and the per-rank stacked-bar chart (seed 000, figure 1).
 
-from .charts import (
-    chart,
-    latency_chart,
+Three independent modules, one per reader: :mod:`.data` (JSON), :mod:`.text` (tables) and
+:mod:`.charts` (matplotlib). Callers import from the package.
+"""
+
+from .charts import chart, latency_chart, sweep_chart
+from .data import (
     latency_json,
     latency_status,
     ledger_json,
@@ -12,10 +15,8 @@ from .charts import (
     sizing_json,
     sizing_status,
     startup_json,
-    sweep_chart,
-    sweep_table,
-    table,
 )
+from .text import sweep_table, table
 
 __all__ = [
     "chart",
