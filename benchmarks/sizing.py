@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from inference_capacity.api.models import InferenceCapacity, load_manifests
+from inference_capacity.api import InferenceCapacity, load_manifests
 from inference_capacity.planner import _distribution, make_plan
 from inference_capacity.resolve import resolve
 from inference_capacity.sizing import distribution

@@ -771,7 +771,7 @@ def test_quantization_enum_matches_the_formats_the_ledger_sizes() -> None:
     """The CRD's quantization enum and the ledger's known formats must not drift apart."""
     from typing import get_args
 
-    from inference_capacity.api.models import Quantization
+    from inference_capacity.api import Quantization
     from inference_capacity.model.quant import KNOWN_METHODS
 
     assert set(get_args(Quantization)) <= set(KNOWN_METHODS)

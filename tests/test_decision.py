@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from inference_capacity import decision, settings
-from inference_capacity.api.models import InferenceCapacity
+from inference_capacity.api import InferenceCapacity
 from inference_capacity.cli import (
     EXIT_NO_DEPLOYMENT,
     EXIT_NOTHING_TO_PATCH,
@@ -335,3 +335,45 @@ def test_per_object_tables_are_bounded() -> None:
     for i in range(100):
         table.set(i, i)
     assert len(table) == 10 and table.get(99) == 99 and table.get(0) is None
+
+
+# --- the status contract ------------------------------------------------------------------
+
+
+def test_the_status_is_written_through_the_status_models() -> None:
+    from inference_capacity.api import StatusContractError, status_document
+    from inference_capacity.controller import reconcile
+
+    icap, dep = example()
+    resource = InferenceCapacity.from_manifest(icap)
+    spec = resource.spec
+    resolved = resolve(spec, dep, {})
+    plan, msg = decision.plan_for_target(resolved.plan_input, spec, dep, None, 4, "4 spare")
+    body = {"metadata": {"name": "llama-8b", "namespace": "d", "uid": "u", "generation": 3}}
+    ctx = reconcile._Ctx(body, lambda *_: None)
+    reconcile._fill_status(
+        ctx, resource, resolved.engine_version, resolved.engine_version_source, plan
+    )
+    chosen = decision.decide(
+        spec, "d/llama-8b", resolved, plan, decision.World(deployment=dep, now=1.0)
+    )
+    assert chosen.change is not None
+    for c in chosen.conditions:
+        ctx.cond(c.type, c.status, c.reason, c.message)
+    ctx.status["applied"] = {
+        "flags": dict(chosen.flags),
+        "replicas": chosen.replicas,
+        "at": ctx.now,
+        "hash": chosen.change.applied_hash,
+    }
+    ctx.status["latency"] = None  # a null stays: the merge patch deletes a stale value
+    written = ctx.finish().status
+    assert written["recommendation"]["maxNumSeqs"] == plan.recommendation.max_num_seqs
+    assert written["observedGeneration"] == 3 and "latency" in written
+    assert written["latency"] is None
+    assert {c["type"] for c in written["conditions"]} >= {"Fits", "Applied", "Ready"}
+    # a key the CRD does not describe, or a value of the wrong kind, is refused by name
+    with pytest.raises(StatusContractError, match=r"status\.surprise: not in the status models"):
+        status_document({**written, "surprise": 1})
+    with pytest.raises(StatusContractError, match="status.observedGeneration"):
+        status_document({**written, "observedGeneration": "three"})

@@ -550,7 +550,7 @@ def test_cli_local_folder_and_manifest_with_a_hub_id(
 
 
 def _spec(name: str, **model: Any) -> Any:
-    from inference_capacity.api.models import InferenceCapacitySpec
+    from inference_capacity.api import InferenceCapacitySpec
 
     return InferenceCapacitySpec.model_validate(
         {

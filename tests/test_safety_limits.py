@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from inference_capacity.api import InferenceCapacity, ManifestError, load_manifests
 from inference_capacity.api.bounded_yaml import MAX_ALIASES, MAX_DEPTH
-from inference_capacity.api.models import InferenceCapacity, ManifestError, load_manifests
 from inference_capacity.controller.reconcile import owner_of
 from inference_capacity.decide import (
     material_changes,
@@ -28,7 +28,8 @@ from inference_capacity.decide import (
 from inference_capacity.decision import pdb_min_available
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings
-from inference_capacity.engines.vllm_args import flag_int, human_readable_int, read_flags
+from inference_capacity.engines.vllm_args import flag_int, read_flags
+from inference_capacity.engines.vllm_flags import human_readable_int
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import ModelConfigError, load_config, model_from_dict
 from inference_capacity.model.limits import MAX_CONFIG_BYTES, SHAPE_LIMITS, parse_config_json

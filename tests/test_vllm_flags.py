@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_capacity.api.models import InferenceCapacity
+from inference_capacity.api import InferenceCapacity
 from inference_capacity.engines.vllm import predict_startup
 from inference_capacity.engines.vllm_args import read_flags, rewrite_flags
 from inference_capacity.engines.vllm_flags import (
@@ -362,7 +362,7 @@ def test_flags_hidden_in_a_shell_expansion_are_refused() -> None:
 
 
 def test_every_boolean_flag_the_parser_knows_is_classified() -> None:
-    from inference_capacity.engines.vllm_args import _BOOLEAN_FLAGS
+    from inference_capacity.engines.vllm_args.vocabulary import _BOOLEAN_FLAGS
 
     known = MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS)
     assert sorted(f for f in _BOOLEAN_FLAGS if f not in known) == []

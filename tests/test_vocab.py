@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 
 from inference_capacity import vocab
-from inference_capacity.api import models as api
+from inference_capacity.api import common as api
 from inference_capacity.engines import vllm_flags
 from inference_capacity.ledger import kv
 from inference_capacity.model import quant

@@ -507,7 +507,7 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
     import time
 
     from . import decision, settings
-    from .api.models import KIND, InferenceCapacity, load_manifests
+    from .api import KIND, InferenceCapacity, load_manifests
     from .patching import apply_strategic
     from .resolve import resolve
 

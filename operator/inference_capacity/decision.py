@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from .api.models import InferenceCapacitySpec
+from .api import InferenceCapacitySpec
 from .decide import (
     ANNOTATION_TEMPLATE_CHANGED,
     material_changes,

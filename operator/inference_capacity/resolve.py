@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .api.models import InferenceCapacitySpec
+from .api import InferenceCapacitySpec
 from .engines import NEWEST_SUPPORTED, EngineSettings, VersionError, parse_version
 from .engines.vllm_args import (
     find_vllm_container,

@@ -1,6 +1,6 @@
 """Generate the InferenceCapacity CustomResourceDefinition from the pydantic models.
 
-Why generate: the models are the one definition of the API (see ``models.py``); the CRD in
+Why generate: the models are the one definition of the API (``spec.py``, ``status.py``); the CRD in
 ``crds/`` is derived from them so the API server, ``kubectl explain`` and the operator can never
 disagree. A test compares the checked-in file with ``render_crd_yaml()``.
 
@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from inference_capacity.api.models import (
+from inference_capacity.api import (
     GROUP,
     KIND,
     VERSION,
@@ -71,7 +71,7 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILENAME = f"{CRD_NAME}.yaml"
 
 _HEADER = (
-    "# Generated from operator/inference_capacity/api/models.py by\n"
+    "# Generated from operator/inference_capacity/api/ (the pydantic models) by\n"
     "#   python -m inference_capacity.api.crd --write crds/\n"
     "# Do not edit by hand: tests/test_crd.py fails when this file and the models disagree.\n"
 )

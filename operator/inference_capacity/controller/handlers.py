@@ -18,7 +18,7 @@ from typing import Any, cast
 import kopf
 
 from .. import settings as settings_mod
-from ..api.models import GROUP, VERSION
+from ..api import GROUP, VERSION
 from . import k8s, metrics, observing, state
 from . import reconcile as reconcile_mod
 from .reconcile import Outcome, reconcile

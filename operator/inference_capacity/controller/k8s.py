@@ -16,7 +16,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from .. import settings
-from ..api.models import GROUP, VERSION
+from ..api import GROUP, VERSION
 
 PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
-from ..api.models import InferenceCapacitySpec
+from ..api import InferenceCapacitySpec
 from ..model.source import ResolvedModel
 from ..resolve import ResolveError, resolve_model_source
 from . import k8s

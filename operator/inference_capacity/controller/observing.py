@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import settings
-from ..api.models import InferenceCapacitySpec
+from ..api import InferenceCapacitySpec
 from ..engines import predict_startup
 from ..observe import (
     Calibration,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import decision, settings
-from ..api.models import API_VERSION, KIND, InferenceCapacity, ManifestError
+from ..api import API_VERSION, KIND, InferenceCapacity, ManifestError, status_document
 from ..decide import set_condition
 from ..engines.vllm_args import VllmArgsError, read_flags
 from ..planner import Plan
@@ -88,6 +88,9 @@ class _Ctx:
     def finish(self) -> Outcome:
         self.status["conditions"] = self.conditions
         self.status["observedGeneration"] = self.gen
+        # written through the status models the CRD is generated from: what is written and
+        # what the CRD says cannot drift (a key they lack is a bug, raised, never written)
+        self.outcome.status = status_document(self.status)
         return self.outcome
 
 
