@@ -31,6 +31,7 @@ from inference_capacity.cli import (
 )
 from inference_capacity.controller import handlers, state
 from inference_capacity.resolve import resolve
+from inference_capacity.vocab import CONDITION_REASONS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
@@ -142,6 +143,9 @@ def test_the_decision_is_pure_and_names_the_pdb_conflict() -> None:
     )
     assert refused.action == "refuse" and refused.reason == "PodDisruptionBudgetConflict"
     assert refused.change is None and refused.patch == {}
+    # every reason the decision writes is one of the vocabulary's
+    for d in (first, refused, decision.unsupported(resolved)):
+        assert {c.reason for c in d.conditions} <= CONDITION_REASONS, d.conditions
 
 
 # --- plan -o patch exit codes -------------------------------------------------------------

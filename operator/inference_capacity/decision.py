@@ -31,6 +31,7 @@ from .patching import REMOVED, DeploymentChange, build_change
 from .planner import Plan, PlanInput, make_plan
 from .resolve import Resolved
 from .sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
+from .vocab import ConditionStatus, ConditionType
 
 #: the stabilization windows when spec.policy leaves them null (seconds)
 DEFAULT_WINDOW_SECONDS = 300.0
@@ -45,9 +46,9 @@ Action = Literal["patch", "none", "refuse", "wait"]
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    type: str
-    status: str  # True | False | Unknown
-    reason: str
+    type: ConditionType
+    status: ConditionStatus
+    reason: str  # one of vocab.CONDITION_REASONS (a test checks)
     message: str
 
 
