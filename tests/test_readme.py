@@ -54,3 +54,41 @@ def test_main_command_prints_a_plan() -> None:
         "Would patch deployment/",
     ):
         assert part in out, part
+
+
+def _tour_commands() -> list[list[str]]:
+    """The `inference-capacity plan` commands of the README's tour (continuation lines joined),
+    without those that need the network or a folder of the reader's (a Hub id outside the
+    catalog, /mnt/...)."""
+    from inference_capacity.model import catalog_names
+
+    tour = README.split("## A tour", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)\n```", tour, flags=re.S)
+    text = "\n".join(blocks).replace("\\\n", " ")
+    out = []
+    catalog = set(catalog_names())
+    for line in text.splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv[:2] != ["inference-capacity", "plan"]:
+            continue
+        model = argv[argv.index("--model") + 1] if "--model" in argv else None
+        if model is not None and model not in catalog:
+            continue
+        out.append(argv)
+    return out
+
+
+def test_the_tour_runs_as_written_after_the_set_up(tmp_path: Path) -> None:
+    """After the set-up commands and `. .venv/bin/activate`, every plan command of the tour runs
+    (from the repository root, as the tour says)."""
+    assert ". .venv/bin/activate" in README.split("## A tour", 1)[1]
+    commands = _tour_commands()
+    assert len(commands) >= 5, commands
+    exe = Path(sys.executable).parent / "inference-capacity"
+    for argv in commands:
+        argv = [str(tmp_path / a) if a.endswith((".svg", ".png")) else a for a in argv]
+        r = subprocess.run(
+            [str(exe), *argv[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert r.returncode == 0, (argv, r.stderr[-500:])
+        assert "Traceback" not in r.stderr
