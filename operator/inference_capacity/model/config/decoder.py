@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..vocab import DTYPE_ALIASES, DTYPE_BYTES, DTYPE_CHOICES, TORCH_DTYPE_BYTES
-from .errors import ModelConfigError
-from .limits import check_config
-from .quant import parse_quantization
-from .shapes import (
+from ...vocab import DTYPE_ALIASES, DTYPE_BYTES, DTYPE_CHOICES, TORCH_DTYPE_BYTES
+from ..errors import ModelConfigError
+from ..limits import check_config
+from ..quant import parse_quantization
+from ..shapes import (
     AttnKind,
     Group,
     LayerAttention,
