@@ -1,0 +1,506 @@
+"""The generic decoder-only transformer (:class:`_Decoder`) every family maps onto, the shared
+layer construction (attention, MLA, MLP, MoE, Mamba2, Gated DeltaNet) and the builder that turns
+a decoder into tensors and per-layer attention specs (:func:`_build`). Tensor inventories follow
+vLLM's model implementations (``vllm/model_executor/models/<family>.py``), which is what gets
+loaded on the GPU. :func:`_base` reads the fields every family shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ModelConfigError
+from ..shapes import (
+    AttnKind,
+    Group,
+    LayerAttention,
+    MambaState,
+    ModelShape,
+    Quantization,
+    RopeCache,
+    Split,
+    Stage,
+    Tensor,
+)
+from .access import _Cfg, _rope_factor_len
+
+
+@dataclass
+class _Decoder:
+    """A generic decoder-only transformer, enough for every family we support."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    intermediate: int
+    tie: bool
+    max_pos: int
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
+    attn_sinks: bool = False  # gpt-oss: one learned sink per head
+    gated_mlp: bool = True
+    mlp_bias: bool = False
+    norms_per_layer: int = 2
+    norm_bias: bool = False
+    final_norm: bool = True
+    lm_head_bias: bool = False
+    learned_positions: int = 0  # OPT: rows of the learned position embedding
+    # attention kind of each layer; default all FULL
+    kinds: list[AttnKind] | None = None
+    window: int = 0
+    # MoE
+    experts: int = 0
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0
+    shared_gate: bool = False  # Qwen2-MoE: sigmoid gate on the shared expert
+    experts_per_token: int = 0
+    moe_layers: set[int] = field(default_factory=set)
+    expert_bias: bool = False
+    router_bias: bool = False
+    # MLA
+    mla: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head: int = 0
+    # Mamba2 layers (Nemotron-H): index -> state
+    mamba: MambaState | None = None
+    mamba_layers: set[int] = field(default_factory=set)
+    mlp_only_layers: set[int] = field(default_factory=set)  # layers without attention
+    attn_only: bool = False  # attention layers carry no MLP (Nemotron-H "*" layers)
+    moe_only_layers: set[int] = field(default_factory=set)
+    rotary_dim: int = 0
+    rope_positions: int = 0
+    rope_fp32: bool = False
+    ropes: list[RopeCache] = field(default_factory=list)  # several caches (overrides the above)
+    # full-attention layers with their own geometry (Gemma 4 global layers); 0: as other layers
+    full_kv_heads: int = 0
+    full_head_dim: int = 0
+    k_eq_v: bool = False  # full layers: V reuses K's projection (vLLM still allocates a V slot)
+    attn_output_gate: bool = False  # Qwen3-Next/3.5: q projection doubled for a sigmoid gate
+    gdn: bool = False  # mamba_layers are Gated DeltaNet mixers, followed by the layer's MLP/MoE
+    dense_and_moe: bool = False  # Gemma 4: the MoE block runs alongside the dense MLP
+    router_scale: bool = False  # Gemma 4: router input scale (hidden) + per-expert scale
+    layer_scalar: bool = False  # Gemma 4: one learned scalar per layer
+    notes: list[str] = field(default_factory=list)
+    mtp_layers: int = 0  # num_nextn_predict_layers / mtp_num_hidden_layers (speculative only)
+
+
+def _attn_dims(d: _Decoder, kind: AttnKind) -> tuple[int, int]:
+    """(kv_heads, head_dim) of a layer of this kind."""
+    if kind is AttnKind.FULL and d.full_head_dim:
+        return d.full_kv_heads or d.kv_heads, d.full_head_dim
+    return d.kv_heads, d.head_dim
+
+
+def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tensor]:
+    kv_heads, head_dim = _attn_dims(d, kind)
+    h, q_out, kv_out = d.hidden, d.heads * head_dim, kv_heads * head_dim
+    # Qwen3-Next/3.5 attn_output_gate: qkv_proj carries heads * (1 + gate) query heads
+    q_rows = q_out * (2 if d.attn_output_gate else 1)
+    # K=V (Gemma 4 full layers): the checkpoint has no v_proj; vLLM's QKVParallelLinear still
+    # has the V slot and loads K into it (models/gemma4.py), so the bytes are there
+    v_in_ckpt = not (d.k_eq_v and kind is AttnKind.FULL)
+    t = [
+        Tensor("attn.q_proj", Group.ATTENTION, q_rows, h, Split.COLUMN, layer=i, quantizable=True),
+        Tensor(
+            "attn.k_proj",
+            Group.ATTENTION,
+            kv_out,
+            h,
+            Split.KV_HEADS,
+            layer=i,
+            quantizable=True,
+            kv_heads=kv_heads,
+        ),
+        Tensor(
+            "attn.v_proj",
+            Group.ATTENTION,
+            kv_out,
+            h,
+            Split.KV_HEADS,
+            layer=i,
+            quantizable=True,
+            kv_heads=kv_heads,
+            checkpoint=v_in_ckpt,
+        ),
+        Tensor("attn.o_proj", Group.ATTENTION, h, q_out, Split.ROW, layer=i, quantizable=True),
+    ]
+    if d.qkv_bias:
+        t += [
+            Tensor("attn.q_bias", Group.ATTENTION, q_out, 1, Split.COLUMN, layer=i),
+            Tensor(
+                "attn.k_bias",
+                Group.ATTENTION,
+                kv_out,
+                1,
+                Split.KV_HEADS,
+                layer=i,
+                kv_heads=kv_heads,
+            ),
+            Tensor(
+                "attn.v_bias",
+                Group.ATTENTION,
+                kv_out,
+                1,
+                Split.KV_HEADS,
+                layer=i,
+                kv_heads=kv_heads,
+            ),
+        ]
+    if d.o_bias:
+        t.append(Tensor("attn.o_bias", Group.ATTENTION, h, 1, Split.REPLICATED, layer=i))
+    if d.qk_norm:
+        t += [
+            Tensor("attn.q_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
+            Tensor("attn.k_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
+        ]
+    if d.attn_sinks:
+        t.append(Tensor("attn.sinks", Group.ATTENTION, d.heads, 1, Split.COLUMN, layer=i))
+    return t
+
+
+def _mla(d: _Decoder, i: int) -> list[Tensor]:
+    h, n = d.hidden, d.heads
+    qk_head = d.qk_nope + d.qk_rope
+    t: list[Tensor] = []
+    if d.q_lora_rank:
+        t += [
+            Tensor(
+                "attn.q_a_proj",
+                Group.ATTENTION,
+                d.q_lora_rank,
+                h,
+                Split.REPLICATED,
+                layer=i,
+                quantizable=True,
+            ),
+            Tensor("attn.q_a_layernorm", Group.NORM, d.q_lora_rank, 1, Split.REPLICATED, layer=i),
+            Tensor(
+                "attn.q_b_proj",
+                Group.ATTENTION,
+                n * qk_head,
+                d.q_lora_rank,
+                Split.COLUMN,
+                layer=i,
+                quantizable=True,
+            ),
+        ]
+    else:
+        t.append(
+            Tensor(
+                "attn.q_proj",
+                Group.ATTENTION,
+                n * qk_head,
+                h,
+                Split.COLUMN,
+                layer=i,
+                quantizable=True,
+            )
+        )
+    t += [
+        Tensor(
+            "attn.kv_a_proj_with_mqa",
+            Group.ATTENTION,
+            d.kv_lora_rank + d.qk_rope,
+            h,
+            Split.REPLICATED,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor("attn.kv_a_layernorm", Group.NORM, d.kv_lora_rank, 1, Split.REPLICATED, layer=i),
+        Tensor(
+            "attn.kv_b_proj",
+            Group.ATTENTION,
+            n * (d.qk_nope + d.v_head),
+            d.kv_lora_rank,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor(
+            "attn.o_proj", Group.ATTENTION, h, n * d.v_head, Split.ROW, layer=i, quantizable=True
+        ),
+    ]
+    return t
+
+
+def _mlp(d: _Decoder, i: int, inter: int, group: Group, prefix: str) -> list[Tensor]:
+    h = d.hidden
+    if d.gated_mlp:
+        t = [
+            Tensor(f"{prefix}.gate_proj", group, inter, h, Split.COLUMN, layer=i, quantizable=True),
+            Tensor(f"{prefix}.up_proj", group, inter, h, Split.COLUMN, layer=i, quantizable=True),
+        ]
+    else:
+        t = [Tensor(f"{prefix}.fc1", group, inter, h, Split.COLUMN, layer=i, quantizable=True)]
+    t.append(Tensor(f"{prefix}.down_proj", group, h, inter, Split.ROW, layer=i, quantizable=True))
+    if d.mlp_bias:
+        t += [
+            Tensor(
+                f"{prefix}.up_bias",
+                group,
+                inter * (2 if d.gated_mlp else 1),
+                1,
+                Split.COLUMN,
+                layer=i,
+            ),
+            Tensor(f"{prefix}.down_bias", group, h, 1, Split.REPLICATED, layer=i),
+        ]
+    return t
+
+
+def _moe(d: _Decoder, i: int) -> list[Tensor]:
+    h, e, ie = d.hidden, d.experts, d.expert_intermediate
+    rows13 = 2 * ie if d.gated_mlp else ie
+    t = [
+        Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layer=i),
+        Tensor(
+            "mlp.experts.w13",
+            Group.EXPERTS,
+            rows13,
+            h,
+            Split.COLUMN,
+            layer=i,
+            experts=e,
+            quantizable=True,
+        ),
+        Tensor(
+            "mlp.experts.w2", Group.EXPERTS, h, ie, Split.ROW, layer=i, experts=e, quantizable=True
+        ),
+    ]
+    if d.router_bias:
+        t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layer=i))
+    if d.router_scale:
+        # Gemma4Router.scale and Gemma4MoE.per_expert_scale (models/gemma4.py)
+        t += [
+            Tensor("router.scale", Group.ROUTER, h, 1, Split.REPLICATED, layer=i),
+            Tensor("moe.per_expert_scale", Group.ROUTER, e, 1, Split.REPLICATED, layer=i),
+        ]
+    if d.expert_bias:
+        t += [
+            Tensor(
+                "mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layer=i, experts=e
+            ),
+            Tensor(
+                "mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layer=i, experts=e
+            ),
+        ]
+    if d.shared_intermediate:
+        t += _mlp(d, i, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
+        if d.shared_gate:
+            t.append(
+                Tensor("mlp.shared_expert_gate", Group.ROUTER, 1, h, Split.REPLICATED, layer=i)
+            )
+    return t
+
+
+def _mamba2(d: _Decoder, i: int) -> list[Tensor]:
+    assert d.mamba is not None
+    m, h = d.mamba, d.hidden
+    inner = m.ssm_heads * m.ssm_head_dim
+    conv_dim = inner + 2 * m.groups * m.ssm_state
+    in_proj = inner + conv_dim + m.ssm_heads  # z, xBC, dt
+    return [
+        Tensor("mixer.in_proj", Group.MAMBA, in_proj, h, Split.COLUMN, layer=i, quantizable=True),
+        Tensor("mixer.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layer=i),
+        Tensor("mixer.conv1d_bias", Group.MAMBA, conv_dim, 1, Split.COLUMN, layer=i),
+        Tensor("mixer.A_log", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i, fp32=True),
+        Tensor("mixer.D", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i, fp32=True),
+        Tensor("mixer.dt_bias", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i),
+        Tensor("mixer.norm", Group.NORM, inner, 1, Split.COLUMN, layer=i),
+        Tensor("mixer.out_proj", Group.MAMBA, h, inner, Split.ROW, layer=i, quantizable=True),
+    ]
+
+
+def _gdn(d: _Decoder, i: int) -> list[Tensor]:
+    """Gated DeltaNet mixer (vllm layers/mamba/gdn/qwen_gdn_linear_attn.py): in_proj_qkvz and
+    in_proj_ba merged column-parallel, conv1d column-parallel without bias, dt_bias and A_log
+    (float32) split by value heads, a gated RMSNorm over head_v_dim (replicated), out_proj
+    row-parallel."""
+    assert d.mamba is not None
+    m, h = d.mamba, d.hidden
+    value_dim = m.ssm_heads * m.ssm_head_dim  # nv * dv
+    conv_dim = m.conv_channels  # 2 * nk * dk + nv * dv
+    nv = m.ssm_heads
+    return [
+        Tensor(
+            "linear_attn.in_proj_qkvz",
+            Group.MAMBA,
+            conv_dim + value_dim,
+            h,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor(
+            "linear_attn.in_proj_ba",
+            Group.MAMBA,
+            2 * nv,
+            h,
+            Split.COLUMN,
+            layer=i,
+            quantizable=True,
+        ),
+        Tensor("linear_attn.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layer=i),
+        Tensor("linear_attn.dt_bias", Group.MAMBA, nv, 1, Split.COLUMN, layer=i),
+        Tensor("linear_attn.A_log", Group.MAMBA, nv, 1, Split.COLUMN, layer=i, fp32=True),
+        Tensor("linear_attn.norm", Group.NORM, m.ssm_head_dim, 1, Split.REPLICATED, layer=i),
+        Tensor(
+            "linear_attn.out_proj", Group.MAMBA, h, value_dim, Split.ROW, layer=i, quantizable=True
+        ),
+    ]
+
+
+def _build(
+    name: str,
+    model_type: str,
+    arch: str,
+    d: _Decoder,
+    cfg: _Cfg,
+    dtype: str,
+    quant: Quantization | None,
+    multimodal: bool,
+    vision: list[Tensor],
+) -> ModelShape:
+    h = d.hidden
+    tensors: list[Tensor] = [
+        Tensor("embed_tokens", Group.EMBEDDING, d.vocab, h, Split.VOCAB, stage=Stage.FIRST)
+    ]
+    if d.learned_positions:
+        tensors.append(
+            Tensor(
+                "embed_positions",
+                Group.EMBEDDING,
+                d.learned_positions,
+                h,
+                Split.REPLICATED,
+                stage=Stage.FIRST,
+            )
+        )
+    kinds = d.kinds or [AttnKind.FULL] * d.layers
+    layers: list[LayerAttention] = []
+    for i in range(d.layers):
+        kind = kinds[i]
+        mixer_only = i in d.mamba_layers and not d.gdn  # Nemotron-H "M": no MLP in the layer
+        if i in d.mamba_layers:
+            tensors += _gdn(d, i) if d.gdn else _mamba2(d, i)
+            layers.append(LayerAttention(AttnKind.MAMBA, mamba=d.mamba))
+        elif kind is AttnKind.MLA:
+            tensors += _mla(d, i)
+            layers.append(LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope))
+        elif kind is AttnKind.NONE:
+            layers.append(LayerAttention(AttnKind.NONE))
+        else:
+            tensors += _attention(d, i, kind)
+            kv_heads, head_dim = _attn_dims(d, kind)
+            layers.append(
+                LayerAttention(
+                    kind,
+                    kv_heads=kv_heads,
+                    head_dim_k=head_dim,
+                    head_dim_v=head_dim,
+                    window=d.window if kind is not AttnKind.FULL else 0,
+                )
+            )
+        if mixer_only or i in d.mlp_only_layers or i in d.moe_only_layers or d.attn_only:
+            n_norms = 1
+        else:
+            n_norms = d.norms_per_layer
+        if kind is AttnKind.NONE and i in d.moe_only_layers:
+            tensors += _moe(d, i)
+        elif kind is AttnKind.NONE and i in d.mlp_only_layers:
+            tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
+        elif not mixer_only and not d.attn_only:
+            if i in d.moe_layers:
+                tensors += _moe(d, i)
+            if d.intermediate and (i not in d.moe_layers or d.dense_and_moe):
+                tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
+        if d.layer_scalar:
+            tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layer=i))
+        for k in range(n_norms):
+            tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layer=i))
+            if d.norm_bias:
+                tensors.append(Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layer=i))
+    if d.final_norm:
+        tensors.append(Tensor("norm", Group.NORM, h, 1, Split.REPLICATED, stage=Stage.LAST))
+        if d.norm_bias:
+            tensors.append(
+                Tensor("norm_bias", Group.NORM, h, 1, Split.REPLICATED, stage=Stage.LAST)
+            )
+    if not d.tie:
+        tensors.append(Tensor("lm_head", Group.LM_HEAD, d.vocab, h, Split.VOCAB, stage=Stage.LAST))
+    if d.lm_head_bias:
+        tensors.append(
+            Tensor("lm_head_bias", Group.LM_HEAD, d.vocab, 1, Split.VOCAB, stage=Stage.LAST)
+        )
+    tensors += vision
+    ropes: tuple[RopeCache, ...] = ()
+    if d.ropes:
+        ropes = tuple(d.ropes)
+    elif d.rotary_dim:
+        ropes = (RopeCache(d.rope_positions or d.max_pos, d.rotary_dim, d.rope_fp32),)
+    dense = tuple(
+        i
+        for i in range(d.layers)
+        if d.experts and i not in d.moe_layers and i not in d.mamba_layers
+    )
+    return ModelShape(
+        name=name,
+        model_type=model_type,
+        architecture=arch,
+        hidden_size=h,
+        num_layers=d.layers,
+        num_attention_heads=d.heads,
+        num_kv_heads=d.kv_heads,
+        head_dim=d.head_dim,
+        vocab_size=d.vocab,
+        intermediate_size=d.intermediate,
+        tie_word_embeddings=d.tie,
+        max_position_embeddings=d.max_pos,
+        derived_max_model_len=_rope_factor_len(cfg, model_type),
+        dtype=dtype,
+        tensors=tuple(tensors),
+        layers=tuple(layers),
+        rope_caches=ropes,
+        num_experts=d.experts,
+        num_shared_experts=1 if d.shared_intermediate else 0,
+        experts_per_token=d.experts_per_token,
+        expert_intermediate_size=d.expert_intermediate,
+        dense_layers=dense,
+        quantization=quant,
+        is_multimodal=multimodal,
+        notes=tuple(d.notes),
+        mtp_layers=d.mtp_layers,
+    )
+
+
+def _base(c: _Cfg, **kw: Any) -> _Decoder:
+    hidden = c.pos("hidden_size")
+    heads = c.pos("num_attention_heads")
+    kv = c.pos("num_key_value_heads", heads)
+    head_dim = c.pos("head_dim", hidden // heads) if c.has("head_dim") else hidden // heads
+    if hidden % heads and not c.has("head_dim"):
+        raise ModelConfigError(c.path("head_dim"), "missing and hidden_size % heads != 0")
+    d = _Decoder(
+        hidden=hidden,
+        layers=c.pos("num_hidden_layers"),
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        vocab=c.pos("vocab_size"),
+        intermediate=c.pos("intermediate_size") if "intermediate" not in kw else 0,
+        tie=c.boolean("tie_word_embeddings", False),
+        max_pos=c.pos("max_position_embeddings"),
+    )
+    for k, v in kw.items():
+        setattr(d, k, v)
+    if not d.rotary_dim:
+        partial = float(c.get("partial_rotary_factor", 1.0))
+        d.rotary_dim = int(d.head_dim * partial)
+    return d

@@ -1,0 +1,81 @@
+"""The entry point: a config.json to its family's builder (multimodal wrappers through
+``text_config``, config-class defaults, mllama cross-attention layers), then the
+quantization, the dtype and the build."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import ModelConfigError
+from ..limits import check_config
+from ..quant import parse_quantization
+from ..shapes import AttnKind, ModelShape, Tensor
+from .access import _Cfg, resolve_dtype
+from .decoder import _build
+from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
+from .vision import _vision_for, _vision_tensors
+
+
+def shape_from_config(
+    config: Mapping[str, Any], name: str = "custom", quantization: str | None = None
+) -> ModelShape:
+    """Derive the :class:`ModelShape` of a Hugging Face ``config.json``."""
+    check_config(config)  # bounds on every size that drives work, before any work
+    top = _Cfg(config)
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ModelConfigError("model_type", "missing")
+    model_type = str(model_type)
+    if model_type in _UNSUPPORTED:
+        raise ModelConfigError("model_type", f"{model_type!r}: {_UNSUPPORTED[model_type]}")
+    archs: Sequence[Any] = config.get("architectures") or [model_type]
+    arch = str(archs[0])
+    text = top
+    vision: list[Tensor] = []
+    multimodal = False
+    if model_type in _WRAPPERS or "text_config" in config:
+        tc = config.get("text_config")
+        if not isinstance(tc, Mapping):
+            raise ModelConfigError("text_config", f"{model_type} needs a text_config")
+        text = _Cfg(tc, "text_config.")
+        inner_type = str(tc.get("model_type") or f"{model_type}_text")
+        if inner_type in _UNSUPPORTED:
+            raise ModelConfigError(
+                "text_config.model_type", f"{inner_type!r}: {_UNSUPPORTED[inner_type]}"
+            )
+        if model_type == "gemma3":
+            inner_type = "gemma3_text"
+        vision = _vision_for(model_type, config.get("vision_config"), text)
+        multimodal = bool(config.get("vision_config"))
+        family_type = inner_type
+    else:
+        family_type = model_type
+        multimodal = bool(config.get("vision_config"))
+        vision = _vision_tensors(config.get("vision_config"))
+    builder = FAMILIES.get(family_type)
+    if builder is None:
+        raise ModelConfigError(
+            "model_type",
+            f"unsupported model_type {family_type!r}; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+        )
+    if family_type in _DEFAULTS:
+        merged = {**_DEFAULTS[family_type], **{k: v for k, v in text.data.items() if v is not None}}
+        text = _Cfg(merged, text.prefix)
+    decoder = builder(text)
+    if family_type == "mllama_text_model":
+        cross = set(text.get("cross_attention_layers", []) or [])
+        decoder.kinds = [
+            AttnKind.CROSS if i in cross else AttnKind.FULL for i in range(decoder.layers)
+        ]
+        decoder.vocab = decoder.vocab + 8  # MllamaTextModel embeds vocab_size + 8 tokens
+    qcfg = text.get("quantization_config") or top.get("quantization_config")
+    quant = parse_quantization(qcfg, quantization)
+    dtype_raw = (
+        text.get("torch_dtype") or text.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+    )
+    dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
+    shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
+    return replace(shape, model_type=model_type if model_type not in _WRAPPERS else family_type)

@@ -1,0 +1,80 @@
+"""Gemma 2, Gemma 3 (``gemma3_text``) and Gemma 4 (``gemma4_text``)."""
+
+from __future__ import annotations
+
+from ...errors import ModelConfigError
+from ...shapes import AttnKind, RopeCache
+from ..access import _Cfg
+from ..decoder import _base, _Decoder
+
+
+def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
+    merged = c
+    d = _base(merged, tie=True, norms_per_layer=4, qk_norm=version == 3)
+    d.tie = True
+    window = merged.pos("sliding_window", 4096)
+    d.window = window
+    pattern = 2 if version == 2 else int(merged.get("sliding_window_pattern", 6))
+    types = merged.get("layer_types")
+    if isinstance(types, list) and len(types) == d.layers:
+        d.kinds = [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
+    else:
+        # Gemma 2: even layers slide; Gemma 3: every `pattern`-th layer is global
+        d.kinds = [
+            AttnKind.FULL if (i + 1) % pattern == 0 else AttnKind.SLIDING for i in range(d.layers)
+        ]
+        if version == 2:
+            d.kinds = [AttnKind.SLIDING if i % 2 == 0 else AttnKind.FULL for i in range(d.layers)]
+    if version == 3:
+        d.rope_positions = d.max_pos
+    return d
+
+
+def _gemma4(c: _Cfg) -> _Decoder:
+    """Gemma 4 (vllm models/gemma4.py): sliding and full layers (``layer_types``); full layers
+    use ``global_head_dim`` and, with ``attention_k_eq_v``, ``num_global_key_value_heads`` and no
+    v_proj; an MoE block (router + experts) alongside the dense MLP when ``enable_moe_block``."""
+    if c.integer("hidden_size_per_layer_input", 0):
+        raise ModelConfigError(
+            c.path("hidden_size_per_layer_input"),
+            "Gemma 4 per-layer embeddings (E2B/E4B) are not modelled yet",
+        )
+    if c.integer("num_kv_shared_layers", 0):
+        raise ModelConfigError(
+            c.path("num_kv_shared_layers"),
+            "Gemma 4 cross-layer KV sharing (E2B/E4B) is not modelled yet",
+        )
+    d = _base(c, qk_norm=True, norms_per_layer=4)
+    d.tie = c.boolean("tie_word_embeddings", True)
+    types = c.get("layer_types")
+    if not isinstance(types, list) or len(types) != d.layers:
+        raise ModelConfigError(c.path("layer_types"), "Gemma 4 needs one entry per layer")
+    d.kinds = [AttnKind.SLIDING if "sliding" in str(t) else AttnKind.FULL for t in types]
+    d.window = c.pos("sliding_window")
+    d.full_head_dim = c.pos("global_head_dim") if c.has("global_head_dim") else d.head_dim
+    d.k_eq_v = c.boolean("attention_k_eq_v", False)
+    # Gemma4DecoderLayer: num_global_key_value_heads only on K=V full layers
+    d.full_kv_heads = c.pos("num_global_key_value_heads", d.kv_heads) if d.k_eq_v else d.kv_heads
+    if c.boolean("enable_moe_block", False) or c.boolean("use_second_mlp_block", False):
+        d.experts = c.pos("num_experts")
+        d.expert_intermediate = c.pos("moe_intermediate_size")
+        d.experts_per_token = c.pos("top_k_experts")
+        d.moe_layers = set(range(d.layers))
+        d.dense_and_moe = True
+        d.router_scale = True
+        d.norms_per_layer = 7  # + post_feedforward_layernorm_1/_2, pre_feedforward_layernorm_2
+    d.layer_scalar = True
+    # one rope cache per layer type: Gemma4RotaryEmbedding ("proportional") caches the whole
+    # head (rotary_dim = head_size, non-rotated pairs as cos 1 / sin 0)
+    d.ropes = []
+    if AttnKind.SLIDING in d.kinds:
+        d.ropes.append(RopeCache(d.max_pos, d.head_dim))
+    if AttnKind.FULL in d.kinds:
+        d.ropes.append(RopeCache(d.max_pos, d.full_head_dim))
+    d.rotary_dim = d.head_dim
+    if d.k_eq_v:
+        d.notes.append(
+            "Gemma 4 K=V full layers: vLLM allocates a V slot in qkv_proj (loaded from K) and "
+            "caches K and V separately (V is normed differently), so both are counted"
+        )
+    return d

@@ -1,0 +1,157 @@
+"""Vision towers of the multimodal wrappers, on the first stage (``Stage.ENCODER``): a generic
+ViT estimate and the towers vLLM implements for Qwen3.5 (Qwen3-VL), Gemma 4 and Kimi-VL
+(MoonViT)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..shapes import Group, Split, Stage, Tensor
+from .access import _Cfg
+
+
+def _vision_tensors(vc: Mapping[str, Any] | None) -> list[Tensor]:
+    """A ViT-style encoder, replicated on every rank of the first stage (an estimate:
+    embeddings, per-layer attention + MLP, norms; projector excluded)."""
+    if not vc:
+        return []
+    h = int(vc.get("hidden_size", 0) or 0)
+    layers = int(vc.get("num_hidden_layers", vc.get("depth", 0)) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    if not (h and layers and inter):
+        return []
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    patch = int(vc.get("patch_size", 14) or 14)
+    chans = int(vc.get("num_channels", vc.get("in_chans", 3)) or 3)
+    # vLLM shards the vision towers it implements (SigLIP, Llama 4, Qwen2.5-VL, Mllama) over TP
+    return [
+        Tensor("vision.layers", Group.VISION, per_layer, layers, Split.COLUMN, stage=Stage.ENCODER),
+        Tensor(
+            "vision.patch_embed",
+            Group.VISION,
+            h,
+            chans * patch * patch,
+            Split.REPLICATED,
+            stage=Stage.ENCODER,
+        ),
+    ]
+
+
+def _qwen3_vl_vision(vc: Mapping[str, Any]) -> list[Tensor]:
+    """Qwen3-VL vision tower (vllm models/qwen3_vl.py, used by Qwen3.5): Conv3d patch embed
+    (temporal × spatial patch, with bias), learned position table, ViT blocks (qkv/proj and
+    fc1/fc2 with biases, two LayerNorms), patch merger (LayerNorm, fc1 h·m² → h·m², fc2 →
+    out_hidden_size) and one deepstack merger per ``deepstack_visual_indexes`` entry."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    depth = int(vc.get("depth", vc.get("num_hidden_layers", 0)) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    if not (h and depth and inter):
+        return []
+    patch = int(vc.get("patch_size", 16) or 16)
+    tps = int(vc.get("temporal_patch_size", 2) or 2)
+    chans = int(vc.get("in_channels", vc.get("num_channels", 3)) or 3)
+    npos = int(vc.get("num_position_embeddings", 0) or 0)
+    out = int(vc.get("out_hidden_size", h) or h)
+    hm = h * int(vc.get("spatial_merge_size", 2) or 2) ** 2
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    enc = Stage.ENCODER
+    t = [
+        Tensor("vision.layers", Group.VISION, per_layer, depth, Split.COLUMN, stage=enc),
+        Tensor(
+            "vision.patch_embed",
+            Group.VISION,
+            h,
+            chans * tps * patch * patch + 1,
+            Split.REPLICATED,
+            stage=enc,
+        ),
+    ]
+    if npos:
+        t.append(Tensor("vision.pos_embed", Group.VISION, npos, h, Split.REPLICATED, stage=enc))
+    deepstack = vc.get("deepstack_visual_indexes") or []
+    for k in range(1 + len(deepstack)):
+        norm = h if k == 0 else hm  # deepstack mergers norm after the shuffle
+        t += [
+            Tensor(
+                f"vision.merger{k}.norm", Group.VISION, 2 * norm, 1, Split.REPLICATED, stage=enc
+            ),
+            Tensor(f"vision.merger{k}.fc1", Group.VISION, hm, hm + 1, Split.COLUMN, stage=enc),
+            Tensor(f"vision.merger{k}.fc2", Group.VISION, out, hm, Split.ROW, stage=enc),
+            Tensor(f"vision.merger{k}.fc2_bias", Group.VISION, out, 1, Split.REPLICATED, stage=enc),
+        ]
+    return t
+
+
+def _gemma4_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
+    """Gemma 4 vision tower (transformers Gemma4VisionModel; vllm models/gemma4_mm.py builds it
+    with AutoModel.from_config, so it is replicated on every TP rank): linear patch projection,
+    2-D position table, encoder layers (q/k/v/o without bias, q/k norms, gated MLP, four
+    RMSNorms), standardize bias/scale, and embed_vision's projection to the text hidden size."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    layers = int(vc.get("num_hidden_layers", 0) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    heads = int(vc.get("num_attention_heads", 0) or 0)
+    if not (h and layers and inter and heads):
+        return []
+    kv = int(vc.get("num_key_value_heads", heads) or heads)
+    hd = int(vc.get("head_dim", h // heads) or h // heads)
+    patch = int(vc.get("patch_size", 16) or 16)
+    pos = int(vc.get("position_embedding_size", 0) or 0)
+    per_layer = 2 * heads * hd * h + 2 * kv * hd * h + 3 * h * inter + 4 * h + 2 * hd
+    enc, rep = Stage.ENCODER, Split.REPLICATED
+    t = [
+        Tensor("vision.layers", Group.VISION, per_layer, layers, rep, stage=enc),
+        Tensor("vision.patch_embed", Group.VISION, h, 3 * patch * patch, rep, stage=enc),
+        Tensor("vision.position_table", Group.VISION, 2 * pos, h, rep, stage=enc),
+        Tensor("embed_vision.projection", Group.VISION, text_hidden, h, rep, stage=enc),
+    ]
+    if vc.get("standardize"):
+        t.append(Tensor("vision.standardize", Group.VISION, 2 * h, 1, rep, stage=enc))
+    return t
+
+
+def _vision_for(model_type: str, vc: Any, text: _Cfg) -> list[Tensor]:
+    if not isinstance(vc, Mapping) or not vc:
+        return []
+    if model_type in ("qwen3_5", "qwen3_5_moe"):
+        return _qwen3_vl_vision(vc)
+    if model_type == "gemma4":
+        return _gemma4_vision(vc, text.integer("hidden_size", 0))
+    if model_type == "kimi_vl":
+        return _moonvit_vision(vc, text.integer("hidden_size", 0))
+    return _vision_tensors(vc)
+
+
+def _moonvit_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
+    """Kimi-VL's MoonViT tower and projector (vllm models/moonvit.py, kimi_vl.py): Conv2d patch
+    embed with bias, a learned 2-D position table (init_pos_emb_height × width), ViT blocks
+    (wqkv, wo, fc0, fc1 with biases, two LayerNorms), a final LayerNorm, and
+    KimiVLMultiModalProjector (LayerNorm, linear m·h → m·h, linear m·h → text hidden, biases;
+    m = the merge kernel's area). Kept replicated on every rank (vLLM's MoonViT linears are
+    not tensor-parallel), which can only over-count."""
+    h = int(vc.get("hidden_size", 0) or 0)
+    depth = int(vc.get("num_hidden_layers", 0) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    if not (h and depth and inter):
+        return []
+    patch = int(vc.get("patch_size", 14) or 14)
+    pos = int(vc.get("init_pos_emb_height", 64) or 64) * int(vc.get("init_pos_emb_width", 64) or 64)
+    kernel = vc.get("merge_kernel_size") or [2, 2]
+    m = int(kernel[0]) * int(kernel[1])
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    enc, rep = Stage.ENCODER, Split.REPLICATED
+    return [
+        Tensor("vision.layers", Group.VISION, per_layer, depth, rep, stage=enc),
+        Tensor("vision.patch_embed", Group.VISION, h, 3 * patch * patch + 1, rep, stage=enc),
+        Tensor("vision.position_table", Group.VISION, pos, h, rep, stage=enc),
+        Tensor("vision.final_norm", Group.VISION, 2 * h, 1, rep, stage=enc),
+        Tensor(
+            "mm_projector",
+            Group.VISION,
+            1,
+            2 * h + (m * h) * (m * h) + m * h + (m * h) * text_hidden + text_hidden,
+            rep,
+            stage=enc,
+        ),
+    ]
