@@ -351,6 +351,126 @@ def blocking_conflicts(resolved: Resolved, spec: InferenceCapacitySpec) -> list[
     ]
 
 
+def plan_conditions(plan: Plan, spare_message: str) -> list[Condition]:
+    """Supported, Fits and RolloutSafe: what the plan says, whatever is then decided."""
+    ro = plan.recommendation.rollout
+    return [
+        SUPPORTED,
+        Condition("Fits", "True", "Fits", plan.message)
+        if plan.fits
+        else Condition("Fits", "False", plan.reason, plan.message),
+        Condition(
+            "RolloutSafe",
+            "True" if ro.safe else "False",
+            ro.reason,
+            f"{ro.message}; {spare_message}" if spare_message else ro.message,
+        ),
+    ]
+
+
+def ready_condition(plan: Plan, resolved: Resolved) -> Condition:
+    """Ready=True with the plan's message (and the engine version when it was assumed)."""
+    note = ""
+    if resolved.engine_version_source == "default":
+        note = (
+            f"; engine version assumed {resolved.engine_version} (no "
+            "spec.engine.version and no version in the image tag)"
+        )
+    return Condition("Ready", "True", "Ready", plan.message + note)
+
+
+def desired_flags(
+    spec: InferenceCapacitySpec, plan: Plan, running: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The flags the operator wants on the container, and those it removes. TP/PP given in the
+    spec and absent from the command line are set too (the container's GPUs are checked by
+    :func:`gpu_shortfall`; the operator never changes resources itself)."""
+    rec, policy, inp = plan.recommendation, spec.policy, plan.input
+    flags = rec.flags(
+        max_model_len=policy.set_max_model_len,
+        batched_tokens=policy.set_max_num_batched_tokens,
+        kv_cache_dtype=policy.set_kv_cache_dtype,
+        kv_cache_memory=policy.use_kv_cache_memory_bytes,
+    )
+    for flag, value, spec_value in (
+        ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
+        ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel),
+    ):
+        if spec_value is not None and flag not in running and value > 1:
+            flags[flag] = str(value)
+    return flags, rec.removed_flags(kv_cache_memory=policy.use_kv_cache_memory_bytes)
+
+
+def gpu_shortfall(
+    deployment: Mapping[str, Any], index: int, spec: InferenceCapacitySpec, inp: PlanInput
+) -> str:
+    """Why the container cannot run the plan's parallelism ("" when it can): it asks for fewer
+    GPUs than TP × PP × DP."""
+    containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "containers"
+    ) or []
+    resource = spec.hardware.gpu_resource_name
+    gpus = container_gpu_request(containers[index], resource) if index < len(containers) else None
+    need = gpus_per_pod(inp)
+    if gpus is None or gpus >= need:
+        return ""
+    dp = max(1, inp.engine.data_parallel)
+    return (
+        f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
+        + (f" × DP {dp}" if dp > 1 else "")
+        + f" needs {need} {resource} per pod; the container asks for {gpus}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Stable:
+    """The changes and replicas once the stabilization windows have had their say."""
+
+    changes: dict[str, tuple[str | None, str]]
+    replicas: int | None
+    held: tuple[str, ...]
+    hold_s: float | None
+    history: tuple[tuple[float, int], ...]
+
+
+def _stabilize(
+    spec: InferenceCapacitySpec,
+    changes: dict[str, tuple[str | None, str]],
+    replicas: int | None,
+    world: World,
+    windows: Windows,
+) -> _Stable:
+    """Enforce mode: replicas go down only to the highest count recommended within the replica
+    window; a pod-template change waits for the template window (but a safety lowering)."""
+    if spec.mode != "Enforce":
+        return _Stable(changes, replicas, (), None, ())
+    policy, dep = spec.policy, world.deployment
+    held: list[str] = []
+    history: tuple[tuple[float, int], ...] = ()
+    if replicas is not None:
+        window = _window(policy.replica_stabilization_window_seconds, windows.replicas_s)
+        current = (dep.get("spec") or {}).get("replicas", 1)
+        current = current if isinstance(current, int) and not isinstance(current, bool) else None
+        history = _history(world.replica_history, replicas, current, world.now, window)
+        stable = stabilized_replicas(history, replicas, current, world.now, window)
+        if stable != replicas:
+            held.append(
+                f"replicas {replicas} (held at {stable}: replicas go down only to the "
+                f"highest count recommended in the last {window:g} s)"
+            )
+        replicas = stable
+    template_window = _window(policy.stabilization_window_seconds, windows.template_s)
+    hold_s = template_hold(changes, template_changed_at(dep), world.now, template_window)
+    if hold_s is not None:
+        held.append(
+            f"flag changes {_arrows(changes)} (stabilization window: the pod template changed "
+            f"less than {template_window:g} s ago; applied in {hold_s:.0f} s as the last desired "
+            "state)"
+        )
+        changes = {}
+    return _Stable(changes, replicas, tuple(held), hold_s, history)
+
+
 def decide(
     spec: InferenceCapacitySpec,
     owner: str,
@@ -363,105 +483,36 @@ def decide(
 ) -> Decision:
     """What to do to ``world.deployment`` for ``plan`` (see the module docstring).
 
-    ``owner``: "namespace/name" of the InferenceCapacity (written in the owner annotation)."""
+    ``owner``: "namespace/name" of the InferenceCapacity (written in the owner annotation).
+    In order: the GPUs per pod, the material changes (hysteresis), the stabilization windows,
+    then the refusals (does not fit, spec conflicts, a foreign PDB), nothing to change, mode
+    Recommend, no safe rollout, a rollout in progress, and finally the patch."""
     dep = world.deployment
-    inp = plan.input
-    rec = plan.recommendation
-    ro = rec.rollout
-    conds: list[Condition] = [SUPPORTED]
-    if plan.fits:
-        conds.append(Condition("Fits", "True", "Fits", plan.message))
-    else:
-        conds.append(Condition("Fits", "False", plan.reason, plan.message))
-    conds.append(
-        Condition(
-            "RolloutSafe",
-            "True" if ro.safe else "False",
-            ro.reason,
-            f"{ro.message}; {spare_message}" if spare_message else ro.message,
-        )
-    )
-    version_note = ""
-    if resolved.engine_version_source == "default":
-        version_note = (
-            f"; engine version assumed {resolved.engine_version} (no "
-            "spec.engine.version and no version in the image tag)"
-        )
-    ready = Condition("Ready", "True", "Ready", plan.message + version_note)
+    ro = plan.recommendation.rollout
+    conds = plan_conditions(plan, spare_message)
+    ready = ready_condition(plan, resolved)
 
     def refuse(reason: str, message: str, ready_reason: str | None = None) -> Decision:
         r = refusal(reason, message, ready_reason=ready_reason)
         return replace(r, conditions=(*conds, *r.conditions))
 
-    policy = spec.policy
-    flags = rec.flags(
-        max_model_len=policy.set_max_model_len,
-        batched_tokens=policy.set_max_num_batched_tokens,
-        kv_cache_dtype=policy.set_kv_cache_dtype,
-        kv_cache_memory=policy.use_kv_cache_memory_bytes,
-    )
-    remove = rec.removed_flags(kv_cache_memory=policy.use_kv_cache_memory_bytes)
     running = resolved.running_flags
-    # TP/PP given in the spec and absent from the command line: the operator sets them too,
-    # when the container has the GPUs for them (it never changes resources itself)
-    for flag, value, spec_value in (
-        ("tensor-parallel-size", inp.tp, spec.hardware.tensor_parallel),
-        ("pipeline-parallel-size", inp.pp, spec.hardware.pipeline_parallel),
-    ):
-        if spec_value is not None and flag not in running and value > 1:
-            flags[flag] = str(value)
+    desired, remove = desired_flags(spec, plan, running)
     index = resolved.container_index or 0
-    containers = ((dep.get("spec") or {}).get("template") or {}).get("spec", {}).get(
-        "containers"
-    ) or []
-    resource = spec.hardware.gpu_resource_name
-    gpus = container_gpu_request(containers[index], resource) if index < len(containers) else None
-    need = gpus_per_pod(inp)
-    if gpus is not None and gpus < need:
-        dp = max(1, inp.engine.data_parallel)
-        return refuse(
-            "InsufficientGpusPerPod",
-            f"spec.hardware.tensorParallel: TP {inp.tp} × PP {inp.pp}"
-            + (f" × DP {dp}" if dp > 1 else "")
-            + f" needs {need} {resource} per pod; the container asks for {gpus}",
-        )
-    changes = material_changes(running, flags, policy.hysteresis_percent)
+    short = gpu_shortfall(dep, index, spec, plan.input)
+    if short:
+        return refuse("InsufficientGpusPerPod", short)
+    changes = material_changes(running, desired, spec.policy.hysteresis_percent)
     changes.update({k: (running[k], REMOVED) for k in remove if k in running})
-    managed = manages_replicas(spec, world.hpa_min_replicas)
-    replicas = ro.replicas if managed else None
-    held: list[str] = []
-    enforce = spec.mode == "Enforce"
-    history: tuple[tuple[float, int], ...] = ()
-    dep_spec = dep.get("spec") or {}
-    if replicas is not None and enforce:
-        window = _window(policy.replica_stabilization_window_seconds, windows.replicas_s)
-        current = dep_spec.get("replicas", 1)
-        current = current if isinstance(current, int) and not isinstance(current, bool) else None
-        history = _history(world.replica_history, replicas, current, world.now, window)
-        stable = stabilized_replicas(history, replicas, current, world.now, window)
-        if stable != replicas:
-            held.append(
-                f"replicas {replicas} (held at {stable}: replicas go down only to the "
-                f"highest count recommended in the last {window:g} s)"
-            )
-        replicas = stable
-    template_window = _window(policy.stabilization_window_seconds, windows.template_s)
-    hold_s = (
-        template_hold(changes, template_changed_at(dep), world.now, template_window)
-        if enforce
-        else None
-    )
-    if hold_s is not None:
-        held.append(
-            f"flag changes {_arrows(changes)} (stabilization window: the pod template changed "
-            f"less than {template_window:g} s ago; applied in {hold_s:.0f} s as the last desired "
-            "state)"
-        )
-        changes = {}
-    desired = dict(flags)
+    planned = ro.replicas if manages_replicas(spec, world.hpa_min_replicas) else None
+    st = _stabilize(spec, changes, planned, world, windows)
+    changes, replicas, held = st.changes, st.replicas, st.held
     # a change within the hysteresis (or held) is not written: the running value stays
-    flags = {k: (v if k in changes else running.get(k, v)) for k, v in flags.items()}
-    flags = {k: v for k, v in flags.items() if k in running or k in changes}
+    flags = {
+        k: (v if k in changes else running.get(k, v))
+        for k, v in desired.items()
+        if k in running or k in changes
+    }
     remove = tuple(k for k in remove if k in changes)
     strategy = (
         {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
@@ -476,23 +527,27 @@ def decide(
     keep_pdb = owns_pdb(spec, world.hpa_min_replicas)
     if keep_pdb and world.foreign_pdb:
         return refuse("PodDisruptionBudgetConflict", world.foreign_pdb)
+    dep_spec = dep.get("spec") or {}
+    current_replicas = dep_spec.get("replicas", 1)
     rep_change = replicas is not None and dep_spec.get("replicas") != replicas
     cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
     strat_change = strategy is not None and (
         _norm_strategy(cur_strategy) != strategy
         or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
     )
+
+    def pdb(replicas_after: Any) -> int | None:
+        return pdb_min_available(ro.pdb_min_available, replicas_after) if keep_pdb else None
+
     base = Decision(
         action="none",
-        requeue=bool(held) and hold_s is not None,
-        retry_after=hold_s if held else None,
+        requeue=bool(held) and st.hold_s is not None,
+        retry_after=st.hold_s if held else None,
         reason="StabilizationWindow" if held else "",
-        replica_history=history,
-        held=tuple(held),
+        replica_history=st.history,
+        held=held,
     )
-    current_replicas = dep_spec.get("replicas", 1)
     if not changes and not rep_change and not strat_change:
-        pdb = pdb_min_available(ro.pdb_min_available, current_replicas) if keep_pdb else None
         if held:
             msg = "waiting to apply " + "; ".join(held)
             return replace(
@@ -503,24 +558,16 @@ def decide(
                     ready,
                 ),
                 events=(Event("Normal", "StabilizationWindow", msg),),
-                pdb_min_available=pdb,
+                pdb_min_available=pdb(current_replicas),
             )
-        within = (
-            " (within hysteresis)" if any(running.get(k) != v for k, v in desired.items()) else ""
+        within = any(running.get(k) != v for k, v in desired.items())
+        msg = "the Deployment already runs the recommended flags" + (
+            " (within hysteresis)" if within else ""
         )
         return replace(
             base,
-            conditions=(
-                *conds,
-                Condition(
-                    "Applied",
-                    "True",
-                    "UpToDate",
-                    "the Deployment already runs the recommended flags" + within,
-                ),
-                ready,
-            ),
-            pdb_min_available=pdb,
+            conditions=(*conds, Condition("Applied", "True", "UpToDate", msg), ready),
+            pdb_min_available=pdb(current_replicas),
         )
     want = _arrows(changes)
     if rep_change:
@@ -576,22 +623,14 @@ def decide(
                 Condition("Applied", "True", "UpToDate", "nothing to change"),
                 ready,
             ),
-            pdb_min_available=(
-                pdb_min_available(ro.pdb_min_available, current_replicas) if keep_pdb else None
-            ),
+            pdb_min_available=pdb(current_replicas),
         )
     target = (dep.get("metadata") or {}).get("name", spec.target_ref.name)
     msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
     after = [Condition("Applied", "True", "Applied", msg)]
     if held:
-        after.append(
-            Condition(
-                "Applied",
-                "False",
-                "StabilizationWindow",
-                f"set {want}; waiting to apply " + "; ".join(held),
-            )
-        )
+        waiting = f"set {want}; waiting to apply " + "; ".join(held)
+        after.append(Condition("Applied", "False", "StabilizationWindow", waiting))
     return replace(
         base,
         action="patch",
@@ -602,11 +641,5 @@ def decide(
         want=want,
         flags=flags,
         replicas=replicas,
-        pdb_min_available=(
-            pdb_min_available(
-                ro.pdb_min_available, replicas if replicas is not None else current_replicas
-            )
-            if keep_pdb
-            else None
-        ),
+        pdb_min_available=pdb(replicas if replicas is not None else current_replicas),
     )
