@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Size vLLM inference fleets from a per-GPU memory ledger.",
     )
     sub = p.add_subparsers(dest="command", required=True)
+    _add_plan(sub)
+    sub.add_parser("crd", help="print the InferenceCapacity CustomResourceDefinition (YAML)")
+    sub.add_parser("models", help="list the built-in model catalog")
+    sub.add_parser("gpus", help="list the GPU catalog")
+    _add_run(sub)
+    return p
+
+
+def _add_plan(sub: Any) -> None:
+    """``plan``: a manifest, or a what-if from flags."""
     plan = sub.add_parser(
         "plan",
         help="plan an InferenceCapacity manifest, or a what-if given as flags",
@@ -248,9 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--fail-if-not-fits", action="store_true", help="exit 1 when the plan does not fit (for CI)"
     )
-    sub.add_parser("crd", help="print the InferenceCapacity CustomResourceDefinition (YAML)")
-    sub.add_parser("models", help="list the built-in model catalog")
-    sub.add_parser("gpus", help="list the GPU catalog")
+
+
+def _add_run(sub: Any) -> None:
+    """``run``: the operator; every flag lands in :class:`~inference_capacity.settings.Settings`."""
     run = sub.add_parser("run", help="run the operator (Kopf)")
     run.add_argument(
         "--namespace",
@@ -282,7 +293,6 @@ def build_parser() -> argparse.ArgumentParser:
         "http://prometheus.monitoring:9090/; none (the default): every fromPrometheus is refused",
     )
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    return p
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -504,12 +514,8 @@ def _hpa_min(docs: list[dict[str, Any]], target: str) -> int | None:
 
 
 def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, Any]]:
-    import time
-
     from . import decision, settings
-    from .api import KIND, InferenceCapacity, load_manifests
-    from .patching import apply_strategic
-    from .resolve import resolve
+    from .api import load_manifests
 
     _refuse_manifest_flags(a)
     try:
@@ -526,133 +532,151 @@ def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, An
         for d in others
         if d.get("kind") == "ConfigMap" and isinstance(d.get("data") or {}, dict)
     }
-    nodes = [d for d in others if d.get("kind") == "Node"]
-    pods = [d for d in others if d.get("kind") == "Pod"]
     cfg = settings.current()
     windows = decision.Windows(cfg.stabilization_seconds, cfg.replica_stabilization_seconds)
     results: list[tuple[dict[str, Any], str, Any]] = []
     for doc in docs.capacities:
-        icap = InferenceCapacity.from_manifest(doc, ignore_status=True)
-        spec = icap.spec
-        ns = icap.metadata.namespace or "default"
-        target = f"deployment/{spec.target_ref.name}"
-        dep = next(
+        results.append(_plan_capacity(a, doc, others, config_maps, windows))
+    return results
+
+
+def _plan_capacity(
+    a: argparse.Namespace,
+    doc: dict[str, Any],
+    others: list[dict[str, Any]],
+    config_maps: dict[Any, Any],
+    windows: Any,
+) -> tuple[dict[str, Any], str, Any]:
+    """One InferenceCapacity of the input: resolve, plan and decide against its Deployment (and
+    the Nodes, Pods, HPA and PDB of the input) as the operator does."""
+    import time
+
+    from . import decision
+    from .api import KIND, InferenceCapacity
+    from .patching import apply_strategic
+    from .resolve import resolve
+
+    nodes = [d for d in others if d.get("kind") == "Node"]
+    pods = [d for d in others if d.get("kind") == "Pod"]
+    icap = InferenceCapacity.from_manifest(doc, ignore_status=True)
+    spec = icap.spec
+    ns = icap.metadata.namespace or "default"
+    target = f"deployment/{spec.target_ref.name}"
+    dep = next(
+        (
+            d
+            for d in others
+            if d.get("kind") == "Deployment" and _name_of(d) == spec.target_ref.name
+        ),
+        None,
+    )
+    hpa_min = _hpa_min(others, spec.target_ref.name)
+    resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
+    if not resolved.supported:
+        return _unsupported_result(icap, resolved, decision.unsupported(resolved))
+    inp = _sizing_overrides(a, resolved.plan_input)
+    extra: dict[str, Any] = {
+        "name": icap.metadata.name,
+        "namespace": icap.metadata.namespace,
+        "mode": spec.mode,
+        "engine_version": resolved.engine_version,
+        "engine_version_source": resolved.engine_version_source,
+        "conflicts": list(resolved.conflicts),
+        "supported": True,
+    }
+    if dep is None:
+        plan = make_plan(inp)
+        rec = plan.recommendation
+        flags = rec.flags(
+            max_model_len=spec.policy.set_max_model_len,
+            batched_tokens=spec.policy.set_max_num_batched_tokens,
+            kv_cache_dtype=spec.policy.set_kv_cache_dtype,
+            kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
+        )
+        extra["flags"] = flags
+        extra["removed_flags"] = list(
+            rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
+        )
+        extra["patch"] = {
+            "target": target,
+            "action": "none",
+            "reason": "NoDeployment",
+            "note": "Deployment not in the input: flags only",
+            "flags": flags,
+        }
+    else:
+        if not spec.rollout.manage_strategy:
+            spare, spare_msg = None, "strategy not managed"
+        elif nodes:
+            spare, spare_msg = decision.spare_for_target(nodes, pods, dep, spec, inp)
+        else:
+            spare, spare_msg = None, "spare GPUs unknown (no Nodes in the input)"
+        plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
+        pdb = next(
             (
                 d
                 for d in others
-                if d.get("kind") == "Deployment" and _name_of(d) == spec.target_ref.name
+                if d.get("kind") == "PodDisruptionBudget" and _name_of(d) == icap.metadata.name
             ),
             None,
         )
-        hpa_min = _hpa_min(others, spec.target_ref.name)
-        resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
-        if not resolved.supported:
-            results.append(_unsupported_result(icap, resolved, decision.unsupported(resolved)))
-            continue
-        inp = _sizing_overrides(a, resolved.plan_input)
-        extra: dict[str, Any] = {
-            "name": icap.metadata.name,
-            "namespace": icap.metadata.namespace,
-            "mode": spec.mode,
-            "engine_version": resolved.engine_version,
-            "engine_version_source": resolved.engine_version_source,
-            "conflicts": list(resolved.conflicts),
-            "supported": True,
-        }
-        if dep is None:
-            plan = make_plan(inp)
-            rec = plan.recommendation
-            flags = rec.flags(
-                max_model_len=spec.policy.set_max_model_len,
-                batched_tokens=spec.policy.set_max_num_batched_tokens,
-                kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-                kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
-            )
-            extra["flags"] = flags
-            extra["removed_flags"] = list(
-                rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
-            )
-            extra["patch"] = {
-                "target": target,
-                "action": "none",
-                "reason": "NoDeployment",
-                "note": "Deployment not in the input: flags only",
-                "flags": flags,
-            }
-        else:
-            if not spec.rollout.manage_strategy:
-                spare, spare_msg = None, "strategy not managed"
-            elif nodes:
-                spare, spare_msg = decision.spare_for_target(nodes, pods, dep, spec, inp)
-            else:
-                spare, spare_msg = None, "spare GPUs unknown (no Nodes in the input)"
-            plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
-            pdb = next(
-                (
-                    d
-                    for d in others
-                    if d.get("kind") == "PodDisruptionBudget" and _name_of(d) == icap.metadata.name
-                ),
-                None,
-            )
-            uid = str((doc.get("metadata") or {}).get("uid") or "")
-            world = decision.World(
-                deployment=dep,
-                hpa_min_replicas=hpa_min,
-                foreign_pdb=decision.foreign_pdb(pdb, icap.metadata.name, uid, KIND),
-                now=time.time(),
-            )
-            chosen = decision.decide(
-                spec,
-                f"{ns}/{icap.metadata.name}",
-                resolved,
-                plan,
-                world,
-                spare_message=spare_msg,
-                windows=windows,
-            )
-            extra["flags"] = dict(chosen.flags) if chosen.change else {}
-            extra["patch"] = _patch_json(chosen, target, dep, resolved.container_index)
-            extra["decision"] = {
-                "action": chosen.action,
-                "reason": chosen.reason,
-                "conditions": [
-                    {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
-                    for c in chosen.conditions
-                ],
-                "held": list(chosen.held),
-                "pdbMinAvailable": chosen.pdb_min_available,
-            }
-            if "container" not in extra["patch"] and extra["patch"].get("strategicMergePatch"):
-                new = apply_strategic(dep, extra["patch"]["strategicMergePatch"])
-                c = new["spec"]["template"]["spec"]["containers"][resolved.container_index or 0]
-                extra["patch"]["container"] = {"command": c.get("command"), "args": c.get("args")}
-        src = resolved.model_source
-        if src is not None:
-            out = {"model": src.json(), **plan_json(plan, extra)}
-            ckpt = checkpoint_json(src, plan.input.model)
-            if ckpt is not None:
-                out["checkpoint"] = ckpt
-        else:
-            out = {"model": _config_model_json(spec), **plan_json(plan, extra)}
-        text = table(
-            plan,
-            f"{icap.metadata.name}: {plan.input.model.name} on "
-            f"{plan.input.gpu.name} TP={plan.input.tp} PP={plan.input.pp}, vLLM "
-            f"{resolved.engine_version} ({resolved.engine_version_source})",
+        uid = str((doc.get("metadata") or {}).get("uid") or "")
+        world = decision.World(
+            deployment=dep,
+            hpa_min_replicas=hpa_min,
+            foreign_pdb=decision.foreign_pdb(pdb, icap.metadata.name, uid, KIND),
+            now=time.time(),
         )
-        pj = extra["patch"]
-        text += "\n\nWould patch " + target + ": "
-        if pj.get("strategicMergePatch"):
-            if pj.get("note"):
-                text += pj["note"] + "\n"
-            text += "\n" + yaml.safe_dump(pj["strategicMergePatch"], sort_keys=False).rstrip()
-        else:
-            text += pj["note"]
-        if resolved.conflicts:
-            text += "\nConflicts: " + "; ".join(resolved.conflicts)
-        results.append((out, text, plan))
-    return results
+        chosen = decision.decide(
+            spec,
+            f"{ns}/{icap.metadata.name}",
+            resolved,
+            plan,
+            world,
+            spare_message=spare_msg,
+            windows=windows,
+        )
+        extra["flags"] = dict(chosen.flags) if chosen.change else {}
+        extra["patch"] = _patch_json(chosen, target, dep, resolved.container_index)
+        extra["decision"] = {
+            "action": chosen.action,
+            "reason": chosen.reason,
+            "conditions": [
+                {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+                for c in chosen.conditions
+            ],
+            "held": list(chosen.held),
+            "pdbMinAvailable": chosen.pdb_min_available,
+        }
+        if "container" not in extra["patch"] and extra["patch"].get("strategicMergePatch"):
+            new = apply_strategic(dep, extra["patch"]["strategicMergePatch"])
+            c = new["spec"]["template"]["spec"]["containers"][resolved.container_index or 0]
+            extra["patch"]["container"] = {"command": c.get("command"), "args": c.get("args")}
+    src = resolved.model_source
+    if src is not None:
+        out = {"model": src.json(), **plan_json(plan, extra)}
+        ckpt = checkpoint_json(src, plan.input.model)
+        if ckpt is not None:
+            out["checkpoint"] = ckpt
+    else:
+        out = {"model": _config_model_json(spec), **plan_json(plan, extra)}
+    text = table(
+        plan,
+        f"{icap.metadata.name}: {plan.input.model.name} on "
+        f"{plan.input.gpu.name} TP={plan.input.tp} PP={plan.input.pp}, vLLM "
+        f"{resolved.engine_version} ({resolved.engine_version_source})",
+    )
+    pj = extra["patch"]
+    text += "\n\nWould patch " + target + ": "
+    if pj.get("strategicMergePatch"):
+        if pj.get("note"):
+            text += pj["note"] + "\n"
+        text += "\n" + yaml.safe_dump(pj["strategicMergePatch"], sort_keys=False).rstrip()
+    else:
+        text += pj["note"]
+    if resolved.conflicts:
+        text += "\nConflicts: " + "; ".join(resolved.conflicts)
+    return out, text, plan
 
 
 #: exit codes of ``plan -o patch`` (README "Exit codes")

@@ -28,7 +28,7 @@ from ..report import (
     sizing_status,
     startup_json,
 )
-from ..resolve import ResolveError, resolve
+from ..resolve import Resolved, ResolveError, resolve
 from . import k8s, metrics, models, observing, state
 
 log = logging.getLogger("inference_capacity.reconcile")
@@ -216,30 +216,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         if not resolved.supported:
             return _perform(ctx, decision.unsupported(resolved), dep, spec)
         ctx.cond(*_fields(decision.SUPPORTED))
-        inp = resolved.plan_input
-        spare, spare_msg = (None, "strategy not managed")
-        if spec.rollout.manage_strategy:
-            listed = _nodes_and_pods()
-            if listed is None:
-                spare, spare_msg = None, "spare GPUs unknown (Nodes not readable)"
-            else:
-                spare, spare_msg = decision.spare_for_target(*listed, dep, spec, inp)
-        observed = observing.observe_and_merge(
-            spec, ctx.ns, ctx.uid or ctx.name, inp, resolved.running_flags
-        )
-        if observed is not None:
-            inp = observed.plan_input
-            if observed.observation.reason == "Pending":
-                # the first query runs in the background: plan nothing yet (applying from the
-                # spec now and from the observation a moment later would roll out twice)
-                msg = observed.observation.message
-                ctx.cond("Observed", "Unknown", "Pending", msg)
-                ctx.cond("Ready", "False", "ObservationPending", msg)
-                ctx.outcome.requeue = True
-                ctx.outcome.retry_after = 2.0
-                ctx.outcome.reason = "waiting for the first Prometheus observation"
-                return ctx.finish()
-        plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
+        planned = _plan(ctx, spec, dep, resolved, hpa_min)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
@@ -248,10 +225,60 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         return _refuse(ctx, exc.reason, str(exc))
     except (ValueError, ArithmeticError, RecursionError) as exc:
         return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
+    if planned is None:
+        return ctx.finish()  # waiting for the first observation
+    plan, spare_msg, observed = planned
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
+    return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg)
+
+
+def _plan(
+    ctx: _Ctx, spec: Any, dep: Mapping[str, Any], resolved: Resolved, hpa_min: int | None
+) -> tuple[Plan, str, observing.Observed | None] | None:
+    """The plan for the target: spare GPUs from the (shared, briefly cached) Node/Pod listing,
+    the Prometheus observation merged in. None while the first observation is pending: planning
+    from the spec now and from the observation a moment later would roll out twice."""
+    inp = resolved.plan_input
+    spare, spare_msg = (None, "strategy not managed")
+    if spec.rollout.manage_strategy:
+        listed = _nodes_and_pods()
+        if listed is None:
+            spare, spare_msg = None, "spare GPUs unknown (Nodes not readable)"
+        else:
+            spare, spare_msg = decision.spare_for_target(*listed, dep, spec, inp)
+    observed = observing.observe_and_merge(
+        spec, ctx.ns, ctx.uid or ctx.name, inp, resolved.running_flags
+    )
+    if observed is not None:
+        inp = observed.plan_input
+        if observed.observation.reason == "Pending":
+            msg = observed.observation.message
+            ctx.cond("Observed", "Unknown", "Pending", msg)
+            ctx.cond("Ready", "False", "ObservationPending", msg)
+            ctx.outcome.requeue = True
+            ctx.outcome.retry_after = 2.0
+            ctx.outcome.reason = "waiting for the first Prometheus observation"
+            return None
+    plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
+    return plan, spare_msg, observed
+
+
+def _decide_and_write(
+    ctx: _Ctx,
+    spec: Any,
+    dep: Mapping[str, Any],
+    resolved: Resolved,
+    plan: Plan,
+    hpa_min: int | None,
+    spare_msg: str,
+) -> Outcome:
+    """Decide, and write the patch the decision gives with optimistic concurrency: the patch
+    carries the resourceVersion it was decided on, so a concurrent edit makes it fail (409)
+    instead of being overwritten; then the Deployment is read again and decided again."""
+    target = spec.target_ref.name
     windows = _windows()
     for attempt in range(4):
         chosen = decision.decide(
@@ -266,28 +293,23 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         if chosen.action != "patch" or chosen.change is None:
             return _perform(ctx, chosen, dep, spec)
         patch = json.loads(json.dumps(chosen.change.patch))
-        # optimistic concurrency: a concurrent edit makes the patch fail (409) instead of being
-        # overwritten; then the Deployment is read again and the decision made again
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
         try:
             patched = k8s.patch_deployment(ctx.ns, target, patch)
         except Exception as exc:
-            if k8s.is_status(exc, 409) and attempt < 3:
-                log.info(
-                    "conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target, attempt + 1
-                )
-                fresh = k8s.get_deployment(ctx.ns, target)
-                if fresh is None:
-                    raise
-                dep = fresh
-                resolved = replace(
-                    resolved,
-                    running_flags=read_flags(
-                        dep["spec"]["template"]["spec"]["containers"][resolved.container_index or 0]
-                    ),
-                )
-                continue
-            raise
+            if not (k8s.is_status(exc, 409) and attempt < 3):
+                raise
+            log.info(
+                "conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target, attempt + 1
+            )
+            fresh = k8s.get_deployment(ctx.ns, target)
+            if fresh is None:
+                raise
+            dep = fresh
+            containers = dep["spec"]["template"]["spec"]["containers"]
+            running = read_flags(containers[resolved.container_index or 0])
+            resolved = replace(resolved, running_flags=running)
+            continue
         state.deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
         metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
         ctx.status["applied"] = {
