@@ -1,0 +1,188 @@
+"""``plan --model ... --gpu ...``: a what-if from flags, the inverse pool, levers and the sweep."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from typing import Any
+
+import yaml
+
+from ..engines.versions import NEWEST_SUPPORTED
+from ..engines.vllm import EngineSettings
+from ..hardware import custom_gpu, get_gpu
+from ..model.source import checkpoint_json, describe, resolve_model_ref
+from ..planner import Headroom, PlanInput, make_plan
+from ..report import (
+    fits_message,
+    plan_json,
+    sweep_chart,
+    sweep_table,
+    table,
+    why_not_fits,
+)
+from ..units import GiB
+from ..whatif import levers, parse_prices, sweep, workload_from_flags
+from .common import CliError, _read_text, _sizing_overrides
+
+
+def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
+    if not a.model:
+        raise CliError("plan: give FILE.yaml, or --model NAME_OR_CONFIG_JSON with --gpu")
+    if not a.gpu and a.gpu_memory_gib is None:
+        raise CliError("plan: --gpu NAME or --gpu-memory-gib X is required with --model")
+    source = resolve_model_ref(a.model, revision=a.revision)
+    shape = source.shape(a.quantization)
+    if a.gpu_memory_gib is not None:
+        gpu = custom_gpu(a.gpu_memory_gib, name=a.gpu or "custom")
+        if a.gpu:
+            gpu = replace(get_gpu(a.gpu), total_bytes=gpu.total_bytes)
+    else:
+        gpu = get_gpu(a.gpu)
+    settings = EngineSettings(
+        version=a.engine_version or NEWEST_SUPPORTED,
+        engine=a.engine,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+        max_model_len=a.max_model_len,
+        max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        block_size=a.block_size,
+        kv_cache_dtype=a.kv_cache_dtype or "auto",
+        dtype=a.dtype or "auto",
+        enforce_eager=a.enforce_eager,
+        max_loras=a.max_loras if a.max_loras is not None else 0,
+        max_lora_rank=a.max_lora_rank if a.max_lora_rank is not None else 16,
+        data_parallel=a.dp or 1,
+        expert_parallel=a.enable_expert_parallel,
+    )
+    headroom = 0.05 if a.operational_headroom is None else a.operational_headroom
+    if not 0 <= headroom < 1:
+        raise CliError("--operational-headroom must be in [0, 1)")
+    workload = workload_from_flags(
+        a.prompt_tokens,
+        a.output_tokens,
+        a.cohort,
+        a.peak_concurrency,
+        a.itl_target_ms,
+        a.shared_prefix_tokens or 0,
+        a.samples or 1,
+        a.burst,
+    )
+    base = _sizing_overrides(
+        a,
+        PlanInput(
+            model=shape,
+            gpu=gpu,
+            tp=a.tp or 1,
+            pp=a.pp or 1,
+            engine=settings,
+            workload=workload,
+            headroom=Headroom(operational_fraction=headroom),
+        ),
+    )
+    # what-if: vLLM at exactly these flags
+    whatif = make_plan(
+        replace(
+            base, choose_utilization=a.gpu_memory_utilization is None, choose_max_num_seqs=False
+        )
+    )
+    # recommendation: the utilization the ledger recommends (or the one for --kv-cache-gib)
+    kv_pool = int(a.kv_cache_gib * GiB) if a.kv_cache_gib is not None else None
+    rec = make_plan(
+        replace(
+            base,
+            kv_pool_bytes=kv_pool,
+            choose_max_num_seqs=workload is not None and a.max_num_seqs is None,
+        )
+    )
+    out = {"model": source.json(), **plan_json(whatif)}
+    ckpt = checkpoint_json(source, shape)
+    if ckpt is not None:
+        out["checkpoint"] = ckpt
+    rec_json = plan_json(rec)
+    out["recommendation"] = rec_json["recommendation"]
+    if workload is not None:
+        # sizing and latency of the recommendation; of the given --max-num-seqs as "given"
+        out["given"] = {"sizing": out["sizing"], "latency": out["latency"]}
+        out["sizing"], out["latency"] = rec_json["sizing"], rec_json["latency"]
+    out["recommended_flags"] = rec.recommendation.flags()
+    if kv_pool is not None:
+        out["inverse"] = {
+            "fits": rec.fits,
+            "reason": rec.reason,
+            "message": rec.message,
+            "kv_cache_gib": a.kv_cache_gib,
+            "gpu_memory_utilization": rec.recommendation.gpu_memory_utilization,
+            "num_gpu_blocks": rec.prediction.num_gpu_blocks,
+            "available_kv_cache_gib": round(
+                rec.prediction.ranks[rec.prediction.binding_rank].available_kv / GiB, 4
+            ),
+        }
+        # the largest pool there is: the one at the safe maximum utilization
+        best = make_plan(replace(base, choose_max_num_seqs=False))
+        largest = best.prediction.ranks[best.prediction.binding_rank].available_kv
+        if kv_pool > largest or not rec.fits:
+            reach = (
+                f"the largest reachable pool on {gpu.name} at TP={base.tp} PP={base.pp} is "
+                f"{max(largest, 0) / GiB:.2f} GiB per GPU (at --gpu-memory-utilization "
+                f"{best.recommendation.gpu_memory_utilization})"
+                if best.fits
+                else f"no KV pool is reachable: {best.reason}: {fits_message(best)}"
+            )
+            out["inverse"].update(
+                fits=False,
+                reason="KvPoolUnreachable" if kv_pool > largest else rec.reason,
+                largest_reachable_kv_cache_gib=round(max(largest, 0) / GiB, 4),
+            )
+            out["error"] = f"--kv-cache-gib {a.kv_cache_gib:g} is out of reach: {reach}"
+    shown = whatif if workload is None else rec
+    text = describe(source, shape) + "\n\n" + table(shown)
+    if "error" in out:
+        text += "\n\nNot usable: " + out["error"]
+    elif rec.fits:
+        text += "\n\nRecommended: " + " ".join(
+            f"--{k} {v}" for k, v in rec.recommendation.flags().items()
+        )
+    else:
+        text += f"\n\nNot usable: {rec.reason}: {fits_message(rec)}"
+        text += "".join(f"\n  {w}" for w in why_not_fits(rec))
+    if kv_pool is not None:
+        # --fail-if-not-fits judges the plan asked for: the inverse one
+        return out, text, rec
+    return out, text, rec if workload is not None else whatif
+
+
+def _prices(a: argparse.Namespace) -> dict[str, float]:
+    table = None
+    if a.gpu_prices:
+        try:
+            table = yaml.safe_load(_read_text(a.gpu_prices))
+        except yaml.YAMLError as exc:
+            raise CliError(f"--gpu-prices {a.gpu_prices}: not valid YAML: {exc}") from None
+        if not isinstance(table, dict):
+            raise CliError(f"--gpu-prices {a.gpu_prices}: expected a mapping GPU: price")
+    return parse_prices(a.gpu_price, table)
+
+
+def _add_whatifs(a: argparse.Namespace, result: tuple[dict[str, Any], str, Any]) -> str:
+    """levers[] always; options[] with --sweep. Returns the text to append to the table."""
+    out, _, plan = result
+    if plan is None:  # no plan was made (Supported=False): nothing to vary
+        return ""
+    found = levers(plan)
+    out["levers"] = [
+        {"name": x["name"], **{k: v for k, v in x.items() if k != "name"}} for x in found
+    ]
+    text = ""
+    if found:
+        text += "\n\nLevers (each a what-if plan)\n" + "\n".join(f"  {x['summary']}" for x in found)
+    if a.sweep or a.gpu_price or a.gpu_prices or a.sweep_chart:
+        prices = _prices(a)
+        options = sweep(plan.input, prices)
+        out["options"] = [o.to_json() for o in options]
+        text += "\n\n" + sweep_table(out["options"], bool(prices))
+        if a.sweep_chart:
+            sweep_chart(out["options"], a.sweep_chart)
+            print(f"sweep chart written to {a.sweep_chart}", file=sys.stderr)
+    return text
