@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..ledger.kv import KvLayout
-from ..model.shapes import cdiv
+from ..model.shapes import AttnKind, cdiv
 from .workload import Cohort, Quantiles
 
 #: Standard normal quantiles: Φ⁻¹(0.95), Φ⁻¹(0.99).
@@ -121,16 +121,23 @@ def shared_prefix_tokens(c: Cohort, block_size: int) -> int:
 
 
 def _blocks_of(layout: KvLayout, tokens: IntArray) -> IntArray:
-    """``layout.blocks_per_request`` for every entry. Every group's count depends on the tokens
-    only through ``cdiv(tokens, block_size)`` (``cdiv(min(a, b)) = min(cdiv(a), cdiv(b))``), so
-    the one scalar formula is evaluated once per distinct block count."""
+    """``layout.blocks_per_request(t, 0)`` for every entry ``t``, vectorised: the formulas of
+    :meth:`KvGroup.blocks_per_request` per group (``in_flight_tokens`` 0, one Mamba block),
+    evaluated on ``cdiv(t, block_size) × block_size``: every group's count depends on the tokens
+    only through ``cdiv(t, block_size)`` (``cdiv(min(a, b)) = min(cdiv(a), cdiv(b))``).
+    tests/test_distribution.py checks it against the scalar method for every kind."""
     bs = layout.block_size
-    k = -(-tokens // bs)
-    present = np.flatnonzero(np.bincount(k))
-    table = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=np.int64)
-    for u in present.tolist():
-        table[u] = layout.blocks_per_request(u * bs, 0)
-    out: IntArray = table[k]
+    t = -(-tokens // bs) * bs
+    out = np.zeros(t.shape, dtype=np.int64)
+    for g in layout.groups:
+        if g.kind in (AttnKind.FULL, AttnKind.MLA):
+            out += -(-t // g.block_size)
+        elif g.kind is AttnKind.SLIDING:
+            out += -(-np.minimum(g.window - 1, t) // g.block_size) + 1
+        elif g.kind is AttnKind.CHUNKED:
+            out += -(-np.minimum(g.window, t) // g.block_size)
+        else:
+            out += 1
     return out
 
 
