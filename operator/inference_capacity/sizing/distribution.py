@@ -189,14 +189,15 @@ def draw_pool(
 
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
-#: same whatever was asked before (a cached simulation never changes an answer).
+#: same whatever was asked before (a cached simulation never changes an answer). A power of two:
+#: :meth:`Simulation.fit` halves a chunk.
 CHUNK = 64
 #: Paths whose request indices the latency model reads (its ITL quantiles).
 KEPT_PATHS = 512
 #: Longest path simulated (requests): bounds memory (PATHS × this × 2 B of pool indices = 8 MiB,
-#: and a transient 4 B per request of a growth step). A batch
-#: larger than this is far beyond vLLM's defaults (256/1,024); paths that still fit there
-#: count as fitting MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
+#: and 12 B per request drawn while a growth step gathers its blocks). A batch larger than this
+#: is far beyond vLLM's defaults (256/1,024); paths that still fit there count as fitting
+#: MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
 MAX_REQUESTS = 2048
 
 
@@ -235,7 +236,7 @@ class Simulation:
         self.blocks32 = pool.blocks.astype(np.int32)
         if len(pool.blocks) > 1 << 16:
             raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
-        self.kept = min(paths, KEPT_PATHS)
+        self.kept_paths = min(paths, KEPT_PATHS)
         # (chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]
         self.draws = np.zeros((0, paths, CHUNK), dtype=np.uint16)
         # (chunks, paths): blocks (sequences) of a path's requests up to each chunk's end
@@ -255,8 +256,8 @@ class Simulation:
     def index(self) -> npt.NDArray[np.uint16]:
         """(kept paths, length): the pool entry of each request of the first KEPT_PATHS paths."""
         if self._index is None:
-            kept = self.draws[:, : self.kept, :].transpose(1, 0, 2)
-            self._index = kept.reshape(self.kept, self.length)
+            kept = self.draws[:, : self.kept_paths, :].transpose(1, 0, 2)
+            self._index = kept.reshape(self.kept_paths, self.length)
         return self._index
 
     def _draw(self, chunks: int) -> npt.NDArray[np.uint16]:
