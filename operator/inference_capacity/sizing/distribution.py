@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..ledger.kv import KvLayout
-from ..model.shapes import cdiv
+from ..model.shapes import AttnKind, cdiv
 from .workload import Cohort, Quantiles
 
 #: Standard normal quantiles: Φ⁻¹(0.95), Φ⁻¹(0.99).
@@ -121,16 +121,23 @@ def shared_prefix_tokens(c: Cohort, block_size: int) -> int:
 
 
 def _blocks_of(layout: KvLayout, tokens: IntArray) -> IntArray:
-    """``layout.blocks_per_request`` for every entry. Every group's count depends on the tokens
-    only through ``cdiv(tokens, block_size)`` (``cdiv(min(a, b)) = min(cdiv(a), cdiv(b))``), so
-    the one scalar formula is evaluated once per distinct block count."""
+    """``layout.blocks_per_request(t, 0)`` for every entry ``t``, vectorised: the formulas of
+    :meth:`KvGroup.blocks_per_request` per group (``in_flight_tokens`` 0, one Mamba block),
+    evaluated on ``cdiv(t, block_size) × block_size``: every group's count depends on the tokens
+    only through ``cdiv(t, block_size)`` (``cdiv(min(a, b)) = min(cdiv(a), cdiv(b))``).
+    tests/test_distribution.py checks it against the scalar method for every kind."""
     bs = layout.block_size
-    k = -(-tokens // bs)
-    present = np.flatnonzero(np.bincount(k))
-    table = np.zeros(int(present[-1]) + 1 if len(present) else 1, dtype=np.int64)
-    for u in present.tolist():
-        table[u] = layout.blocks_per_request(u * bs, 0)
-    out: IntArray = table[k]
+    t = -(-tokens // bs) * bs
+    out = np.zeros(t.shape, dtype=np.int64)
+    for g in layout.groups:
+        if g.kind in (AttnKind.FULL, AttnKind.MLA):
+            out += -(-t // g.block_size)
+        elif g.kind is AttnKind.SLIDING:
+            out += -(-np.minimum(g.window - 1, t) // g.block_size) + 1
+        elif g.kind is AttnKind.CHUNKED:
+            out += -(-np.minimum(g.window, t) // g.block_size)
+        else:
+            out += 1
     return out
 
 
@@ -182,19 +189,44 @@ def draw_pool(
 
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
-#: same whatever was asked before (a cached simulation never changes an answer).
+#: same whatever was asked before (a cached simulation never changes an answer). A power of two:
+#: :meth:`Simulation.fit` halves a chunk.
 CHUNK = 64
-#: Paths whose request indices are kept for the latency model (its ITL quantiles).
+#: Paths whose request indices the latency model reads (its ITL quantiles).
 KEPT_PATHS = 512
-#: Longest path simulated (requests): bounds memory (PATHS × this × 4 B = 16 MiB). A batch
-#: larger than this is far beyond vLLM's defaults (256/1,024); paths that still fit there
-#: count as fitting MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
+#: Longest path simulated (requests): bounds memory (PATHS × this × 2 B of pool indices = 8 MiB,
+#: and 12 B per request drawn while a growth step gathers its blocks). A batch larger than this
+#: is far beyond vLLM's defaults (256/1,024); paths that still fit there count as fitting
+#: MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
 MAX_REQUESTS = 2048
 
 
+def _fitting_in_chunk(blocks: npt.NDArray[np.int32], base: IntArray, budget: float) -> IntArray:
+    """Per row: how many of its first requests fit ``budget`` after ``base`` blocks, the whole
+    row (CHUNK requests, all ≥ 1 block) not fitting: a descent of the row's pairwise sums, which
+    takes a half whenever it fits (int32 sums, as the prefix sums at the chunk ends)."""
+    levels = [blocks]
+    while levels[-1].shape[1] > 2:
+        x = levels[-1]
+        levels.append(x[:, 0::2] + x[:, 1::2])
+    rows = np.arange(len(blocks))
+    acc = base.astype(np.int32)
+    pos = np.zeros(len(blocks), dtype=np.int64)
+    for depth, level in enumerate(reversed(levels)):
+        if depth:
+            pos *= 2
+        left = level[rows, pos]
+        fits = acc + left <= budget
+        acc += np.where(fits, left, 0)
+        pos += fits
+    return pos
+
+
 class Simulation:
-    """``PATHS`` batches admitting requests drawn from a pool, as prefix sums of blocks (and of
-    sequences) along each path; grown on demand by :meth:`ensure`."""
+    """``PATHS`` batches admitting requests drawn from a pool, grown on demand by
+    :meth:`ensure` in chunks of :data:`CHUNK` requests. Kept per chunk: the pool indices drawn
+    and, per path, the prefix sum of blocks (and of sequences) at the chunk's end; a prefix sum
+    inside a chunk is summed when asked (only the chunk where a path outgrows a budget is)."""
 
     def __init__(self, pool: RequestPool, paths: int = PATHS) -> None:
         self.pool = pool
@@ -204,48 +236,78 @@ class Simulation:
         self.blocks32 = pool.blocks.astype(np.int32)
         if len(pool.blocks) > 1 << 16:
             raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
-        self.index = np.zeros((min(paths, KEPT_PATHS), 0), dtype=np.uint16)
-        self.cum_blocks = np.zeros((paths, 0), dtype=np.int32)
-        self.cum_seqs: IntArray | None = None if self.uniform_n else np.zeros((paths, 0), np.int64)
-        # per column: the smallest and largest prefix sum over the paths (both non-decreasing)
-        self.col_min = np.zeros(0, dtype=np.int32)
-        self.col_max = np.zeros(0, dtype=np.int32)
+        self.kept_paths = min(paths, KEPT_PATHS)
+        # (chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]
+        self.draws = np.zeros((0, paths, CHUNK), dtype=np.uint16)
+        # (chunks, paths): blocks (sequences) of a path's requests up to each chunk's end
+        self.end_blocks = np.zeros((0, paths), dtype=np.int32)
+        self.end_seqs = np.zeros((0, paths), dtype=np.int64)
+        self._index: npt.NDArray[np.uint16] | None = None
         self._kept: dict[object, FloatArray] = {}
+        self._fits: dict[tuple[float, int], IntArray] = {}
         self._mid: FloatArray | None = None
+        self._per_seq: tuple[float, float] | None = None
 
     @property
     def length(self) -> int:
-        return int(self.cum_blocks.shape[1])
+        return int(self.draws.shape[0]) * CHUNK
+
+    @property
+    def index(self) -> npt.NDArray[np.uint16]:
+        """(kept paths, length): the pool entry of each request of the first KEPT_PATHS paths."""
+        if self._index is None:
+            kept = self.draws[:, : self.kept_paths, :].transpose(1, 0, 2)
+            self._index = kept.reshape(self.kept_paths, self.length)
+        return self._index
+
+    def _draw(self, chunks: int) -> npt.NDArray[np.uint16]:
+        """The next ``chunks`` chunks of pool indices: ``rng.integers(0, pool, (paths, CHUNK),
+        uint16)`` once per chunk. For the full 2¹⁶ pool those are the generator's raw 64-bit
+        outputs read as little-endian 16-bit words, drawn at once (tests/
+        test_distribution_draws.py checks the two streams are the same)."""
+        n = len(self.blocks32)
+        shape = (chunks, self.paths, CHUNK)
+        if n == 1 << 16 and isinstance(self.rng.bit_generator, np.random.PCG64):
+            raw = self.rng.bit_generator.random_raw(chunks * self.paths * CHUNK // 4)
+            words: npt.NDArray[np.uint16] = raw.astype("<u8", copy=False).view("<u2")
+            return words.reshape(shape)
+        return np.stack(
+            [self.rng.integers(0, n, size=shape[1:], dtype=np.uint16) for _ in range(chunks)]
+        )
 
     def _grow(self, chunks: int) -> None:
-        idx = np.concatenate(
-            [
-                self.rng.integers(0, len(self.blocks32), size=(self.paths, CHUNK), dtype=np.uint16)
-                for _ in range(chunks)
-            ],
-            axis=1,
-        )
-        base_b = self.cum_blocks[:, -1:] if self.length else np.zeros((self.paths, 1), np.int32)
-        cum_b = np.cumsum(self.blocks32[idx], axis=1, dtype=np.int32) + base_b
-        self.cum_blocks = np.concatenate([self.cum_blocks, cum_b], axis=1)
-        self.col_min = np.concatenate([self.col_min, cum_b.min(axis=0)])
-        self.col_max = np.concatenate([self.col_max, cum_b.max(axis=0)])
+        idx = self._draw(chunks)
+        at = idx.astype(np.intp)
+        sums = np.take(self.blocks32, at).sum(axis=2, dtype=np.int32)
+        ends = np.cumsum(sums, axis=0, dtype=np.int32)
+        if self.length:
+            ends += self.end_blocks[-1]
+        self.end_blocks = np.concatenate([self.end_blocks, ends]) if self.length else ends
+        if not self.uniform_n:
+            seqs = np.cumsum(np.take(self.pool.seqs, at).sum(axis=2), axis=0)
+            if self.length:
+                seqs += self.end_seqs[-1]
+            self.end_seqs = np.concatenate([self.end_seqs, seqs]) if self.length else seqs
+        self.draws = np.concatenate([self.draws, idx]) if self.length else idx
+        self._index = None
         self._kept.clear()
-        if self.cum_seqs is not None:
-            base_s = self.cum_seqs[:, -1:] if self.cum_seqs.shape[1] else 0
-            cum_s = np.cumsum(self.pool.seqs[idx], axis=1) + base_s
-            self.cum_seqs = np.concatenate([self.cum_seqs, cum_s], axis=1)
-        self.index = np.concatenate([self.index, idx[: self.index.shape[0]]], axis=1)
+        self._fits.clear()
 
-    def seqs_at(self, column: int) -> IntArray:
-        """Sequences held by the first ``column`` requests, per path."""
+    def seqs_at(self, column: int | IntArray) -> IntArray:
+        """Sequences held by the first ``column`` requests (per path, or one column per path)."""
         if self.uniform_n:
-            return np.full(self.paths, self.uniform_n * column, dtype=np.int64)
-        assert self.cum_seqs is not None
-        if column == 0:
-            return np.zeros(self.paths, dtype=np.int64)
-        out: IntArray = self.cum_seqs[:, column - 1]
-        return out
+            each = np.asarray(column, np.int64) * self.uniform_n
+            return np.broadcast_to(each, (self.paths,)).copy()
+        cols = np.broadcast_to(np.asarray(column, np.int64), (self.paths,))
+        chunk, rest = cols // CHUNK, cols % CHUNK
+        paths = np.arange(self.paths)
+        out = np.where(chunk > 0, self.end_seqs[np.maximum(chunk - 1, 0), paths], 0)
+        part = np.flatnonzero(rest)  # columns inside a chunk: add its first `rest` requests
+        if len(part):
+            seqs = self.pool.seqs[self.draws[chunk[part], part]]
+            out[part] += np.where(np.arange(CHUNK) < rest[part, None], seqs, 0).sum(axis=1)
+        result: IntArray = out
+        return result
 
     @property
     def truncated(self) -> bool:
@@ -257,7 +319,7 @@ class Simulation:
         random pool, reaches MAX_REQUESTS)."""
         while True:
             if self.length and (
-                (self.cum_blocks[:, -1] > budget).all()
+                (self.end_blocks[-1] > budget).all()
                 or self.seqs_at(self.length).min() >= cap
                 or self.truncated
             ):
@@ -273,19 +335,36 @@ class Simulation:
 
     def fit(self, budget: float, cap: int) -> IntArray:
         """N_m: sequences of the requests that fit ``budget`` blocks, per path (at least ``cap``
-        where a path never outgrows it)."""
+        where a path never outgrows it). Read-only; memoised until the simulation grows."""
         self.ensure(budget, cap)
-        # columns below `lo` fit on every path, from `hi` on on none: count only between
-        lo = int(np.searchsorted(self.col_max, budget, side="right"))
-        hi = int(np.searchsorted(self.col_min, budget, side="right"))
-        fitting = lo + (self.cum_blocks[:, lo:hi] <= budget).sum(axis=1)
-        if self.uniform_n:
-            out: IntArray = fitting.astype(np.int64) * self.uniform_n
-            return out
-        assert self.cum_seqs is not None
-        padded = np.concatenate([np.zeros((self.paths, 1), np.int64), self.cum_seqs], axis=1)
-        result: IntArray = padded[np.arange(self.paths), fitting]
-        return result
+        key = (budget, cap)
+        hit = self._fits.get(key)
+        if hit is not None:
+            return hit
+        # blocks only grow along a path: whole chunks fit up to the first whose end outgrows
+        # the budget; inside that one, the requests that fit are found by halving
+        chunk = np.count_nonzero(self.end_blocks <= budget, axis=0)
+        fitting = chunk.astype(np.int64) * CHUNK
+        part = np.flatnonzero(chunk < self.draws.shape[0])
+        if len(part):
+            c = chunk[part]
+            base = np.where(c > 0, self.end_blocks[np.maximum(c - 1, 0), part], 0)
+            fitting[part] += _fitting_in_chunk(
+                np.take(self.blocks32, self.draws[c, part].astype(np.intp)), base, budget
+            )
+        out: IntArray = fitting * self.uniform_n if self.uniform_n else self.seqs_at(fitting)
+        out.flags.writeable = False
+        self._fits[key] = out
+        return out
+
+    def per_sequence(self) -> tuple[float, float]:
+        """Mean blocks and mean full context (tokens) per sequence of the pool."""
+        if self._per_seq is None:
+            pool = self.pool
+            seqs = float(pool.seqs.sum())
+            ctx = (pool.prompt + pool.output) * pool.seqs
+            self._per_seq = (float(pool.blocks.sum()) / seqs, float(ctx.sum()) / seqs)
+        return self._per_seq
 
     def mid_context(self) -> FloatArray:
         """Each pool request's context at a uniformly random point of its decode
@@ -424,9 +503,7 @@ def size_by_distribution(
     binding = min(mixes, key=lambda m: m.max_num_seqs)
     chosen = max(0, min(cap, binding.max_num_seqs))
     worst = max(m.probability(chosen) for m in mixes)
-    pool = binding.pool
-    seqs = float(pool.seqs.sum())
-    ctx = (pool.prompt + pool.output) * pool.seqs
+    blocks_per_seq, tokens_per_seq = binding.paths.sim.per_sequence()
     return DistributionSizing(
         max_num_seqs=chosen,
         preemption_probability=worst,
@@ -436,8 +513,8 @@ def size_by_distribution(
         target=target,
         budget_blocks=budget,
         shared_prefix_blocks=shared,
-        blocks_per_seq=float(pool.blocks.sum()) / seqs,
-        tokens_per_seq=float(ctx.sum()) / seqs,
+        blocks_per_seq=blocks_per_seq,
+        tokens_per_seq=tokens_per_seq,
         binding_mix=binding.name,
         mixes=tuple(mixes),
     )
