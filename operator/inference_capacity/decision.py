@@ -117,6 +117,11 @@ class Decision:
     recommended: DeploymentChange | None = None
 
     @property
+    def applied_message(self) -> str:
+        """The message of the Applied condition this decision writes ("" when none)."""
+        return next((c.message for c in self.conditions if c.type == "Applied"), "")
+
+    @property
     def patch(self) -> dict[str, Any]:
         """The patch to write, {} when nothing is."""
         return dict(self.change.patch) if self.change is not None else {}

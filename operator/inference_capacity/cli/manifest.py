@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from ..decision import Decision
 from ..model.source import checkpoint_json
 from ..planner import make_plan
 from ..report import (
@@ -213,7 +214,7 @@ def _plan_capacity(
             windows=windows,
         )
         extra["flags"] = dict(chosen.flags) if chosen.change else {}
-        extra["patch"] = _patch_json(chosen, target, dep, resolved.container_index)
+        extra["patch"] = _patch_json(chosen, target)
         extra["decision"] = {
             "action": chosen.action,
             "reason": chosen.reason,
@@ -255,38 +256,32 @@ def _plan_capacity(
     return out, text, plan
 
 
-def _patch_json(chosen: Any, target: str, dep: dict[str, Any], index: int | None) -> dict[str, Any]:
+def _patch_json(chosen: Decision, target: str) -> dict[str, Any]:
     """The ``patch`` object of ``plan -o json``: what the operator does to the Deployment."""
     out: dict[str, Any] = {"target": target, "action": chosen.action, "reason": chosen.reason}
     if chosen.held:
         out["held"] = list(chosen.held)
+    message = chosen.applied_message
     if chosen.action == "patch":
         out["strategicMergePatch"] = chosen.patch
     elif chosen.action == "refuse":
-        message = next(c.message for c in chosen.conditions if c.type == "Applied")
         out["note"] = f"not patched: {chosen.reason}: {message}"
         out["message"] = message
-    elif spec_mode_recommend(chosen) or chosen.action == "wait":
+    elif chosen.recommended is not None and chosen.reason in ("RecommendOnly", "RolloutInProgress"):
         # the operator writes this patch in mode Enforce / once the rollout settles
         out["strategicMergePatch"] = dict(chosen.recommended.patch)
-        message = next(c.message for c in chosen.conditions if c.type == "Applied")
         out["note"] = (
             "mode Recommend: the operator writes nothing; this is the patch it recommends"
             if chosen.reason == "RecommendOnly"
             else f"the operator writes this once the rollout has settled ({message})"
         )
     else:
-        message = next((c.message for c in chosen.conditions if c.type == "Applied"), "")
         out["note"] = f"nothing to change: {message}"
     if chosen.recommended is not None:
         out["changedFlags"] = {
             k: {"from": v[0], "to": v[1]} for k, v in chosen.recommended.changed_flags.items()
         }
     return out
-
-
-def spec_mode_recommend(chosen: Any) -> bool:
-    return bool(chosen.reason == "RecommendOnly" and chosen.recommended is not None)
 
 
 def _config_model_json(spec: Any) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import kopf
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
 from . import k8s, metrics, observing, state
-from . import reconcile as reconcile_mod
 from .reconcile import Outcome, reconcile
 
 PLURAL = k8s.PLURAL
@@ -197,7 +196,7 @@ def deployment_event(
     gen = (event.get("object") or {}).get("metadata", {}).get("generation")
     if event.get("type") == "DELETED":
         state.forget_deployment(namespace, name)
-    elif not reconcile_mod.deployment_changed(namespace, name, gen):
+    elif not state.deployment_changed(namespace, name, gen):
         # a status-only update (the Deployment controller's rollout progress), or the patch
         # the operator just wrote: nothing in the spec to re-check. Waiting rollouts are
         # retried by the InferenceCapacity handler and the refresh timer.

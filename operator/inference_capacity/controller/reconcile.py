@@ -379,11 +379,6 @@ def _perform(
 PDB_RECHECK_SECONDS = 60.0
 
 
-def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
-    """Record ``generation`` as handled; True when it is new (the spec changed since)."""
-    return state.deployment_changed(namespace, name, generation)
-
-
 def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
