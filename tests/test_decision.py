@@ -381,3 +381,26 @@ def test_the_status_is_written_through_the_status_models() -> None:
         status_document({**written, "surprise": 1})
     with pytest.raises(StatusContractError, match="status.observedGeneration"):
         status_document({**written, "observedGeneration": "three"})
+
+
+def test_an_hpa_in_the_input_takes_replicas_away_from_the_patch(tmp_path: Path) -> None:
+    icap, dep = example()
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "llama-8b", "namespace": "default"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama-8b"},
+            "minReplicas": 2,
+            "maxReplicas": 9,
+        },
+    }
+    without = json.loads(run("plan", write(tmp_path, icap, dep), "-o", "patch").stdout)
+    assert "replicas" in without["spec"]
+    out = json.loads(run("plan", write(tmp_path, icap, dep, hpa), "-o", "json").stdout)
+    patch = out["patch"]["strategicMergePatch"]
+    assert "replicas" not in patch["spec"]  # the HPA scales it, as the operator leaves it
+    assert out["decision"]["pdbMinAvailable"] is None
+    assert decision.hpa_min_replicas_by_target([hpa, {"kind": "HorizontalPodAutoscaler"}]) == {
+        "llama-8b": 2
+    }

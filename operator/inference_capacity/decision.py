@@ -205,6 +205,18 @@ def spare_for_target(
     return spare_gpus(matching, pods, spec.hardware.gpu_resource_name, inp.gpu, gpus_per_pod(inp))
 
 
+def hpa_min_replicas_by_target(hpas: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Deployment name -> minReplicas (1 when unset, as the API defaults it) of the
+    HorizontalPodAutoscalers given (plain dicts, camelCase, as the API server sends them)."""
+    out: dict[str, int] = {}
+    for h in hpas:
+        spec = h.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        if ref.get("kind") == "Deployment" and ref.get("name"):
+            out[str(ref["name"])] = int(spec.get("minReplicas") or 1)
+    return out
+
+
 def manages_replicas(spec: InferenceCapacitySpec, hpa_min_replicas: int | None) -> bool:
     """The operator sets spec.replicas: the policy says so and no HPA scales the Deployment."""
     return spec.rollout.manage_replicas and hpa_min_replicas is None

@@ -120,7 +120,11 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             ),
         }
         # the largest pool there is: the one at the safe maximum utilization
-        best = make_plan(replace(base, choose_max_num_seqs=False))
+        best = (
+            whatif  # the same inputs when no utilization was given
+            if a.gpu_memory_utilization is None
+            else make_plan(replace(base, choose_utilization=True, choose_max_num_seqs=False))
+        )
         largest = best.prediction.ranks[best.prediction.binding_rank].available_kv
         if kv_pool > largest or not rec.fits:
             reach = (

@@ -78,18 +78,6 @@ def _refuse_manifest_flags(a: argparse.Namespace) -> None:
         )
 
 
-def _hpa_min(docs: list[dict[str, Any]], target: str) -> int | None:
-    """minReplicas of a HorizontalPodAutoscaler in the input that scales ``target``."""
-    for d in docs:
-        if d.get("kind") != "HorizontalPodAutoscaler":
-            continue
-        spec = d.get("spec") or {}
-        ref = spec.get("scaleTargetRef") or {}
-        if ref.get("kind") == "Deployment" and ref.get("name") == target:
-            return int(spec.get("minReplicas") or 1)
-    return None
-
-
 def _manifest_plans(a: argparse.Namespace) -> list[tuple[dict[str, Any], str, Any]]:
     from .. import decision, settings
     from ..api import load_manifests
@@ -147,7 +135,9 @@ def _plan_capacity(
         ),
         None,
     )
-    hpa_min = _hpa_min(others, spec.target_ref.name)
+    hpa_min = decision.hpa_min_replicas_by_target(
+        d for d in others if d.get("kind") == "HorizontalPodAutoscaler"
+    ).get(spec.target_ref.name)
     resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
     if not resolved.supported:
         return _unsupported_result(icap, resolved, decision.unsupported(resolved))
@@ -163,17 +153,10 @@ def _plan_capacity(
     }
     if dep is None:
         plan = make_plan(inp)
-        rec = plan.recommendation
-        flags = rec.flags(
-            max_model_len=spec.policy.set_max_model_len,
-            batched_tokens=spec.policy.set_max_num_batched_tokens,
-            kv_cache_dtype=spec.policy.set_kv_cache_dtype,
-            kv_cache_memory=spec.policy.use_kv_cache_memory_bytes,
-        )
+        # the flags the operator would want on a container that sets none of them
+        flags, removed = decision.desired_flags(spec, plan, {})
         extra["flags"] = flags
-        extra["removed_flags"] = list(
-            rec.removed_flags(kv_cache_memory=spec.policy.use_kv_cache_memory_bytes)
-        )
+        extra["removed_flags"] = list(removed)
         extra["patch"] = {
             "target": target,
             "action": "none",

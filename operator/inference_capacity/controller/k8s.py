@@ -17,6 +17,7 @@ from kubernetes.client import ApiException
 
 from .. import settings
 from ..api import GROUP, VERSION
+from ..decision import hpa_min_replicas_by_target
 
 PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"
@@ -248,11 +249,7 @@ def _hpa_targets(namespace: str) -> dict[str, int]:
         if exc.status in (403, 404):
             return {}
         raise
-    out: dict[str, int] = {}
-    for h in hpas.items:
-        ref = h.spec.scale_target_ref
-        if ref.kind == "Deployment":
-            out[ref.name] = int(h.spec.min_replicas or 1)
+    out = hpa_min_replicas_by_target(_dict(h) for h in hpas.items)
     _hpa_cache[namespace] = (now, out)
     return out
 

@@ -335,8 +335,7 @@ def _windows() -> decision.Windows:
 def _world(ctx: _Ctx, spec: Any, dep: Mapping[str, Any], hpa_min: int | None) -> decision.World:
     foreign = ""
     if decision.owns_pdb(spec, hpa_min):
-        seen = state.pdb_seen.get(ctx.uid or ctx.name)
-        if not (seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS):
+        if _pdb_written_recently(ctx) is None:
             # not written (so owned) by this resource a moment ago: read it
             foreign = decision.foreign_pdb(k8s.get_pdb(ctx.ns, ctx.name), ctx.name, ctx.uid, KIND)
     return decision.World(
@@ -379,13 +378,19 @@ def _perform(
 PDB_RECHECK_SECONDS = 60.0
 
 
+def _pdb_written_recently(ctx: _Ctx) -> tuple[int, str] | None:
+    """(minAvailable, selector JSON) of the PDB this resource wrote less than
+    PDB_RECHECK_SECONDS ago, else None (then it is read again: one deleted by hand comes back)."""
+    seen = state.pdb_seen.get(ctx.uid or ctx.name)
+    if seen and time.monotonic() - seen[2] < PDB_RECHECK_SECONDS:
+        return seen[0], seen[1]
+    return None
+
+
 def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
-    key = ctx.uid or ctx.name
-    seen = state.pdb_seen.get(key)
-    now = time.monotonic()
-    if seen and seen[:2] == (min_available, selector) and now - seen[2] < PDB_RECHECK_SECONDS:
+    if _pdb_written_recently(ctx) == (min_available, selector):
         return
     try:
         what = k8s.upsert_pdb(ctx.ns, body, ctx.uid)
@@ -393,7 +398,7 @@ def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
         ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
         ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))
         return
-    state.pdb_seen.set(key, (min_available, selector, now))
+    state.pdb_seen.set(ctx.uid or ctx.name, (min_available, selector, time.monotonic()))
     if what != "unchanged":
         ctx.event(
             "Normal",

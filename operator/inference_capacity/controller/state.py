@@ -40,22 +40,23 @@ class Bounded(Generic[K, V]):
                 self._data.move_to_end(key)
             return value
 
+    def _put(self, key: K, value: V) -> None:
+        """Store (lock held), newest last, the least recently used out past the limit."""
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._limit:
+            self._data.popitem(last=False)
+
     def set(self, key: K, value: V) -> None:
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._limit:
-                self._data.popitem(last=False)
+            self._put(key, value)
 
     def setdefault(self, key: K, make: Callable[[], V]) -> V:
         with self._lock:
             value = self._data.get(key)
             if value is None:
                 value = make()
-                self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._limit:
-                self._data.popitem(last=False)
+            self._put(key, value)
             return value
 
     def pop_where(self, keep: Callable[[K], bool]) -> None:
