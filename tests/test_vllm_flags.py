@@ -379,17 +379,6 @@ def test_lora_defaults_and_cpu_cache_as_host_memory() -> None:
     assert plan.prediction.ranks[0].weights.lora == 16 * 32 * per_layer * 2
 
 
-def test_multimodal_profile_note_unless_text_only() -> None:
-    icap, dep = example([])
-    icap["spec"]["model"]["name"] = "Qwen/Qwen2.5-VL-7B-Instruct"
-    r = resolved(icap, dep)
-    assert any("multimodal encoder profile" in n for n in r.notes)
-    icap, dep = example(["--limit-mm-per-prompt", '{"image": 0, "video": 0}'])
-    icap["spec"]["model"]["name"] = "Qwen/Qwen2.5-VL-7B-Instruct"
-    r = resolved(icap, dep)
-    assert r.supported and not any("multimodal encoder profile" in n for n in r.notes)
-
-
 def test_no_prefix_caching_drops_the_shared_prefix_credit() -> None:
     with_cache = make_plan(resolved(*example([])).plan_input)
     without = make_plan(resolved(*example(["--no-enable-prefix-caching"])).plan_input)

@@ -205,6 +205,19 @@ def rank_ledger(
                 "moe_workspace", r.moe_workspace, "iteration", "fused MoE", "calibrated", True
             )
         )
+    if r.mm_encoder and r.mm_profile is not None:
+        # engines/vllm_mm.py: derived from vLLM's profile_run, not calibrated on a log
+        items.append(
+            LedgerItem(
+                "mm_encoder_profile",
+                r.mm_encoder,
+                "iteration",
+                "multimodal encoder",
+                "assumed",
+                True,
+                r.mm_profile.describe(),
+            )
+        )
     items.append(
         LedgerItem(
             "non_torch",

@@ -9,6 +9,7 @@ supported version (and the caller says so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +33,7 @@ from .engines.vllm_flags import (
     parse_json_flag,
     parse_speculative_config,
 )
+from .engines.vllm_mm import parse_limit_mm_per_prompt, text_only
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, load_model, model_from_dict
 from .model.limits import parse_config_json
@@ -110,6 +112,66 @@ def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
     if f"no-{key}" in flags:
         return False
     return None
+
+
+#: the first vLLM whose encoder profile (V1 profile_run with MultiModalBudget) is modelled
+MM_PROFILE_FROM = (0, 11, 0)
+
+
+def _multimodal_profile(
+    shape: ModelShape, version: str, running: Mapping[str, str], bad: list[Unsupported]
+) -> tuple[tuple[tuple[str, int], ...] | None, bool]:
+    """The encoder-profile inputs (``--limit-mm-per-prompt`` counts, ``--skip-mm-profiling``),
+    and a refusal in ``bad`` where vLLM would run an encoder profile the ledger does not size:
+    a tower without a :class:`~.model.VisionTower`, a vLLM before 0.11, or
+    ``--mm-processor-kwargs`` (it can change the dummy item: pan-and-scan crops, max pixels).
+    Text-only profiles (every modality 0, or skipped) are exact: nothing is added."""
+    limits: dict[str, int] | None = None
+    if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
+        limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])
+    skip = _bool_flag(running, "skip-mm-profiling") is True
+    counts = tuple(sorted(limits.items())) if limits is not None else None
+    if not shape.is_multimodal or text_only(limits, shape.mm_modalities):
+        return counts, skip
+    v = parse_version(version)
+    if skip and v.key < MM_PROFILE_FROM:
+        bad.append(
+            Unsupported(
+                "--skip-mm-profiling",
+                f"not modelled for vLLM {version} (before 0.11); pass --limit-mm-per-prompt "
+                "with every modality 0 instead",
+            )
+        )
+        return counts, skip
+    if skip:
+        return counts, skip
+    fix = (
+        "--limit-mm-per-prompt with every modality at 0 ("
+        + json.dumps(dict.fromkeys(shape.mm_modalities, 0))
+        + ") makes the profile text-only"
+        + (", or --skip-mm-profiling" if v.key >= MM_PROFILE_FROM else "")
+    )
+    if v.key < MM_PROFILE_FROM:
+        why = f"the multimodal encoder profile of vLLM {version} (before 0.11) is not modelled"
+    elif shape.vision_tower is None:
+        why = (
+            f"the multimodal encoder profile of {shape.architecture} is not sized (its "
+            "dummy item and vision tower are not modelled), so the activation peak vLLM "
+            "subtracts is unknown"
+        )
+    elif "mm-processor-kwargs" in running:
+        bad.append(
+            Unsupported(
+                "--mm-processor-kwargs",
+                f"may change {shape.architecture}'s dummy image (crops, pixels), which the "
+                f"encoder profile is sized on; {fix}",
+            )
+        )
+        return counts, skip
+    else:
+        return counts, skip
+    bad.append(Unsupported("--limit-mm-per-prompt", f"{why}; {fix}"))
+    return counts, skip
 
 
 def resolve_model(
@@ -407,18 +469,7 @@ def resolve(
                 + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
             )
         prefix = spec.engine.enable_prefix_caching
-    text_only = False
-    if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
-        limits = parse_json_flag("limit-mm-per-prompt", running["limit-mm-per-prompt"])
-        # every modality at 0: vLLM profiles no encoder (GPUModelRunner.profile_run skips
-        # the multimodal dummy batch), so the text-only profile the ledger models is exact
-        text_only = all(v == 0 for v in limits.values())
-    if shape.is_multimodal and not text_only:
-        notes.append(
-            "the multimodal encoder profile (GPUModelRunner.profile_run) is not modelled: the "
-            "activation peak may be under-predicted; --limit-mm-per-prompt with every modality "
-            "at 0 makes the profile text-only"
-        )
+    mm_limits, skip_mm = _multimodal_profile(shape, version, running, bad)
     settings = EngineSettings(
         version=version,
         engine="v0" if use_v1 == "0" else None,
@@ -446,6 +497,8 @@ def resolve(
         chunked_local_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
         in ("1", "true"),
         allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true"),
+        mm_limits=mm_limits,
+        skip_mm_profiling=skip_mm,
     )
     workload = None
     w = spec.workload

@@ -21,6 +21,7 @@ from ..units import GiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
+from .vllm_mm import EncoderProfile, encoder_profile
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -115,6 +116,9 @@ class EngineSettings:
     async_scheduling: bool | None = None  # None: vLLM's default (on from 0.26)
     chunked_local_hybrid: bool | None = None  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN
+    #: --limit-mm-per-prompt counts by modality; None: unset (999 each, config/multimodal.py)
+    mm_limits: tuple[tuple[str, int], ...] | None = None
+    skip_mm_profiling: bool = False  # --skip-mm-profiling: profile_run runs no encoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,9 @@ class RankPrediction:
     available_kv: int
     layout: KvLayout
     num_blocks: int
+    #: what the multimodal encoder profile adds to the activation peak (in activation_peak)
+    mm_encoder: int = 0
+    mm_profile: EncoderProfile | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -659,6 +666,31 @@ def _cached_layers(
 # --- the prediction --------------------------------------------------------------------------
 
 
+#: eras whose encoder profile is modelled: the V1 runner's profile_run with MultiModalBudget
+MM_PROFILE_ERAS = frozenset({Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED})
+
+
+def _mm_profile(
+    shape: ModelShape, settings: EngineSettings, rs: ResolvedSettings, tp: int
+) -> EncoderProfile | None:
+    """The encoder step of the profile on the first stage (the tower lives there), or None:
+    skipped (--skip-mm-profiling), every modality at 0, no sized tower, or an era before
+    0.11 (resolve.py refuses a multimodal plan in the last two cases)."""
+    if settings.skip_mm_profiling or rs.era not in MM_PROFILE_ERAS:
+        return None
+    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    return encoder_profile(
+        shape,
+        limits,
+        rs.max_model_len,
+        rs.max_num_seqs,
+        rs.max_num_batched_tokens,
+        settings.enable_chunked_prefill is not False,  # V1 chunks prefills unless told not to
+        tp,
+        rs.dtype_bytes,
+    )
+
+
 def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
@@ -728,6 +760,9 @@ def predict_startup(
         if last and draft_weights:
             w = replace(w, by_group={**w.by_group, "drafter": draft_weights})
         act = max(fwd, samp) + moe
+        prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
+        mm = prof.extra_over(act) if prof is not None else 0
+        act += mm
         nt = non_torch(era, tp, pp)
         # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
         cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
@@ -774,6 +809,8 @@ def predict_startup(
                     avail,
                     layout,
                     blocks,
+                    mm,
+                    prof,
                 )
             )
     binding = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, ranks[i].available_kv))

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from ..units import GiB, KiB, MiB, TiB
 from ..vocab import KV_CACHE_DTYPES
+from .vllm_mm import parse_limit_mm_per_prompt
 
 __all__ = [
     "MODELLED_ENV",
@@ -81,7 +82,13 @@ MODELLED_FLAGS: Final = frozenset(
         "no-enable-prefix-caching",
         "kv-transfer-config",
         "performance-mode",
+        # the multimodal encoder profile (engines/vllm_mm.py; resolve.py refuses what it cannot
+        # size: a tower it does not model, --mm-processor-kwargs on a profiled tower)
         "limit-mm-per-prompt",
+        "skip-mm-profiling",
+        "no-skip-mm-profiling",
+        "mm-encoder-tp-mode",
+        "mm-processor-kwargs",
         "compilation-config",
         "enable-chunked-prefill",
         "no-enable-chunked-prefill",
@@ -189,10 +196,12 @@ NEUTRAL_FLAGS: Final = frozenset(
         "structured-outputs-config",
         "guided-decoding-backend",
         "reasoning-config",
-        # host memory only (V0 swap space, the multimodal processor cache)
+        # host memory only (V0 swap space; the multimodal processor cache, which
+        # config/multimodal.py sizes per API and engine-core process in host RAM)
         "swap-space",
         "mm-processor-cache-gb",
-        "mm-processor-kwargs",
+        "mm-processor-cache-type",
+        "mm-shm-cache-max-object-size-mb",
         "media-io-kwargs",
         "allowed-local-media-path",
         "allowed-media-domains",
@@ -243,9 +252,13 @@ REFUSED_FLAGS: Final[Mapping[str, str]] = {
     "enable-lora-bias": "LoRA bias slots (not modelled)",
     "max-lora-extra-vocab-size": "extra LoRA vocabulary rows (not modelled)",
     "long-lora-scaling-factors": "long-context LoRA (not modelled)",
-    "skip-mm-profiling": "skips the encoder profile (not modelled)",
-    "mm-encoder-tp-mode": "encoder data parallel (not modelled)",
     "enable-multimodal-encoder-data-parallel": "encoder data parallel (not modelled)",
+    "mm-encoder-attn-backend": (
+        "another attention kernel for the vision tower (the encoder profile assumes vLLM's "
+        "default, without patches² scores)"
+    ),
+    "enable-mm-embeds": "embedding inputs keep encoder-cache space in the profile (not modelled)",
+    "video-pruning-rate": "changes the video tokens per item (not modelled)",
     "mamba-ssm-cache-dtype": "Mamba state dtype (not modelled)",
     "mamba-cache-dtype": "Mamba state dtype (not modelled)",
     "mamba-block-size": "Mamba block size (not modelled)",
@@ -462,13 +475,13 @@ def _value_problem(name: str, value: str) -> str | None:
         return None
     if name == "limit-mm-per-prompt":
         try:
-            limits = parse_json_flag(name, value)
+            parse_limit_mm_per_prompt(value)
         except ValueError as exc:
             return str(exc)
-        for modality, limit in limits.items():
-            if isinstance(limit, bool) or not isinstance(limit, int | dict):
-                return f"limit for {modality!r} must be a count"
         return None
+    if name == "mm-encoder-tp-mode" and value != "weights":
+        # config/multimodal.py MMEncoderTPMode: "data" keeps the whole tower on every rank
+        return f"mode {value!r} replicates the vision tower on every TP rank (not modelled)"
     if name == "kv-cache-dtype" and value not in _MODELLED_KV_DTYPES:
         return f"KV dtype {value!r} is not one the ledger sizes (int8 is not a vLLM KV dtype)"
     if name == "performance-mode" and value not in ("balanced", "throughput", "interactivity"):

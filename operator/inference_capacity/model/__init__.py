@@ -4,7 +4,15 @@ from .catalog import catalog_names, load_config, load_model, model_from_dict
 from .config import SUPPORTED_MODEL_TYPES, resolve_dtype, shape_from_config
 from .errors import ModelConfigError, UnknownModelError
 from .quant import config_checkpoint_bytes, parse_quantization
-from .shapes import AttnKind, LayerAttention, ModelShape, Quantization, Tensor, cdiv
+from .shapes import (
+    AttnKind,
+    LayerAttention,
+    ModelShape,
+    Quantization,
+    Tensor,
+    VisionTower,
+    cdiv,
+)
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -15,6 +23,7 @@ __all__ = [
     "Quantization",
     "Tensor",
     "UnknownModelError",
+    "VisionTower",
     "catalog_names",
     "cdiv",
     "config_checkpoint_bytes",

@@ -238,6 +238,34 @@ class HeaderWeights:
 
 
 @dataclass(frozen=True, slots=True)
+class VisionTower:
+    """What one image item of vLLM's multimodal encoder profile runs through, for a ViT-style
+    tower whose dummy input vLLM fixes from the config (``engines/vllm_mm.py`` sizes it).
+
+    ``tokens_per_item``: the placeholder embeddings one item takes in the language model (the
+    unit of vLLM's encoder budget); ``crops_per_item`` × ``patches_per_crop`` the patch
+    sequence the tower runs; ``output_hidden`` the width of the embeddings the projector hands
+    to the language model (they stay in the encoder cache during the profile's text forward).
+    ``tp_sharded``: the tower's linears are tensor-parallel (qkv/fc1 column, out/fc2 row).
+    """
+
+    architecture: str
+    tower: str  # e.g. "siglip"
+    modality: str
+    tokens_per_item: int
+    crops_per_item: int
+    image_size: int
+    channels: int
+    patches_per_crop: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    output_hidden: int
+    tp_sharded: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ModelShape:
     """Everything about a model's architecture that its memory depends on."""
 
@@ -269,6 +297,13 @@ class ModelShape:
     #: the checkpoint's safetensors headers, where they were read (they win over the config)
     header: HeaderWeights | None = None
     mtp_layers: int = 0  # MTP (next-n) layers in the checkpoint, loaded only for speculation
+    #: the vision tower whose encoder profile is sized; None for a text model, and for a
+    #: multimodal one whose profile is not modelled (the plan then refuses unless the profile
+    #: is text-only: --limit-mm-per-prompt with every modality 0, or --skip-mm-profiling)
+    vision_tower: VisionTower | None = None
+    #: the modalities vLLM's processor accepts (``get_supported_mm_limits``); every one must be
+    #: at 0 for a text-only profile (an unnamed modality defaults to 999 items)
+    mm_modalities: tuple[str, ...] = ()
 
     @property
     def num_parameters(self) -> int:

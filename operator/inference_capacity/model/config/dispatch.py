@@ -15,7 +15,7 @@ from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build
 from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
-from .vision import _vision_for, _vision_tensors
+from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
 
 
 def shape_from_config(
@@ -78,4 +78,10 @@ def shape_from_config(
     )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
-    return replace(shape, model_type=model_type if model_type not in _WRAPPERS else family_type)
+    tower = encoder_tower(model_type, arch, config, shape.hidden_size) if multimodal else None
+    return replace(
+        shape,
+        model_type=model_type if model_type not in _WRAPPERS else family_type,
+        vision_tower=tower,
+        mm_modalities=mm_modalities(model_type) if multimodal else (),
+    )

@@ -1,13 +1,14 @@
 """Vision towers of the multimodal wrappers, on the first stage (``Stage.ENCODER``): a generic
 ViT estimate and the towers vLLM implements for Qwen3.5 (Qwen3-VL), Gemma 4 and Kimi-VL
-(MoonViT)."""
+(MoonViT); and :func:`encoder_tower`, the towers whose encoder *profile* is sized (Gemma 3's
+SigLIP)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..shapes import Group, Split, Stage, Tensor
+from ..shapes import Group, Split, Stage, Tensor, VisionTower
 from .access import _Cfg
 
 
@@ -155,3 +156,73 @@ def _moonvit_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
             stage=enc,
         ),
     ]
+
+
+def encoder_tower(
+    model_type: str, arch: str, config: Mapping[str, Any], text_hidden: int
+) -> VisionTower | None:
+    """The tower of vLLM's multimodal encoder profile, where its dummy input follows from the
+    config alone; None where it does not (the plan refuses those unless profiling is off)."""
+    vc = config.get("vision_config")
+    if model_type == "gemma3" and isinstance(vc, Mapping):
+        return _gemma3_siglip(arch, config, vc, text_hidden)
+    return None
+
+
+def _gemma3_siglip(
+    arch: str, config: Mapping[str, Any], vc: Mapping[str, Any], text_hidden: int
+) -> VisionTower | None:
+    """Gemma 3's SigLIP tower (vllm models/gemma3_mm.py, siglip.py; 0.11–0.33).
+
+    ``Gemma3ProcessingInfo.get_num_image_tokens`` is ``(num_crops + 1) × image_seq_length``;
+    the dummy image (``get_image_size_with_most_features``, 50 × 50·max_crops) gets no crops
+    while pan-and-scan is off (the processor default, ``do_pan_and_scan`` unset), so one item
+    is one ``image_size``² crop and ``mm_tokens_per_image`` (the processor's
+    ``image_seq_length``, 256) embeddings after ``Gemma3MultiModalProjector``'s average pool.
+    SigLIP's qkv/fc1 are column- and out/fc2 row-parallel (``SiglipAttention``, ``SiglipMLP``)."""
+    if str(vc.get("model_type", "siglip_vision_model")) != "siglip_vision_model":
+        return None
+    h = int(vc.get("hidden_size", 0) or 0)
+    inter = int(vc.get("intermediate_size", 0) or 0)
+    layers = int(vc.get("num_hidden_layers", 0) or 0)
+    heads = int(vc.get("num_attention_heads", 0) or 0)
+    size = int(vc.get("image_size", 0) or 0)
+    patch = int(vc.get("patch_size", 0) or 0)
+    tokens = int(config.get("mm_tokens_per_image", 256) or 0)
+    if not (h and inter and layers and heads and size and patch and tokens and text_hidden):
+        return None
+    return VisionTower(
+        architecture=arch,
+        tower="siglip",
+        modality="image",
+        tokens_per_item=tokens,
+        crops_per_item=1,
+        image_size=size,
+        channels=int(vc.get("num_channels", 3) or 3),
+        patches_per_crop=(size // patch) ** 2,
+        hidden=h,
+        intermediate=inter,
+        layers=layers,
+        heads=heads,
+        output_hidden=text_hidden,
+        tp_sharded=True,
+    )
+
+
+#: ``get_supported_mm_limits`` of vLLM's processing info per wrapper (models/gemma3_mm.py,
+#: mllama.py, mllama4.py, kimi_vl.py: image; qwen2_vl.py, qwen2_5_vl.py: image and video;
+#: 0.11–0.33). Any other multimodal model: every modality vLLM defines, so a text-only profile
+#: needs each named at 0.
+_MM_MODALITIES: dict[str, tuple[str, ...]] = {
+    "gemma3": ("image",),
+    "mllama": ("image",),
+    "llama4": ("image",),
+    "kimi_vl": ("image",),
+    "qwen2_vl": ("image", "video"),
+    "qwen2_5_vl": ("image", "video"),
+}
+ALL_MODALITIES: tuple[str, ...] = ("audio", "image", "video")
+
+
+def mm_modalities(model_type: str) -> tuple[str, ...]:
+    return _MM_MODALITIES.get(model_type, ALL_MODALITIES)

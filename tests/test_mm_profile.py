@@ -1,0 +1,264 @@
+"""vLLM's multimodal encoder profile (``--limit-mm-per-prompt``, ``--skip-mm-profiling``):
+the rules read from vLLM's code (0.11–0.33), the Gemma 3 SigLIP profile they size, and the
+refusal of every multimodal model whose profile is not sized.
+
+Sources of the rules (engines/vllm_mm.py cites them): ``v1/worker/gpu_model_runner.py::
+profile_run`` / ``_get_mm_dummy_batch``, ``v1/core/encoder_cache_manager.py::
+compute_mm_encoder_budget``, ``MultiModalBudget._get_max_items`` (``v1/worker/utils.py``,
+later ``multimodal/budget.py``), ``config/multimodal.py::MultiModalConfig``,
+``model_executor/models/gemma3_mm.py::Gemma3ProcessingInfo``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inference_capacity.api import InferenceCapacity
+from inference_capacity.budget import build_ledger
+from inference_capacity.engines.vllm import EngineSettings, predict_startup
+from inference_capacity.engines.vllm_flags import classify
+from inference_capacity.engines.vllm_mm import (
+    encoder_budget,
+    max_items_per_batch,
+    parse_limit_mm_per_prompt,
+    text_only,
+)
+from inference_capacity.model import load_model
+from inference_capacity.resolve import resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
+H100 = int(79.19 * 2**30)  # hardware.py's H100 80GB as CUDA reports it
+
+# Gemma 3 (google/gemma-3-*-it config.json): SigLIP hidden 1152, intermediate 4304, 27 layers,
+# image_size 896, patch 14 → (896 / 14)² = 4096 patches; mm_tokens_per_image 256
+SIGLIP_H, SIGLIP_I, PATCHES, IMAGE, TOKENS = 1152, 4304, 4096, 896, 256
+
+
+def resolved(model: str, args: list[str], version: str | None = None) -> Any:
+    icap, dep = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = ["--port", "8000", "--max-model-len", "32768", *args]
+    icap["spec"]["model"]["name"] = model
+    if version is not None:
+        icap["spec"]["engine"]["version"] = version
+    return resolve(InferenceCapacity.from_manifest(icap, ignore_status=True).spec, dep)
+
+
+# --- the flag -----------------------------------------------------------------------------------
+
+
+def test_limit_mm_per_prompt_forms() -> None:
+    # config/multimodal.py: the legacy count form, the options form, and both mixed
+    assert parse_limit_mm_per_prompt('{"image": 2, "video": 0}') == {"image": 2, "video": 0}
+    mixed = '{"image": 16, "video": {"count": 1, "num_frames": 32, "width": 512, "height": 512}}'
+    assert parse_limit_mm_per_prompt(mixed) == {"image": 16, "video": 1}
+    # BaseDummyOptions.count defaults to 999 when an options object leaves it out
+    assert parse_limit_mm_per_prompt('{"image": {"width": 512, "height": 512}}') == {"image": 999}
+    assert parse_limit_mm_per_prompt('{"audio": {"count": 0, "length": 16000}}') == {"audio": 0}
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("[1]", "JSON object"),
+        ('{"image": -1}', ">= 0"),  # count: Field(999, ge=0)
+        ('{"image": true}', ">= 0"),
+        ('{"image": {"num_frames": 8}}', "not num_frames"),  # ImageDummyOptions extra="forbid"
+        ('{"video": {"count": 1, "width": 0}}', "> 0"),  # width: Field(None, gt=0)
+    ],
+)
+def test_limit_mm_per_prompt_refuses_what_vllm_refuses(value: str, why: str) -> None:
+    with pytest.raises(ValueError, match="--limit-mm-per-prompt") as exc:
+        parse_limit_mm_per_prompt(value)
+    assert why in str(exc.value)
+    bad = classify({"limit-mm-per-prompt": value}, {})
+    assert [u.name for u in bad] == ["--limit-mm-per-prompt"]
+
+
+def test_multimodal_flags_classified() -> None:
+    # modelled: the profile flags; host memory: the processor cache (config/multimodal.py sizes
+    # it per process in host RAM); refused: encoder data parallel, another ViT attention kernel
+    ok = {
+        "skip-mm-profiling": "true",
+        "mm-encoder-tp-mode": "weights",
+        "mm-processor-cache-gb": "8",
+        "limit-mm-per-prompt": '{"image": 1}',
+    }
+    assert classify(ok, {}) == []
+    bad = {u.name for u in classify({"mm-encoder-tp-mode": "data"}, {})}
+    assert bad == {"--mm-encoder-tp-mode"}
+    assert {u.name for u in classify({"mm-encoder-attn-backend": "TORCH_SDPA"}, {})} == {
+        "--mm-encoder-attn-backend"
+    }
+
+
+def test_text_only_needs_every_supported_modality_at_zero() -> None:
+    # MultiModalConfig.get_limit_per_prompt: a modality the flag leaves out allows 999 items
+    assert text_only({"image": 0, "video": 0}, ("image", "video"))
+    assert not text_only({"image": 0}, ("image", "video"))
+    assert not text_only(None, ("image",))
+    assert text_only({"image": 0}, ("image",))
+
+
+# --- the budget rule (MultiModalBudget._get_max_items) ------------------------------------------
+
+
+def test_items_per_batch_rule() -> None:
+    # budget = max(T, tokens) = 8192; 8192 // 256 = 32 by the encoder; per prompt
+    # max(1, min(999, 32768 // 256 = 128)) = 128, × 1024 sequences: the encoder bounds it
+    assert encoder_budget(256, 8192) == 8192
+    assert max_items_per_batch(256, 999, 32768, 1024, 8192, True) == 32
+    # limit 1 image per prompt, 16 sequences: 16 × 1 = 16 < 32
+    assert max_items_per_batch(256, 1, 32768, 16, 8192, True) == 16
+    # without chunked prefill max_num_reqs = min(256, 2048 // 256 = 8): 8 × 1 = 8
+    assert max_items_per_batch(256, 1, 32768, 256, 2048, False) == 8
+    # an item larger than T: the budget is raised to it (compute_mm_encoder_budget) → 1 item
+    assert encoder_budget(16384, 8192) == 16384
+    assert max_items_per_batch(16384, 999, 32768, 256, 8192, True) == 1
+    # a limit of 0 makes the modality inactive
+    assert max_items_per_batch(256, 0, 32768, 256, 8192, True) == 0
+
+
+# --- Gemma 3: the profile sized --------------------------------------------------------------
+
+
+def _predict(model: str, tp: int, **kw: Any) -> Any:
+    return predict_startup(
+        load_model(model),
+        H100,
+        "H100-SXM-80GB",
+        tp,
+        1,
+        EngineSettings(version="0.19.0", max_model_len=32768, **kw),
+    )
+
+
+def test_gemma3_tower_from_config() -> None:
+    t = load_model("google/gemma-3-27b-it").vision_tower
+    assert t is not None
+    assert (t.tokens_per_item, t.patches_per_crop, t.image_size) == (TOKENS, PATCHES, IMAGE)
+    assert t.output_hidden == 5376  # text_config.hidden_size: embeddings the projector hands on
+
+
+def test_gemma3_encoder_outputs_kept_during_the_text_forward() -> None:
+    # 0.19 H100 defaults: T = 8192, R = 1024 → 32 images of 256 tokens (rule above).
+    # Encoder step: pixels 32 × 3 × 896² × 2 B = 154,140,672; SigLIP layer peak per patch
+    # 2·1152 + 2·4304 = 10,912 elements → 32 × 4096 × 10,912 × 2 B = 2,860,515,328.
+    # The 27B's text step (sampler at R = 1024 × 262,208 vocab) is larger, so the profile adds
+    # the outputs held in encoder_cache: 32 × 256 × 5376 × 2 B = 88,080,384.
+    p = _predict("google/gemma-3-27b-it", 1)
+    r = p.ranks[0]
+    prof = r.mm_profile
+    assert prof is not None and (prof.items, prof.budget) == (32, 8192)
+    assert prof.pixel_bytes == 32 * 3 * IMAGE**2 * 2 == 154_140_672
+    assert prof.tower_peak == 32 * PATCHES * (2 * SIGLIP_H + 2 * SIGLIP_I) * 2 == 2_860_515_328
+    assert prof.outputs == 32 * TOKENS * 5376 * 2 == 88_080_384
+    assert r.mm_encoder == 88_080_384
+    text = _predict("google/gemma-3-27b-it", 1, mm_limits=(("image", 0),)).ranks[0]
+    assert r.activation_peak - text.activation_peak == 88_080_384
+    assert text.available_kv - r.available_kv == 88_080_384
+
+
+def test_gemma3_encoder_step_bounds_the_peak_at_few_sequences() -> None:
+    # --max-num-seqs 16: the 4B's text step is small, so the peak is the encoder step itself:
+    # 154,140,672 + 2,860,515,328 = 3,014,656,000 (TP1). At TP2 fc1 is column-parallel:
+    # 2·1152 + 2·(4304 / 2) = 6,608 → 32 × 4096 × 6,608 × 2 = 1,732,247,552 (+ the pixels).
+    one = _predict("google/gemma-3-4b-it", 1, max_num_seqs=16).ranks[0]
+    assert one.activation_peak == 154_140_672 + 2_860_515_328 == 3_014_656_000
+    two = _predict("google/gemma-3-4b-it", 2, max_num_seqs=16).ranks[0]
+    assert two.mm_profile is not None and two.mm_profile.tower_peak == 1_732_247_552
+    assert two.activation_peak == 154_140_672 + 1_732_247_552
+
+
+def test_limit_and_sequences_shrink_the_batch() -> None:
+    # --limit-mm-per-prompt image 1 with --max-num-seqs 8: 8 × 1 = 8 images, a quarter of 32
+    p = _predict("google/gemma-3-4b-it", 1, max_num_seqs=8, mm_limits=(("image", 1),))
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and prof.items == 8
+    assert prof.tower_peak == 8 * PATCHES * (2 * SIGLIP_H + 2 * SIGLIP_I) * 2
+
+
+def test_text_only_profiles_keep_todays_numbers() -> None:
+    # every modality 0, or --skip-mm-profiling: profile_run runs no encoder; the prediction is
+    # the one of the same model without a tower, rank by rank
+    m = load_model("google/gemma-3-27b-it")
+    bare = replace(m, vision_tower=None)
+    base = EngineSettings(version="0.19.0", max_model_len=32768)
+    want = predict_startup(bare, H100, "H100-SXM-80GB", 1, 1, base)
+    for s in (replace(base, mm_limits=(("image", 0),)), replace(base, skip_mm_profiling=True)):
+        got = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, s)
+        assert got.ranks == want.ranks
+        assert got.ranks[0].mm_encoder == 0
+
+
+def test_ledger_names_the_encoder_term() -> None:
+    p = _predict("google/gemma-3-27b-it", 1)
+    items = {i.name: i for i in build_ledger(p, 0.05)[0].items}
+    item = items["mm_encoder_profile"]
+    assert item.bytes == 88_080_384 and item.in_vllm_budget
+    assert "32 image items × 256 tokens" in item.note
+    text = _predict("google/gemma-3-27b-it", 1, skip_mm_profiling=True)
+    assert "mm_encoder_profile" not in {i.name for i in build_ledger(text, 0.05)[0].items}
+
+
+# --- refusals (resolve.py) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "arch"),
+    [
+        ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2_5_VLForConditionalGeneration"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "Llama4ForConditionalGeneration"),
+        ("Qwen/Qwen3.5-35B-A3B", "Qwen3_5MoeForConditionalGeneration"),
+        ("google/gemma-4-26B-A4B", "Gemma4ForConditionalGeneration"),
+        ("meta-llama/Llama-3.2-90B-Vision-Instruct", "MllamaForConditionalGeneration"),
+    ],
+)
+def test_unsized_towers_are_refused_with_the_fix(model: str, arch: str) -> None:
+    r = resolved(model, [])
+    assert not r.supported
+    (u,) = [u for u in r.unsupported if u.name == "--limit-mm-per-prompt"]
+    assert arch in u.why and "--skip-mm-profiling" in u.why and "every modality at 0" in u.why
+
+
+def test_text_only_flags_make_an_unsized_tower_plannable() -> None:
+    qwen = "Qwen/Qwen2.5-VL-7B-Instruct"
+    # Qwen2.5-VL takes images and videos: image 0 alone leaves video at 999, still profiled
+    assert not resolved(qwen, ["--limit-mm-per-prompt", '{"image": 0}']).supported
+    assert resolved(
+        qwen, ["--limit-mm-per-prompt", '{"image": 0, "video": {"count": 0}}']
+    ).supported
+    assert resolved(qwen, ["--skip-mm-profiling"]).supported
+    # before 0.11 the V1 profile with MultiModalBudget is not the one modelled: refused, and the
+    # fix offered is the limit only
+    old = resolved(qwen, [], version="0.10.1")
+    (u,) = old.unsupported
+    assert "0.10.1" in u.why and "--skip-mm-profiling" not in u.why
+    assert not resolved(qwen, ["--skip-mm-profiling"], version="0.10.1").supported
+
+
+def test_gemma3_is_planned_and_processor_kwargs_refused() -> None:
+    gemma = "google/gemma-3-27b-it"
+    r = resolved(gemma, [])
+    assert r.supported and r.plan_input.model.vision_tower is not None
+    # pan-and-scan (Gemma3ProcessingInfo.get_num_crops) would add crops to the dummy image
+    bad = resolved(gemma, ["--mm-processor-kwargs", '{"do_pan_and_scan": true}'])
+    assert [u.name for u in bad.unsupported] == ["--mm-processor-kwargs"]
+    # with the profile text-only the processor kwargs no longer touch it
+    ok = resolved(
+        gemma,
+        [
+            "--mm-processor-kwargs",
+            '{"do_pan_and_scan": true}',
+            "--limit-mm-per-prompt",
+            '{"image": 0}',
+        ],
+    )
+    assert ok.supported
+    assert r.plan_input.engine.mm_limits is None
+    assert ok.plan_input.engine.mm_limits == (("image", 0),)
