@@ -262,3 +262,15 @@ def test_gemma3_is_planned_and_processor_kwargs_refused() -> None:
     assert ok.supported
     assert r.plan_input.engine.mm_limits is None
     assert ok.plan_input.engine.mm_limits == (("image", 0),)
+
+
+def test_options_form_needs_0_11_1() -> None:
+    # config/multimodal.py's options objects came with PR #25631 (0.11.1); 0.11.0 reads counts
+    gemma = "google/gemma-3-27b-it"
+    opts = '{"image": {"count": 2, "width": 512, "height": 512}}'
+    old = resolved(gemma, ["--limit-mm-per-prompt", opts], version="0.11.0")
+    assert [u.name for u in old.unsupported] == ["--limit-mm-per-prompt"]
+    assert "0.11.1" in old.unsupported[0].why
+    new = resolved(gemma, ["--limit-mm-per-prompt", opts], version="0.11.1")
+    assert new.supported and new.plan_input.engine.mm_limits == (("image", 2),)
+    assert resolved(gemma, ["--limit-mm-per-prompt", '{"image": 2}'], version="0.11.0").supported

@@ -33,7 +33,12 @@ from .engines.vllm_flags import (
     parse_json_flag,
     parse_speculative_config,
 )
-from .engines.vllm_mm import parse_limit_mm_per_prompt, text_only
+from .engines.vllm_mm import (
+    LIMIT_OPTIONS_FROM,
+    parse_limit_mm_per_prompt,
+    text_only,
+    uses_options,
+)
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, load_model, model_from_dict
 from .model.limits import parse_config_json
@@ -131,9 +136,22 @@ def _multimodal_profile(
         limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])
     skip = _bool_flag(running, "skip-mm-profiling") is True
     counts = tuple(sorted(limits.items())) if limits is not None else None
+    v = parse_version(version)
+    if (
+        limits is not None
+        and v.key < LIMIT_OPTIONS_FROM
+        and uses_options(running["limit-mm-per-prompt"])
+    ):
+        bad.append(
+            Unsupported(
+                "--limit-mm-per-prompt",
+                f"vLLM {version} takes a count per modality; the options form "
+                '({"image": {"count": ...}}) came with 0.11.1',
+            )
+        )
+        return counts, skip
     if not shape.is_multimodal or text_only(limits, shape.mm_modalities):
         return counts, skip
-    v = parse_version(version)
     if skip and v.key < MM_PROFILE_FROM:
         bad.append(
             Unsupported(

@@ -20,8 +20,10 @@ vision-language model with the profile on is in shared/data):
   ``per_prompt = max(1, min(limit, max_model_len // tokens))`` and, without chunked prefill,
   ``max_num_reqs = min(max_num_seqs, max_num_batched_tokens // tokens)``.
 * ``config/multimodal.py::MultiModalConfig.limit_per_prompt``: a count per modality (999 when
-  unset) or an options object (``count`` plus ``width``/``height``, ``num_frames`` for video,
-  ``length`` for audio; other keys are refused, ``extra="forbid"``).
+  unset) or, from 0.11.1, an options object (``count`` plus ``width``/``height``,
+  ``num_frames`` for video, ``length`` for audio; other keys are refused, ``extra="forbid"``).
+* ``--skip-mm-profiling`` (``MultiModalConfig.skip_mm_profiling``, PR #22950, from 0.10.2):
+  ``profile_run`` logs "Skipping memory profiling for multimodal encoder" and runs none.
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
             raise ValueError(f"--limit-mm-per-prompt: the count for {modality!r} must be >= 0")
         out[str(modality)] = count
     return out
+
+
+#: the options form ({"image": {"count": 1, "width": 512}}) came with vLLM PR #25631 (merged
+#: after the 0.11.0 branch; 0.11.1 has it): an older vLLM takes counts only
+LIMIT_OPTIONS_FROM: Final = (0, 11, 1)
+
+
+def uses_options(text: str) -> bool:
+    """Whether a valid ``--limit-mm-per-prompt`` value uses the options form anywhere."""
+    value = json.loads(text)
+    return isinstance(value, dict) and any(isinstance(v, dict) for v in value.values())
 
 
 def text_only(limits: Mapping[str, int] | None, modalities: tuple[str, ...]) -> bool:
