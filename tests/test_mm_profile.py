@@ -10,6 +10,10 @@ later ``multimodal/budget.py``), ``config/multimodal.py::MultiModalConfig``,
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -274,3 +278,46 @@ def test_options_form_needs_0_11_1() -> None:
     new = resolved(gemma, ["--limit-mm-per-prompt", opts], version="0.11.1")
     assert new.supported and new.plan_input.engine.mm_limits == (("image", 2),)
     assert resolved(gemma, ["--limit-mm-per-prompt", '{"image": 2}'], version="0.11.0").supported
+
+
+# --- the command line (plan --model): the same rules ------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("inference-capacity", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-m", "inference_capacity.cli"]
+    return subprocess.run(
+        [*cmd, "plan", "--gpu", "H100-SXM-80GB", "--max-model-len", "32768", "-o", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def test_cli_refuses_an_unsized_tower_and_takes_the_text_only_flags() -> None:
+    qwen = ["--model", "Qwen/Qwen2.5-VL-7B-Instruct"]
+    p = _cli(*qwen)
+    assert p.returncode == 1  # EXIT_NOT_FITS, as for any plan that cannot be used
+    out = json.loads(p.stdout)
+    assert out["supported"] is False
+    assert "Qwen2_5_VLForConditionalGeneration" in out["unsupported"][0]["why"]
+    text = _cli(*qwen, "--limit-mm-per-prompt", '{"image": 0, "video": 0}')
+    skipped = _cli(*qwen, "--skip-mm-profiling")
+    assert text.returncode == skipped.returncode == 0
+    a, b = json.loads(text.stdout), json.loads(skipped.stdout)
+    kv = a["vllm_startup"]["available_kv_cache_gib"]
+    assert kv == b["vllm_startup"]["available_kv_cache_gib"] > 0
+
+
+def test_cli_gemma3_profile_in_the_ledger() -> None:
+    # the 4B at --max-num-seqs 16 (test above): the encoder step 3,014,656,000 B is the peak
+    p = _cli(
+        "--model", "google/gemma-3-4b-it", "--max-num-seqs", "16", "--engine-version", "0.19.0"
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["vllm_startup"]["activation_peak_gib"] == round(3_014_656_000 / 2**30, 4)
+    items = {i["name"]: i for i in out["ledger"]["ranks"][0]["items"]}
+    # the term is the encoder step less the text step (681,993,830 B at T = 8192)
+    assert items["mm_encoder_profile"]["bytes"] == 3_014_656_000 - items["activation_peak"]["bytes"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api import InferenceCapacitySpec
-from .engines import NEWEST_SUPPORTED, EngineSettings, VersionError, parse_version
+from .engines import NEWEST_SUPPORTED, EngineSettings, VersionError, era_of, parse_version
 from .engines.vllm_args import (
     find_vllm_container,
     hidden_flags,
@@ -35,6 +35,7 @@ from .engines.vllm_flags import (
 )
 from .engines.vllm_mm import (
     LIMIT_OPTIONS_FROM,
+    MM_PROFILE_ERAS,
     parse_limit_mm_per_prompt,
     text_only,
     uses_options,
@@ -119,11 +120,7 @@ def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
     return None
 
 
-#: the first vLLM whose encoder profile (V1 profile_run with MultiModalBudget) is modelled
-MM_PROFILE_FROM = (0, 11, 0)
-
-
-def _multimodal_profile(
+def multimodal_profile(
     shape: ModelShape, version: str, running: Mapping[str, str], bad: list[Unsupported]
 ) -> tuple[tuple[tuple[str, int], ...] | None, bool]:
     """The encoder-profile inputs (``--limit-mm-per-prompt`` counts, ``--skip-mm-profiling``),
@@ -137,6 +134,7 @@ def _multimodal_profile(
     skip = _bool_flag(running, "skip-mm-profiling") is True
     counts = tuple(sorted(limits.items())) if limits is not None else None
     v = parse_version(version)
+    profiled = era_of(v) in MM_PROFILE_ERAS
     if (
         limits is not None
         and v.key < LIMIT_OPTIONS_FROM
@@ -152,7 +150,7 @@ def _multimodal_profile(
         return counts, skip
     if not shape.is_multimodal or text_only(limits, shape.mm_modalities):
         return counts, skip
-    if skip and v.key < MM_PROFILE_FROM:
+    if skip and not profiled:
         bad.append(
             Unsupported(
                 "--skip-mm-profiling",
@@ -167,9 +165,9 @@ def _multimodal_profile(
         "--limit-mm-per-prompt with every modality at 0 ("
         + json.dumps(dict.fromkeys(shape.mm_modalities, 0))
         + ") makes the profile text-only"
-        + (", or --skip-mm-profiling" if v.key >= MM_PROFILE_FROM else "")
+        + (", or --skip-mm-profiling" if profiled else "")
     )
-    if v.key < MM_PROFILE_FROM:
+    if not profiled:
         why = f"the multimodal encoder profile of vLLM {version} (before 0.11) is not modelled"
     elif shape.vision_tower is None:
         why = (
@@ -487,7 +485,7 @@ def resolve(
                 + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
             )
         prefix = spec.engine.enable_prefix_caching
-    mm_limits, skip_mm = _multimodal_profile(shape, version, running, bad)
+    mm_limits, skip_mm = multimodal_profile(shape, version, running, bad)
     settings = EngineSettings(
         version=version,
         engine="v0" if use_v1 == "0" else None,

@@ -11,6 +11,7 @@ import yaml
 
 from ..engines.versions import NEWEST_SUPPORTED
 from ..engines.vllm import EngineSettings
+from ..engines.vllm_flags import classify
 from ..hardware import custom_gpu, get_gpu
 from ..model.source import checkpoint_json, describe, resolve_model_ref
 from ..planner import Headroom, PlanInput, make_plan
@@ -22,6 +23,7 @@ from ..report import (
     table,
     why_not_fits,
 )
+from ..resolve import multimodal_profile
 from ..units import GiB
 from ..whatif import levers, parse_prices, sweep, workload_from_flags
 from .common import CliError, _read_text, _sizing_overrides
@@ -40,8 +42,27 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             gpu = replace(get_gpu(a.gpu), total_bytes=gpu.total_bytes)
     else:
         gpu = get_gpu(a.gpu)
+    version = a.engine_version or NEWEST_SUPPORTED
+    # the multimodal encoder profile: the same rules (and refusals) as a Deployment's flags
+    mm_flags: dict[str, str] = {}
+    if a.limit_mm_per_prompt is not None:
+        mm_flags["limit-mm-per-prompt"] = a.limit_mm_per_prompt
+    if a.skip_mm_profiling:
+        mm_flags["skip-mm-profiling"] = "true"
+    refused = classify(mm_flags, {})
+    mm_limits, skip_mm = multimodal_profile(shape, version, mm_flags, refused)
+    if refused:
+        why = "; ".join(str(u) for u in refused)
+        out: dict[str, Any] = {
+            "model": source.json(),
+            "supported": False,
+            "unsupported": [{"name": u.name, "why": u.why} for u in refused],
+            "error": f"Supported=False: {why}",
+        }
+        refusal = describe(source, shape) + f"\n\nNot usable: Supported=False: {why}"
+        return out, refusal, None
     settings = EngineSettings(
-        version=a.engine_version or NEWEST_SUPPORTED,
+        version=version,
         engine=a.engine,
         gpu_memory_utilization=a.gpu_memory_utilization,
         max_model_len=a.max_model_len,
@@ -55,6 +76,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         max_lora_rank=a.max_lora_rank if a.max_lora_rank is not None else 16,
         data_parallel=a.dp or 1,
         expert_parallel=a.enable_expert_parallel,
+        mm_limits=mm_limits,
+        skip_mm_profiling=skip_mm,
     )
     headroom = 0.05 if a.operational_headroom is None else a.operational_headroom
     if not 0 <= headroom < 1:

@@ -154,6 +154,18 @@ def _add_plan(sub: Any) -> None:
     plan.add_argument(
         "--enforce-eager", action="store_true", help="no CUDA graphs (vLLM --enforce-eager)"
     )
+    plan.add_argument(
+        "--limit-mm-per-prompt",
+        default=None,
+        metavar="JSON",
+        help="multimodal items per prompt, as vLLM takes it (unset: 999 each); every modality "
+        "at 0 makes the encoder profile text-only",
+    )
+    plan.add_argument(
+        "--skip-mm-profiling",
+        action="store_true",
+        help="vLLM --skip-mm-profiling: no multimodal encoder profile (from 0.11)",
+    )
     plan.add_argument("--max-loras", type=int, default=None, help="LoRA slots (0)")
     plan.add_argument("--max-lora-rank", type=int, default=None, help="LoRA rank (16)")
     plan.add_argument(

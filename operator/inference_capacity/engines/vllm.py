@@ -21,7 +21,7 @@ from ..units import GiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
-from .vllm_mm import EncoderProfile, encoder_profile
+from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -664,10 +664,6 @@ def _cached_layers(
 
 
 # --- the prediction --------------------------------------------------------------------------
-
-
-#: eras whose encoder profile is modelled: the V1 runner's profile_run with MultiModalBudget
-MM_PROFILE_ERAS = frozenset({Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED})
 
 
 def _mm_profile(

@@ -477,7 +477,7 @@ def _value_problem(name: str, value: str) -> str | None:
         try:
             parse_limit_mm_per_prompt(value)
         except ValueError as exc:
-            return str(exc)
+            return str(exc).removeprefix("--limit-mm-per-prompt: ")
         return None
     if name == "mm-encoder-tp-mode" and value != "weights":
         # config/multimodal.py MMEncoderTPMode: "data" keeps the whole tower on every rank

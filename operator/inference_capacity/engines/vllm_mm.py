@@ -34,7 +34,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..model import ModelShape, VisionTower
+from ..units import GiB
+from .versions import Era
 
+#: the eras whose encoder profile is modelled: the V1 runner's profile_run with MultiModalBudget
+#: (0.11–0.33); before, a multimodal plan is refused unless the profile is text-only
+MM_PROFILE_ERAS: Final = frozenset({Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED})
 #: MultiModalConfig.get_limit_per_prompt: a modality the flag does not name allows 999 items
 DEFAULT_MM_LIMIT: Final = 999
 #: the option keys each modality's dummy options accept (config/multimodal.py: BaseDummyOptions
@@ -154,8 +159,8 @@ class EncoderProfile:
     def describe(self) -> str:
         return (
             f"{self.items} {self.modality} items × {self.tokens_per_item} tokens (encoder "
-            f"budget {self.budget}): encoder step {self.encoder_step / 2**30:.2f} GiB, "
-            f"outputs kept {self.outputs / 2**30:.2f} GiB"
+            f"budget {self.budget}): encoder step {self.encoder_step / GiB:.2f} GiB, "
+            f"outputs kept {self.outputs / GiB:.2f} GiB"
         )
 
 
