@@ -321,3 +321,29 @@ def test_cli_gemma3_profile_in_the_ledger() -> None:
     items = {i["name"]: i for i in out["ledger"]["ranks"][0]["items"]}
     # the term is the encoder step less the text step (681,993,830 B at T = 8192)
     assert items["mm_encoder_profile"]["bytes"] == 3_014_656_000 - items["activation_peak"]["bytes"]
+
+
+def test_manifest_plan_of_an_unsized_tower_is_supported_false(tmp_path: Path) -> None:
+    # the operator's decision, through plan FILE: Supported=False naming the architecture, and
+    # nothing patched; the text-only limit on the container makes it plannable
+    icap, dep = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    icap["spec"]["model"]["name"] = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    icap["spec"]["hardware"]["tensorParallel"] = 4
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["command"] = ["vllm", "serve", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+    c["args"] = ["--port", "8000", "--max-model-len", "32768", "--tensor-parallel-size", "4"]
+    c["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    f = tmp_path / "scout.yaml"
+    f.write_text(yaml.safe_dump_all([icap, dep]))
+    exe = shutil.which("inference-capacity", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-m", "inference_capacity.cli"]
+    p = subprocess.run([*cmd, "plan", str(f), "-o", "json"], capture_output=True, text=True)
+    out = json.loads(p.stdout)
+    (u,) = out["unsupported"]
+    assert u["name"] == "--limit-mm-per-prompt"
+    assert "Llama4ForConditionalGeneration" in u["why"] and '{"image": 0}' in u["why"]
+    assert out["patch"]["note"] == "not patched: Supported=False"
+    c["args"] += ["--limit-mm-per-prompt", '{"image": 0}']
+    f.write_text(yaml.safe_dump_all([icap, dep]))
+    p = subprocess.run([*cmd, "plan", str(f), "-o", "json"], capture_output=True, text=True)
+    assert "unsupported" not in json.loads(p.stdout), p.stderr

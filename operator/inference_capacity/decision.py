@@ -153,7 +153,8 @@ def unsupported(resolved: Resolved) -> Decision:
     """The container sets a flag or VLLM_* variable that may move memory and that the ledger
     does not model: every number of a plan would be wrong, so none is made (fail closed)."""
     msg = (
-        "the vLLM container sets what the ledger does not model, so no plan is made and "
+        "the vLLM container sets (or leaves at vLLM's default) what the ledger does not model, "
+        "so no plan is made and "
         "nothing is patched: " + resolved.unsupported_message()
     )
     refused = refusal("UnsupportedFlag", msg)

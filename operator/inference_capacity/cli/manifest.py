@@ -298,7 +298,8 @@ def _unsupported_result(icap: Any, resolved: Any, chosen: Any) -> tuple[dict[str
     }
     text = (
         f"{icap.metadata.name}: Supported=False (UnsupportedFlag): the vLLM container sets "
-        f"what the ledger does not model, so no plan is made: {message}\n\nWould patch "
+        f"(or leaves at vLLM's default) what the ledger does not model, so no plan is made: "
+        f"{message}\n\nWould patch "
         f"deployment/{spec.target_ref.name}: nothing (Supported=False)"
     )
     return out, text, None
