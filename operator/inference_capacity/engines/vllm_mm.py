@@ -189,7 +189,12 @@ def encoder_profile(
 ) -> EncoderProfile | None:
     """The encoder step vLLM's profile runs for ``shape``'s tower, or None when it runs none
     (a text model, every modality at 0, or a tower this module does not size: the caller
-    refuses those)."""
+    refuses those).
+
+    The batched pixels are counted once, in the model dtype (``SiglipVisionEmbeddings`` casts
+    them to the patch embedding's dtype; a float32 copy from the processor alongside would add
+    two bytes per element, 3·896²·2 B ≈ 4.8 MB per Gemma 3 image). The projector's pooled
+    outputs (``items × tokens × text hidden``) are what ``encoder_cache`` holds."""
     tower = shape.vision_tower
     if tower is None or text_only(limits, shape.mm_modalities):
         return None
