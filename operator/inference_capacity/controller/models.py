@@ -1,12 +1,22 @@
 """spec.model in the cluster: resolve a Hub id with the resource's own token, under a deadline.
 
 Kopf runs the handlers in worker threads, so a Hub request never blocks the event loop; it must
-not hold a worker for long either. Resolutions run in a small pool of their own and a reconcile
-waits at most ``MODEL_RESOLVE_DEADLINE_SECONDS`` for one: past it, the reconcile reports
-``ModelResolved=False`` (reason ``Resolving``) and is retried, while the fetch finishes in the
-background and fills the cache (:mod:`inference_capacity.model.source`: in memory by
-(id, commit), bounded), so the retry is a cache hit. Concurrent reconciles of one model share one
-fetch.
+not hold a handler worker either, nor let one tenant fill the threads that fetch. So:
+
+- resolutions run in a small pool of their own (``INFERENCE_CAPACITY_MODEL_WORKERS``), never in
+  a handler worker; a reconcile waits at most ``MODEL_RESOLVE_DEADLINE_SECONDS`` for one: past
+  it, the reconcile reports ``ModelResolved=False`` (reason ``Resolving``) and is retried, while
+  the fetch finishes in the background and fills the cache (:mod:`inference_capacity.model.source`:
+  in memory by (id, commit), bounded), so the retry is a cache hit;
+- one resolution per (namespace, model, revision, token) is in flight: a retry, or a second
+  resource of the namespace naming the same model, joins it instead of queueing another;
+- at most ``PER_NAMESPACE`` resolutions of one namespace hold a pool thread at a time; the rest
+  of that namespace waits in its own queue, so one namespace naming many slow models cannot
+  take the pool from the others;
+- each Hub request times out after ``HUB_TIMEOUT_SECONDS``.
+
+huggingface_hub's API is synchronous (revisions, gated access, its disk cache, offline mode), so
+the fetch itself runs in a thread; these bounds are what keep it from being shared.
 
 The token comes only from ``spec.model.tokenSecretRef``, a Secret in the resource's own
 namespace; without one the request carries no token at all (the operator's own environment
@@ -15,6 +25,10 @@ never lends its credentials to a resource).
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -33,6 +47,74 @@ _pool = ThreadPoolExecutor(
     max_workers=max(1, settings.current().model_workers),
     thread_name_prefix="model-resolve",
 )
+#: resolutions of one namespace that may hold a pool thread at the same time
+PER_NAMESPACE = 1
+
+_Key = tuple[str, str, str | None, str]
+_lock = threading.Lock()
+#: resolutions queued or running, by (namespace, model, revision, token digest)
+_inflight: dict[_Key, Future[ResolvedModel | None]] = {}
+#: per namespace: how many hold a pool thread, and the ones waiting for their turn
+_running: dict[str, int] = {}
+_waiting: dict[str, deque[tuple[_Key, Callable[[], ResolvedModel | None]]]] = {}
+
+
+def _start_locked(key: _Key, work: Callable[[], ResolvedModel | None]) -> None:
+    """Hand ``work`` to the pool (caller holds _lock and has counted it as running)."""
+    fut = _inflight[key]
+
+    def run() -> None:
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(work())
+            except BaseException as exc:  # carried to the waiting reconcile
+                fut.set_exception(exc)
+        _finished(key)
+
+    _pool.submit(run)
+
+
+def _finished(key: _Key) -> None:
+    ns = key[0]
+    with _lock:
+        _inflight.pop(key, None)
+        queue = _waiting.get(ns)
+        if queue:
+            nxt, work = queue.popleft()
+            if not queue:
+                del _waiting[ns]
+            _start_locked(nxt, work)
+            return
+        left = _running.get(ns, 1) - 1
+        if left > 0:
+            _running[ns] = left
+        else:
+            _running.pop(ns, None)
+
+
+def _submit(key: _Key, work: Callable[[], ResolvedModel | None]) -> Future[ResolvedModel | None]:
+    """The resolution for ``key``: the one in flight, or a new one (queued behind the
+    namespace's running ones when it has PER_NAMESPACE of them)."""
+    with _lock:
+        fut = _inflight.get(key)
+        if fut is not None:
+            return fut
+        fut = Future()
+        _inflight[key] = fut
+        ns = key[0]
+        if _running.get(ns, 0) < PER_NAMESPACE:
+            _running[ns] = _running.get(ns, 0) + 1
+            _start_locked(key, work)
+        else:
+            _waiting.setdefault(ns, deque()).append((key, work))
+        return fut
+
+
+def in_flight() -> dict[str, tuple[int, int]]:
+    """Per namespace: (resolutions holding a thread, resolutions waiting their turn)."""
+    with _lock:
+        names = set(_running) | set(_waiting)
+        return {ns: (_running.get(ns, 0), len(_waiting.get(ns, ()))) for ns in names}
 
 
 @dataclass(frozen=True)
@@ -62,9 +144,9 @@ def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutc
                 f"{ref.key!r} not found (or not readable by the operator)",
             )
         token = value.strip()
-    future: Future[ResolvedModel | None] = _pool.submit(
-        resolve_model_source, spec, token, HUB_TIMEOUT_SECONDS, False
-    )
+    tk = hashlib.sha256(token.encode()).hexdigest() if isinstance(token, str) else ""
+    key: _Key = (namespace, m.name, m.revision, tk)
+    future = _submit(key, lambda: resolve_model_source(spec, token, HUB_TIMEOUT_SECONDS, False))
     try:
         source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
     except FutureTimeout:
