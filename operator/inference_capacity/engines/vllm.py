@@ -556,7 +556,8 @@ def spec_capture_sizes(
       none left gives ``[q]`` when q ≤ the largest size, else vLLM raises; the largest size
       becomes the last one. 0.11 rounds nothing;
     * FULL decode graphs: the V1 runner's sizes ``s`` with ``q ≤ s ≤ R × q``
-      (``GPUModelRunner.capture_model``, 0.11); the V2 runner (0.25+,
+      (``GPUModelRunner.capture_model`` in 0.11; ``v1/cudagraph_dispatcher.py::
+      CudagraphDispatcher.initialize_cudagraph_keys`` in 0.13, 0.20, 0.27); the V2 runner (0.25+,
       ``v1/worker/gpu/cudagraph_utils.py::CudaGraphManager._init_candidates``, 0.33) rounds
       each size up to a multiple of q and keeps those ≤ ``R × q`` and ≤ the largest size.
     """
