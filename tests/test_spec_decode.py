@@ -131,9 +131,24 @@ def test_user_capture_sizes_that_round_past_the_maximum_fail_as_vllm_does() -> N
     v = parse_version("0.20.0")
     with pytest.raises(SettingsError, match="No valid cudagraph sizes"):
         spec_capture_sizes(v, 256, 8192, 3, (3,), 3, H100.name, False)
-    # sizes [1, 2], max 4: both round up to 4 <= 4: [4]
-    c = spec_capture_sizes(v, 256, 8192, 3, (1, 2), 4, H100.name, False)
+    # sizes [1, 2, 4], max 4: all round up to 4 <= 4: [4]
+    c = spec_capture_sizes(v, 256, 8192, 3, (1, 2, 4), 4, H100.name, False)
     assert c.mixed == (4,)
+    # sizes [8, 600] without a maximum: the largest is 600 (the last size, not min(2Rq, 512)),
+    # so 600 (a multiple of 4) stays
+    c = spec_capture_sizes(v, 256, 8192, 3, (8, 600), None, H100.name, False)
+    assert (c.mixed, c.max_size) == ((8, 600), 600)
+    # a maximum other than the last size, with sizes: vLLM raises
+    with pytest.raises(SettingsError, match="should be consistent"):
+        spec_capture_sizes(v, 256, 8192, 3, (8, 16), 32, H100.name, False)
+
+
+def test_a_batch_budget_below_the_grid_caps_the_rounding() -> None:
+    # T = 300, R = 1024, k = 3, 0.20: largest min(2 R q, 512, T) = 300; the grid [1, 2, 4] +
+    # 8..248 step 8 + 256..288 step 16 ends at 288, which becomes the largest; rounded to 4:
+    # 4, 8..248 (31), 256, 272, 288 = 35 sizes (0.22+ would add T = 300 itself)
+    c = sizes("0.20.0", 3, T=300)
+    assert (len(c.mixed), c.max_size) == (35, 288)
 
 
 def _cg(version: str, k: int, draft: str | None = None) -> tuple[int, Any]:

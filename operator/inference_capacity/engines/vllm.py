@@ -548,7 +548,8 @@ def spec_capture_sizes(
       when it is at most the largest size; from 0.29, with q > 1 and no user maximum, the
       uniform decode sizes ``n × q`` for ``n`` in the grid up to ``min(R, 512)`` plus R itself
       (``request_counts``), those within the largest size and T;
-    * user ``cudagraph_capture_sizes``: de-duplicated, those ≤ T;
+    * user ``cudagraph_capture_sizes``: de-duplicated, those ≤ T; from 0.12 the largest size
+      is then the last size (a different user maximum with user sizes is an error);
     * the rounding (``config/compilation.py::CompilationConfig.
       adjust_cudagraph_sizes_for_spec_decode``, called by ``GPUModelRunner`` in 0.12–0.18 and by
       ``CompilationConfig`` from 0.20, with FULL decode graphs and q > 1; from 0.25 not for the
@@ -583,6 +584,15 @@ def spec_capture_sizes(
             counts = sorted({*_grid(min(R, ceiling)), min(R, ceiling)})
             sizes += [n * q for n in counts if n * q <= top and n * q <= T]
         sizes = sorted(set(sizes))
+    if v.key >= (0, 12, 0) and sizes:
+        # the largest size becomes the last one; a user maximum that is not it, with user
+        # sizes too, is an error (the same function, "valid_max_size", 0.13.0 and 0.20.0)
+        if user_sizes is not None and user_max is not None and user_max != sizes[-1]:
+            raise SettingsError(
+                f"customized max_cudagraph_capture_size(={user_max}) should be consistent "
+                f"with the max value of cudagraph_capture_sizes(={sizes[-1]})"
+            )
+        top = sizes[-1]
     rounds = v.key >= (0, 12, 0) and not (v2_runner and v.key >= (0, 25, 0))
     if rounds and q > 1 and sizes:
         rounded = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= top})
@@ -833,8 +843,8 @@ def predict_startup(
         k_spec = spec.num_speculative_tokens or shape.mtp_layers
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     graphs = capture_count(settings)
-    capture = None
-    if k_spec and rs.cudagraphs and era is not Era.V0:
+    capture = None  # before 0.11 (not read) the count scaling below is kept
+    if k_spec and rs.cudagraphs and era is not Era.V0 and rs.version.key >= (0, 11, 0):
         capture = spec_capture_sizes(
             rs.version,
             rs.max_num_seqs,
