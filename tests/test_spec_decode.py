@@ -301,6 +301,30 @@ def test_a_local_drafter_folder_in_the_cli(
     assert _drafter_bytes(out) == ck.expected_bytes(spec) + rope
 
 
+def test_an_eagle_head_shares_the_targets_embedding_head_and_rotary_cache(
+    hub_env: dict[str, str], tmp_path: Path
+) -> None:
+    # an EAGLE-style head for Llama-3.1-8B in a local folder: the target's config with one
+    # layer, its checkpoint without embed_tokens and lm_head (vLLM then uses the target's:
+    # llm_base_proposer.py::_maybe_share_embeddings / _maybe_share_lm_head, 0.20) plus fc
+    # (2H -> H). Its rotary cache has the target's configuration, so get_rope hands it the
+    # target's cache. Its weights are the header's bytes exactly.
+    cfg = json.loads((CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
+    cfg = {**cfg, "num_hidden_layers": 1}
+    h = cfg["hidden_size"]
+    spec = {
+        k: v
+        for k, v in ck.dense(cfg).items()
+        if k not in ("model.embed_tokens.weight", "lm_head.weight")
+    } | {"fc.weight": ("BF16", (h, 2 * h))}
+    folder = tmp_path / "eagle-head"
+    ck.write_checkpoint(folder, spec, cfg)
+    out = _plan_json(manifest(str(folder), method="eagle"), tmp_path, hub_env)
+    assert _drafter_bytes(out) == ck.expected_bytes(spec)
+    # one more full-attention layer of the target's shape: 33 × 16 × 2 × 8 × 128 × 2 B a block
+    assert out["vllm_startup"]["bytes_per_block"] == 33 * 16 * 2 * 8 * 128 * 2
+
+
 def test_an_unknown_hub_drafter_is_refused_by_name(hub_env: dict[str, str]) -> None:
     icap, dep = manifest("acme/no-such-drafter")
     r = resolve(InferenceCapacity.from_manifest(icap, ignore_status=True).spec, dep)

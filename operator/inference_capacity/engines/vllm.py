@@ -697,7 +697,19 @@ def _draft(
             "(add it to the catalog or give its config)"
         )
     w = weight_breakdown(d, tp, 1, 0, dtype_bytes, d.quantization)
-    return w.total, list(d.layers)
+    # A rotary cache the target already has is the same object (``get_rope`` memoises by its
+    # configuration in one worker process), so only the drafter's other caches add bytes.
+    # EAGLE heads without embed_tokens / lm_head in their checkpoint use the target's
+    # (v1/spec_decode/llm_base_proposer.py::_maybe_share_embeddings / _maybe_share_lm_head,
+    # 0.20): with safetensors headers those tensors are simply absent from the drafter's bytes;
+    # a copy identical to the target's is also shared by vLLM (a comparison of values), which
+    # headers cannot show: it is counted (over, never under).
+    shared_rope = sum(
+        rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
+        for rc in set(d.rope_caches)
+        if rc in shape.rope_caches
+    )
+    return w.total - min(shared_rope, w.rope_cache), list(d.layers)
 
 
 #: Rejection sampler (v1/sample/rejection_sampler.py, profiled by
