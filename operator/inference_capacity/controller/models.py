@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -36,8 +36,8 @@ from typing import Any
 
 from .. import settings
 from ..api import InferenceCapacitySpec
-from ..model.source import ResolvedModel
-from ..resolve import ResolveError, resolve_model_source
+from ..model.source import ModelSourceError, ResolvedModel
+from ..resolve import ResolveError, draft_model_ref, resolve_draft_source, resolve_model_source
 from . import k8s
 
 MODEL_RESOLVE_DEADLINE_SECONDS = settings.current().model_resolve_deadline_seconds
@@ -126,26 +126,37 @@ class ModelOutcome:
     retry: bool = False
 
 
+def _token(namespace: str, spec: InferenceCapacitySpec) -> str | bool | ModelOutcome:
+    """The Hub token: spec.model.tokenSecretRef's value, ``False`` (no token at all) without
+    one, or the refusal when the Secret cannot be read."""
+    ref = spec.model.token_secret_ref
+    if ref is None:
+        return False
+    value = k8s.read_secret_key(namespace, ref.name, ref.key)
+    if not value:
+        return ModelOutcome(
+            None,
+            False,
+            "TokenSecretNotFound",
+            f"spec.model.tokenSecretRef: Secret {namespace}/{ref.name} with key "
+            f"{ref.key!r} not found (or not readable by the operator)",
+        )
+    return value.strip()
+
+
+def _token_key(token: str | bool) -> str:
+    return hashlib.sha256(token.encode()).hexdigest() if isinstance(token, str) else ""
+
+
 def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutcome:
     m = spec.model
     if m.name is None:
         kind = "configMap" if m.config_map_ref is not None else "inline config"
         return ModelOutcome(None, True, "Resolved", f"model config from the {kind}")
-    token: str | bool = False
-    if m.token_secret_ref is not None:
-        ref = m.token_secret_ref
-        value = k8s.read_secret_key(namespace, ref.name, ref.key)
-        if not value:
-            return ModelOutcome(
-                None,
-                False,
-                "TokenSecretNotFound",
-                f"spec.model.tokenSecretRef: Secret {namespace}/{ref.name} with key "
-                f"{ref.key!r} not found (or not readable by the operator)",
-            )
-        token = value.strip()
-    tk = hashlib.sha256(token.encode()).hexdigest() if isinstance(token, str) else ""
-    key: _Key = (namespace, m.name, m.revision, tk)
+    token = _token(namespace, spec)
+    if isinstance(token, ModelOutcome):
+        return token
+    key: _Key = (namespace, m.name, m.revision, _token_key(token))
     future = _submit(key, lambda: resolve_model_source(spec, token, HUB_TIMEOUT_SECONDS, False))
     try:
         source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
@@ -162,6 +173,42 @@ def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutc
         return ModelOutcome(None, False, exc.reason, str(exc))
     assert source is not None
     return ModelOutcome(source, True, "Resolved", describe_source(source))
+
+
+def resolve_draft_model(
+    namespace: str, spec: InferenceCapacitySpec, deployment: Mapping[str, Any]
+) -> tuple[dict[tuple[str, str | None], ResolvedModel], ModelOutcome | None]:
+    """The target's ``--speculative-config`` drafter, resolved as spec.model is: the same pool
+    and deadline, spec.model.tokenSecretRef's token or none, never a local path. Returns the
+    drafters for :func:`~inference_capacity.resolve.resolve` and None, or the refusal."""
+    ref = draft_model_ref(spec, deployment)
+    if ref is None:
+        return {}, None
+    token = _token(namespace, spec)
+    if isinstance(token, ModelOutcome):
+        return {}, token
+    model, revision = ref
+    key: _Key = (namespace, f"draft:{model}", revision, _token_key(token))
+    future = _submit(
+        key, lambda: resolve_draft_source(model, revision, token, HUB_TIMEOUT_SECONDS, False)
+    )
+    try:
+        source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
+    except FutureTimeout:
+        return {}, ModelOutcome(
+            None,
+            False,
+            "Resolving",
+            f"--speculative-config: draft model {model} is still being resolved on the Hub "
+            f"after {MODEL_RESOLVE_DEADLINE_SECONDS:g} s; retrying",
+            retry=True,
+        )
+    except ModelSourceError as exc:
+        return {}, ModelOutcome(
+            None, False, exc.reason, f"--speculative-config: draft model {model!r}: {exc}"
+        )
+    assert source is not None  # resolve_draft_source always gives one, or raises
+    return {ref: source}, None
 
 
 def describe_source(src: ResolvedModel) -> str:
