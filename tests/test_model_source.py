@@ -35,6 +35,7 @@ from inference_capacity.model.source import (
 )
 from tests import checkpoints as ck
 from tests.hubserver import HubServer
+from tests.realk8s.fixtures import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 _SHARED = ROOT.parent / "shared" / "data" / "model-configs"
@@ -579,6 +580,60 @@ def test_operator_waits_a_bounded_time_then_retries_from_the_cache(
     assert again.ok and again.source is not None and again.source.revision == commit
     assert again.source.checkpoint_bytes == ck.expected_bytes(spec)
     assert len(hub.requests) == n  # a cache hit
+
+
+def test_operator_retries_join_the_resolution_in_flight(
+    published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: a reconcile retried while its model is still being fetched must not queue a
+    second fetch (before: every retry submitted another, each waiting on the first, until one
+    resource's retries filled the pool)."""
+    from inference_capacity.controller import models
+
+    monkeypatch.setattr(models, "MODEL_RESOLVE_DEADLINE_SECONDS", 0.05)
+    monkeypatch.setitem(hub.delays, "acme/llama-3.2-1b-gptq", 1.0)
+    before = hub.count("GET", r"^/api/models/acme/llama-3.2-1b-gptq")
+    outs = [models.resolve_spec_model("ns", _spec("acme/llama-3.2-1b-gptq")) for _ in range(5)]
+    assert {o.reason for o in outs} == {"Resolving"}
+    assert models.in_flight() == {"ns": (1, 0)}
+    wait_for(lambda: not models.in_flight(), timeout=10, interval=0.05, message="the fetch")
+    assert hub.count("GET", r"^/api/models/acme/llama-3.2-1b-gptq") - before == 1
+    assert models.resolve_spec_model("ns", _spec("acme/llama-3.2-1b-gptq")).ok
+
+
+def test_one_namespace_cannot_take_the_resolution_pool() -> None:
+    """Issue 13: at most models.PER_NAMESPACE resolutions of a namespace hold a pool thread;
+    its other ones wait in the namespace's own queue, and another namespace still gets one."""
+    import threading
+
+    from inference_capacity.controller import models
+
+    release = threading.Event()
+    started: list[str] = []
+
+    def slow(name: str) -> Any:
+        def work() -> None:
+            started.append(name)
+            release.wait(10)
+
+        return work
+
+    futures = [models._submit(("greedy", f"m{i}", None, ""), slow(f"g{i}")) for i in range(8)]
+    other = models._submit(("polite", "m", None, ""), slow("p"))
+    try:
+        wait_for(lambda: "p" in started, timeout=5, interval=0.01, message="the other namespace")
+        assert models.in_flight() == {
+            "greedy": (models.PER_NAMESPACE, 8 - models.PER_NAMESPACE),
+            "polite": (1, 0),
+        }
+        assert [n for n in started if n.startswith("g")] == ["g0"]
+    finally:
+        release.set()
+    for f in [*futures, other]:
+        f.result(timeout=10)
+    # the greedy namespace's queue ran in order, one at a time
+    assert [n for n in started if n.startswith("g")] == [f"g{i}" for i in range(8)]
+    assert models.in_flight() == {}
 
 
 def test_operator_token_only_from_the_resources_secret(

@@ -5,6 +5,7 @@ test Hub (tests/hubserver.py). Uses only the harness's public fixture ``cluster`
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,41 @@ def test_unknown_hub_model_is_a_condition(cluster: Cluster) -> None:
     cond = c.wait_condition(ns, "llama-8b", "ModelResolved", "False", "NotFound", timeout=40)
     assert "acme/no-such-model" in cond["message"]
     c.wait_condition(ns, "llama-8b", "Applied", "False", "NotFound")
+
+
+def _apply_with_drafter(c: Cluster, ns: str, drafter: str, extra: dict[str, Any]) -> None:
+    icap, dep = load_example("llama-3.1-8b-h100.yaml", ns)
+    icap["spec"]["model"].update(extra)
+    draft = {"method": "draft_model", "model": drafter, "num_speculative_tokens": 3}
+    dep["spec"]["template"]["spec"]["containers"][0]["args"] += [
+        "--speculative-config",
+        json.dumps(draft),
+    ]
+    c.api.apply(icap, dep)
+
+
+def test_operator_sizes_a_hub_drafter_with_the_resources_token(
+    cluster: Cluster, hub: dict[str, Any]
+) -> None:
+    c = cluster
+    ns = c.namespace("draft")
+    # a gated drafter: the operator's own HF_TOKEN is never lent to it
+    _apply_with_drafter(c, ns, GATED, {})
+    cond = c.wait_condition(ns, "llama-8b", "ModelResolved", "False", "Gated", timeout=40)
+    assert GATED in cond["message"] and "--speculative-config" in cond["message"]
+    # spec.model.tokenSecretRef (its own namespace) opens it; the drafter's weights are its
+    # safetensors header bytes plus its rotary cache (max_position_embeddings × head_dim × 2 B)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf", "namespace": ns},
+        "data": {"token": base64.b64encode(b"hf_team").decode()},
+    }
+    c.api.apply(secret)
+    _apply_with_drafter(c, ns, GATED, {"tokenSecretRef": {"name": "hf"}})
+    c.wait_condition(ns, "llama-8b", "Ready", "True", timeout=60)
+    spec, _, _ = hub["published"][GATED]
+    st = c.icap(ns, "llama-8b")["status"]
+    items = {i["name"]: i["bytes"] for i in st["ledger"]["ranks"][0]["items"]}
+    rope = LLAMA_1B["max_position_embeddings"] * LLAMA_1B["head_dim"] * 2
+    assert items["weights.drafter"] == ck.expected_bytes(spec) + rope

@@ -190,6 +190,47 @@ def test_hostile_layer_count_is_refused_and_others_keep_working(cluster: Cluster
     c.operator.assert_alive()
 
 
+def test_a_large_inline_config_is_handled_and_kopf_state_stays_under_the_annotation_limit(
+    cluster: Cluster,
+) -> None:
+    """The review's "a failing metadata patch is retried with nothing logged": Kopf's copy of a
+    300 KiB inline config in its last-handled annotation exceeded the API server's 256 KiB for all
+    annotations, so Kopf's own patch failed with 422 after every handling and the creation was
+    re-run forever. Applied server-side (client-side ``kubectl apply`` refuses such an object
+    itself, for its own last-applied annotation)."""
+    from inference_capacity.controller.handlers import DIFFBASE_ANNOTATION
+    from inference_capacity.model import load_config
+
+    c = cluster
+    ns = c.namespace("bigconfig")
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    # real configs carry long quantization ignore lists (~200 KiB); the ledger ignores this key
+    pad = [f"model.layers.{i}.mlp.gate_proj.weight_scale_padding" for i in range(6000)]
+    cfg = {**cfg, "padding_for_size": pad}
+    assert len(json.dumps(cfg)) > 300 * 1024
+    icap, dep = load_example(EXAMPLE, ns)
+    dep["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "no-such-pool"}
+    icap["spec"]["model"] = {"config": cfg}
+    c.api.apply(dep)
+    c.api.apply(icap, extra=("--server-side",))
+    c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
+    annotations = c.icap(ns, "llama-8b")["metadata"].get("annotations") or {}
+    assert DIFFBASE_ANNOTATION in annotations, "Kopf's last-handled state was never stored"
+    assert sum(len(k) + len(v) for k, v in annotations.items()) < 256 * 1024
+    fits = c.wait_condition(ns, "llama-8b", "Fits", "True", "Fits")["message"]
+    # an edit inside the digested config is still seen: half the KV heads, another pool
+    merge(c, ns, "llama-8b", {"spec": {"model": {"config": {"num_key_value_heads": 4}}}})
+
+    def replanned() -> bool:
+        cond = c.condition(ns, "llama-8b", "Fits")
+        return cond is not None and cond["message"] != fits
+
+    wait_for(replanned, timeout=60, interval=0.5, message="a re-plan after the config edit")
+    log = [ln for ln in c.operator.log().splitlines() if f"[{ns}/" in ln]
+    assert not [ln for ln in log if "Too long" in ln or "422" in ln], log[-5:]
+    c.operator.assert_alive()
+
+
 def test_deep_config_json_in_a_configmap_is_a_condition(cluster: Cluster) -> None:
     c = cluster
     ns = c.namespace("deepjson")

@@ -222,11 +222,14 @@ def test_kv_cache_memory_bytes_is_the_pool_vllm_has() -> None:
     assert "gpu-memory-utilization" not in after
 
 
-def test_a_draft_model_outside_the_catalog_is_refused() -> None:
+def test_a_draft_model_the_hub_cannot_give_is_refused() -> None:
+    # outside the catalog the drafter is a Hub id (tests/test_spec_decode.py resolves one);
+    # here HF_ENDPOINT is a closed port (conftest.py): refused, naming the drafter and why
     spec = '{"method": "eagle", "model": "someone/eagle-head", "num_speculative_tokens": 3}'
     r = resolved(*example(["--speculative-config", spec]))
     assert [u.name for u in r.unsupported] == ["--speculative-config"]
     assert "someone/eagle-head" in r.unsupported[0].why
+    assert "cannot reach the Hub" in r.unsupported[0].why
 
 
 def test_a_catalog_draft_model_adds_weights_and_kv_layers() -> None:

@@ -241,6 +241,16 @@ def test_nemotron_nano_all_mode_at_020() -> None:
     assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / (5 * 121))
 
 
+def test_nemotron_nano_at_020_and_u090_gives_the_reviews_concurrency() -> None:
+    # vllm-fidelity-review.md finding 3: "vLLM 2176 and ≈1.12×" for Nemotron-3-Nano on an H100 at
+    # 0.20 and L = 262k; that figure is at u = 0.90 (the default before 0.20; 0.20's own default,
+    # 0.92, gives more blocks). Concurrency = blocks / (5 groups × cdiv(262144, 2176) = 121)
+    p = predict(NANO, version="0.20.0", gpu_memory_utilization=0.90, max_model_len=262144)
+    assert p.starts and p.ranks[0].layout.block_size == 2176
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / (5 * 121))
+    assert p.max_concurrency == pytest.approx(1.12, abs=0.01)
+
+
 def test_nemotron_nano_align_mode_from_030_and_none_without_prefix_caching() -> None:
     # "align" (0.30+): B a multiple of 16 only, 2 state blocks per request per Mamba group
     p = predict(NANO, version="0.30.0", max_model_len=262144)

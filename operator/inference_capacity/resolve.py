@@ -27,6 +27,7 @@ from .engines.vllm_args import (
 from .engines.vllm_flags import (
     DRAFT_MODEL_METHODS,
     MODELLED_FLAGS,
+    SpeculativeConfig,
     Unsupported,
     classify,
     human_readable_int,
@@ -41,7 +42,7 @@ from .engines.vllm_mm import (
     uses_options,
 )
 from .hardware import Gpu, custom_gpu, get_gpu
-from .model import ModelConfigError, ModelShape, load_model, model_from_dict
+from .model import ModelConfigError, ModelShape, model_from_dict
 from .model.limits import parse_config_json
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
@@ -109,6 +110,75 @@ def resolve_model_source(
         )
     except ModelSourceError as exc:
         raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
+
+
+def draft_model_ref(
+    spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None
+) -> tuple[str, str | None] | None:
+    """(model, revision) of the target container's ``--speculative-config`` drafter when its
+    method takes a separate draft model (:data:`DRAFT_MODEL_METHODS`); None otherwise, or when
+    the container cannot be read (:func:`resolve` reports that)."""
+    if deployment is None:
+        return None
+    try:
+        containers = (
+            deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        )
+        running = read_flags(containers[find_vllm_container(containers, spec.target_ref.container)])
+        value = running.get("speculative-config")
+        if value is None:
+            return None
+        sc = parse_speculative_config(value)
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return None
+    if sc.method not in DRAFT_MODEL_METHODS or not sc.model:
+        return None
+    return sc.model, sc.revision
+
+
+def resolve_draft_source(
+    ref: str,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    timeout: float | None = None,
+    allow_local: bool = True,
+) -> ResolvedModel:
+    """A ``--speculative-config`` draft model through the same order as spec.model.name
+    (local → catalog → Hub: config.json and safetensors headers); the operator passes
+    spec.model's token (or ``False``) and ``allow_local=False``. Raises ModelSourceError."""
+    return resolve_model_ref(
+        ref, revision=revision, token=token, timeout=timeout, allow_local=allow_local
+    )
+
+
+#: the drafters already resolved (the operator's, under its deadline), by (model, revision)
+DraftSources = Mapping[tuple[str, str | None], ResolvedModel]
+
+
+def _draft_shape(
+    sc: SpeculativeConfig, sources: DraftSources | None
+) -> tuple[ModelShape | None, str]:
+    """The drafter's shape and a note saying where it came from, or (None, why it cannot be
+    sized: a Supported=False reason)."""
+    ref = sc.model or ""
+    if not ref:
+        return None, f'method {sc.method!r} needs a draft model ("model")'
+    try:
+        if sources is not None:
+            src = sources.get((ref, sc.revision))
+            if src is None:
+                return None, f"draft model {ref!r} was not resolved"
+        else:
+            src = resolve_draft_source(ref, sc.revision)
+        shape = src.shape()
+    except ModelSourceError as exc:
+        return None, f"draft model {ref!r}: {exc}"
+    except ModelConfigError as exc:
+        return None, f"draft model {ref!r}: its config cannot be sized ({exc})"
+    where = src.source + (f" at commit {src.revision}" if src.revision else "")
+    if src.checkpoint_bytes is not None:
+        where += f"; checkpoint {src.checkpoint_bytes} B from its safetensors headers"
+    return shape, f"--speculative-config draft model {src.id} ({sc.method}) from {where}"
 
 
 def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
@@ -267,9 +337,12 @@ def resolve(
     spare_gpus: int | None = None,
     hpa_min_replicas: int | None = None,
     model_source: ResolvedModel | None = None,
+    draft_sources: DraftSources | None = None,
 ) -> Resolved:
     """``model_source``: spec.model.name already resolved (the operator does it with the
-    resource's token and a deadline); otherwise it is resolved here."""
+    resource's token and a deadline); otherwise it is resolved here. ``draft_sources``: the
+    ``--speculative-config`` drafters already resolved likewise (:func:`draft_model_ref`);
+    without it a drafter is resolved here (:func:`resolve_draft_source`)."""
     check_bounds(spec)
     running: dict[str, str] = {}
     env: dict[str, str | None] = {}
@@ -435,20 +508,16 @@ def resolve(
         conflicts.append(
             f"spec.model.maxLoras is {max_loras} but the Deployment does not pass --enable-lora"
         )
-    speculative = draft = None
+    speculative = None
+    draft: ModelShape | None = None
     if "speculative-config" in running and not any(u.name == "--speculative-config" for u in bad):
         speculative = parse_speculative_config(running["speculative-config"])
         if speculative.method in DRAFT_MODEL_METHODS:
-            try:
-                draft = load_model(speculative.model or "")
-            except ValueError:
-                bad.append(
-                    Unsupported(
-                        "--speculative-config",
-                        f"draft model {speculative.model!r} is not in the catalog; its "
-                        "weights and KV cache cannot be sized",
-                    )
-                )
+            draft, said = _draft_shape(speculative, draft_sources)
+            if draft is None:
+                bad.append(Unsupported("--speculative-config", said))
+            else:
+                notes.append(said)
     captures: tuple[int, ...] | None = None
     top_capture: int | None = None
     run_eager = _bool_flag(running, "enforce-eager") is True

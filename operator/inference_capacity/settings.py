@@ -56,7 +56,7 @@ class Settings:
     #: per Hub request, connect and read (seconds)
     hub_timeout: float = 10.0
     #: how long a reconcile waits for a model resolution before reporting Resolving (seconds)
-    model_resolve_deadline_seconds: float = 20.0
+    model_resolve_deadline_seconds: float = 2.0
     #: threads resolving models from the Hub
     model_workers: int = 4
     #: resolved models kept in memory

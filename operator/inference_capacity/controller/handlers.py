@@ -20,6 +20,7 @@ import kopf
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
 from . import k8s, metrics, observing, state
+from .diffbase import BoundedDiffBaseStorage
 from .reconcile import Outcome, reconcile
 
 PLURAL = k8s.PLURAL
@@ -37,7 +38,9 @@ DIFFBASE_ANNOTATION = f"{PREFIX}/last-handled-configuration"
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = PREFIX
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # bounded: Kopf's own copy of a large inline config would exceed the API server's 256 KiB
+    # for annotations and fail every handling with 422 (see diffbase)
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
         prefix=prefix, key=DIFFBASE_ANNOTATION.split("/", 1)[1]
     )
     settings.persistence.finalizer = f"{prefix}/finalizer"

@@ -208,11 +208,23 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         ctx.cond("ModelResolved", "False", model.reason, model.message)
         ctx.outcome.requeue = model.retry
         return _refuse(ctx, model.reason, model.message)
+    drafts, refused = models.resolve_draft_model(ctx.ns, spec, dep)
+    if refused is not None:
+        ctx.cond("ModelResolved", "False", refused.reason, refused.message)
+        ctx.outcome.requeue = refused.retry
+        return _refuse(ctx, refused.reason, refused.message)
     ctx.cond("ModelResolved", "True", model.reason, model.message)
     ctx.status["model"] = models.model_status(spec, model.source)
     hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
     try:
-        resolved = resolve(spec, dep, cms, hpa_min_replicas=hpa_min, model_source=model.source)
+        resolved = resolve(
+            spec,
+            dep,
+            cms,
+            hpa_min_replicas=hpa_min,
+            model_source=model.source,
+            draft_sources=drafts,
+        )
         if not resolved.supported:
             return _perform(ctx, decision.unsupported(resolved), dep, spec)
         ctx.cond(*_fields(decision.SUPPORTED))

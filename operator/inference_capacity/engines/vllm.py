@@ -500,6 +500,145 @@ def capture_count(settings: EngineSettings) -> int:
     return len({x for x in sizes if top is None or x <= top})
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureSizes:
+    """The CUDA graphs vLLM captures with speculative decoding (FULL_AND_PIECEWISE, the default
+    graph mode from 0.11): ``mixed`` PIECEWISE graphs for mixed prefill-decode batches, ``decode``
+    FULL graphs for uniform decode batches of ``query_len`` tokens per request (token counts)."""
+
+    query_len: int
+    max_size: int
+    mixed: tuple[int, ...]
+    decode: tuple[int, ...]
+
+    @property
+    def graphs(self) -> int:
+        return len(self.mixed) + len(self.decode)
+
+
+def _grid(top: int) -> list[int]:
+    """vLLM's default size grid up to ``top``: [1, 2, 4] + 8..248 step 8 + 256.. step 16
+    (config/vllm.py::VllmConfig._set_cudagraph_sizes, 0.12–0.33)."""
+    sizes = [x for x in (1, 2, 4) if x <= top]
+    if top >= 8:
+        sizes += list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def spec_capture_sizes(
+    v: Version,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_speculative_tokens: int,
+    user_sizes: tuple[int, ...] | None,
+    user_max: int | None,
+    gpu_name: str,
+    v2_runner: bool,
+) -> CaptureSizes:
+    """Capture sizes with ``k`` speculative tokens, a uniform decode batch being ``q = 1 + k``
+    tokens per request (``GPUModelRunner.uniform_decode_query_len``; the
+    ``VllmConfig.uniform_decode_query_len`` property from 0.29). Read in the 0.11.0, 0.12.0,
+    0.13.0, 0.14.0, 0.16.0, 0.18.0, 0.20.0, 0.22.0, 0.25.0, 0.27.0, 0.29.0, 0.31.0 and 0.33.0
+    wheels (versions in between are assumed to follow the older neighbour):
+
+    * the largest size (``config/vllm.py::VllmConfig._set_cudagraph_sizes``; 0.11:
+      ``config/__init__.py`` with ``SchedulerConfig.cuda_graph_sizes``): without
+      ``max_cudagraph_capture_size``, ``min(2 × R, 512)`` through 0.12, ``min(2 × R × q, 512)``
+      from 0.13, 1024 instead of 512 on data-centre Blackwell from 0.29; then ``min(·, T)``;
+    * the default grid (:func:`_grid`; 0.11: [1, 2, 4] + multiples of 8); from 0.22 T is added
+      when it is at most the largest size; from 0.29, with q > 1 and no user maximum, the
+      uniform decode sizes ``n × q`` for ``n`` in the grid up to ``min(R, 512)`` plus R itself
+      (``request_counts``), those within the largest size and T;
+    * user ``cudagraph_capture_sizes``: de-duplicated, those ≤ T; from 0.12 the largest size
+      is then the last size (a different user maximum with user sizes is an error);
+    * the rounding (``config/compilation.py::CompilationConfig.
+      adjust_cudagraph_sizes_for_spec_decode``, called by ``GPUModelRunner`` in 0.12–0.18 and by
+      ``CompilationConfig`` from 0.20, with FULL decode graphs and q > 1; from 0.25 not for the
+      V2 model runner): each size rounded up to a multiple of q, kept if ≤ the largest size;
+      none left gives ``[q]`` when q ≤ the largest size, else vLLM raises; the largest size
+      becomes the last one. 0.11 rounds nothing;
+    * FULL decode graphs: the V1 runner's sizes ``s`` with ``q ≤ s ≤ R × q``
+      (``GPUModelRunner.capture_model`` in 0.11; ``v1/cudagraph_dispatcher.py::
+      CudagraphDispatcher.initialize_cudagraph_keys`` in 0.13, 0.20, 0.27); the V2 runner (0.25+,
+      ``v1/worker/gpu/cudagraph_utils.py::CudaGraphManager._init_candidates``, 0.33) rounds
+      each size up to a multiple of q and keeps those ≤ ``R × q`` and ≤ the largest size.
+    """
+    q = 1 + num_speculative_tokens
+    R, T = max_num_seqs, max_num_batched_tokens
+    blackwell = _gpu_family(gpu_name) == "blackwell" and v.key >= (0, 29, 0)
+    ceiling = 1024 if blackwell else 512
+    top = user_max
+    if top is None:
+        top = min(2 * R * (q if v.key >= (0, 13, 0) else 1), ceiling)
+    top = min(top, T)
+    if top < 1:
+        raise SettingsError("Maximum cudagraph size should be greater than or equal to 1")
+    if user_sizes is not None:
+        sizes = sorted({x for x in user_sizes if x <= T})
+    elif v.key < (0, 12, 0):
+        sizes = [1, 2, 4] + list(range(8, top + 1, 8))
+    else:
+        sizes = _grid(top)
+        if v.key >= (0, 22, 0) and T <= top and T not in sizes:
+            sizes.append(T)
+        if v.key >= (0, 29, 0) and user_max is None and q > 1:
+            counts = sorted({*_grid(min(R, ceiling)), min(R, ceiling)})
+            sizes += [n * q for n in counts if n * q <= top and n * q <= T]
+        sizes = sorted(set(sizes))
+    if v.key >= (0, 12, 0) and sizes:
+        # the largest size becomes the last one; a user maximum that is not it, with user
+        # sizes too, is an error (the same function, "valid_max_size", 0.13.0 and 0.20.0)
+        if user_sizes is not None and user_max is not None and user_max != sizes[-1]:
+            raise SettingsError(
+                f"customized max_cudagraph_capture_size(={user_max}) should be consistent "
+                f"with the max value of cudagraph_capture_sizes(={sizes[-1]})"
+            )
+        top = sizes[-1]
+    rounds = v.key >= (0, 12, 0) and not (v2_runner and v.key >= (0, 25, 0))
+    if rounds and q > 1 and sizes:
+        rounded = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= top})
+        if not rounded and q <= top:
+            rounded = [q]
+        if not rounded:
+            raise SettingsError(
+                f"No valid cudagraph sizes after rounding to multiple of {q} "
+                f"(num_speculative_tokens + 1) please adjust num_speculative_tokens "
+                f"({q - 1}) or max_cudagraph_capture_size ({top}) or "
+                f"cudagraph_capture_sizes ({sizes})"
+            )
+        sizes, top = rounded, rounded[-1]
+    if v2_runner and v.key >= (0, 25, 0):
+        decode = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= min(R * q, top)})
+    else:
+        decode = [x for x in sizes if q <= x <= R * q]
+    return CaptureSizes(q, top, tuple(sizes), tuple(decode))
+
+
+def spec_cuda_graph_estimate(
+    shape: ModelShape,
+    layers_on_stage: int,
+    capture: CaptureSizes,
+    drafter_layers: int,
+    drafter_graphs: bool,
+) -> int:
+    """The CUDA-graph pool with speculative decoding: :func:`cuda_graph_estimate` (fitted at
+    51 + 51 graphs) scaled by ``capture.graphs / 102``. With ``drafter_graphs`` (the V2 runner's
+    ``profile_cudagraph_memory`` measures the speculator's graphs too, 0.30–0.33; the V1 runner
+    estimates the target's dispatcher descriptors only, ``GPUModelRunner.
+    profile_cudagraph_memory`` 0.20) the drafter's layers add ``CG_PER_LAYER_GIB`` each at the
+    same graph count (an assumption: no log with a drafter was fitted)."""
+    base = cuda_graph_estimate(shape, layers_on_stage, True)
+    if drafter_graphs and drafter_layers:
+        base += gib(CG_PER_LAYER_GIB * drafter_layers)
+    return base * capture.graphs // (2 * DEFAULT_CAPTURE_SIZES)
+
+
 def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
     """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
     (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
@@ -550,6 +689,14 @@ def _draft(
         extra = (2 * h * h + 2 * h) * dtype_bytes
         per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
         return shape.mtp_layers * per, [shape.layers[-1]] * shape.mtp_layers
+    v = parse_version(settings.version)
+    if spec.method == "draft_model" and v.key < (0, 16, 0):
+        # engine/arg_utils.py::EngineArgs._is_v1_supported_oracle raises in the 0.11.0–0.14.0
+        # wheels (0.15 not read; 0.16.0 has no such refusal)
+        raise SettingsError(
+            "--speculative-config: method 'draft_model' is not supported by the V1 engine "
+            f"before 0.16 (vLLM {v}: 'Draft model speculative decoding is not supported yet')"
+        )
     d = settings.draft_model
     if d is None:
         raise SettingsError(
@@ -557,7 +704,19 @@ def _draft(
             "(add it to the catalog or give its config)"
         )
     w = weight_breakdown(d, tp, 1, 0, dtype_bytes, d.quantization)
-    return w.total, list(d.layers)
+    # A rotary cache the target already has is the same object (``get_rope`` memoises by its
+    # configuration in one worker process), so only the drafter's other caches add bytes.
+    # EAGLE heads without embed_tokens / lm_head in their checkpoint use the target's
+    # (v1/spec_decode/llm_base_proposer.py::_maybe_share_embeddings / _maybe_share_lm_head,
+    # 0.20): with safetensors headers those tensors are simply absent from the drafter's bytes;
+    # a copy identical to the target's is also shared by vLLM (a comparison of values), which
+    # headers cannot show: it is counted (over, never under).
+    shared_rope = sum(
+        rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
+        for rc in set(d.rope_caches)
+        if rc in shape.rope_caches
+    )
+    return w.total - min(shared_rope, w.rope_cache), list(d.layers)
 
 
 #: Rejection sampler (v1/sample/rejection_sampler.py, profiled by
@@ -724,6 +883,18 @@ def predict_startup(
         k_spec = spec.num_speculative_tokens or shape.mtp_layers
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     graphs = capture_count(settings)
+    capture = None  # before 0.11 (not read) the count scaling below is kept
+    if k_spec and rs.cudagraphs and era is not Era.V0 and rs.version.key >= (0, 11, 0):
+        capture = spec_capture_sizes(
+            rs.version,
+            rs.max_num_seqs,
+            T,
+            k_spec,
+            settings.cudagraph_capture_sizes,
+            settings.max_cudagraph_capture_size,
+            gpu_name,
+            rs.v2_runner,
+        )
     mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)
     align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
     ranks: list[RankPrediction] = []
@@ -761,8 +932,17 @@ def predict_startup(
         act += mm
         nt = non_torch(era, tp, pp)
         # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
-        cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
-        cg = cg * graphs // DEFAULT_CAPTURE_SIZES
+        if capture is not None:
+            cg = spec_cuda_graph_estimate(
+                shape,
+                len(ranges[stage]),
+                capture,
+                len(draft_layers) if last else 0,
+                rs.v2_runner and rs.version.key >= (0, 30, 0),
+            )
+        else:
+            cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
+            cg = cg * graphs // DEFAULT_CAPTURE_SIZES
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
             avail = requested - (w.total + act) - (nt + gib(CUDA_CONTEXT_GIB))
@@ -859,6 +1039,12 @@ def predict_startup(
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
             )
     notes: list[str] = []
+    if capture is not None:
+        notes.append(
+            f"speculative decoding (q = {capture.query_len} tokens per decode request): "
+            f"{len(capture.mixed)} PIECEWISE + {len(capture.decode)} FULL CUDA graphs, largest "
+            f"{capture.max_size}"
+        )
     if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
         # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
         est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)

@@ -293,9 +293,17 @@ NGRAM_METHODS: Final = frozenset({"ngram", "suffix"})
 MTP_METHODS: Final = frozenset(
     {"mtp", "deepseek_mtp", "qwen3_next_mtp", "glm4_moe_mtp", "ernie_mtp", "mimo_mtp"}
 )
-DRAFT_MODEL_METHODS: Final = frozenset(
-    {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
-)
+#: a separate drafter checkpoint (``--speculative-config`` ``model``) whose config is a decoder
+#: the ledger sizes: its weights (safetensors headers when it has them) and its attention layers
+#: in the KV cache (v1/spec_decode/eagle.py, draft_model.py).
+DRAFT_MODEL_METHODS: Final = frozenset({"eagle", "eagle3", "draft_model"})
+#: methods vLLM has that the ledger refuses by name: Medusa heads and MLP speculators are not
+#: decoder layers (their weights and the graphs around them are not modelled); both are gone
+#: from config/speculative.py::SpeculativeMethod in 0.33.
+UNMODELLED_SPEC_METHODS: Final = {
+    "medusa": "Medusa heads (not decoder layers; their weights are not modelled)",
+    "mlp_speculator": "an MLP speculator (not decoder layers; its weights are not modelled)",
+}
 _SPEC_KEYS: Final = frozenset(
     {
         "method",
@@ -304,6 +312,7 @@ _SPEC_KEYS: Final = frozenset(
         "prompt_lookup_max",
         "prompt_lookup_min",
         "draft_tensor_parallel_size",
+        "revision",
         "disable_by_batch_size",
         "suffix_decoding_max_tree_depth",
         "suffix_decoding_max_cached_requests",
@@ -411,6 +420,7 @@ class SpeculativeConfig:
     method: str
     num_speculative_tokens: int | None  # None: MTP's default, the model's MTP layer count
     model: str | None = None
+    revision: str | None = None  # the draft model's Hub revision
 
 
 def parse_speculative_config(text: str) -> SpeculativeConfig:
@@ -430,7 +440,13 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
         raise ValueError("--speculative-config: num_speculative_tokens must be an integer >= 1")
     if method in NGRAM_METHODS:
         model = None
-    return SpeculativeConfig(str(method), k, str(model) if model is not None else None)
+    rev = cfg.get("revision")
+    return SpeculativeConfig(
+        str(method),
+        k,
+        str(model) if model is not None else None,
+        str(rev) if rev is not None and model is not None else None,
+    )
 
 
 def _value_problem(name: str, value: str) -> str | None:
@@ -459,6 +475,8 @@ def _value_problem(name: str, value: str) -> str | None:
         extra = sorted(set(cfg) - _SPEC_KEYS)
         if extra:
             return f"keys {', '.join(extra)} are not modelled"
+        if spec.method in UNMODELLED_SPEC_METHODS:
+            return f"method {spec.method!r}: {UNMODELLED_SPEC_METHODS[spec.method]}"
         if spec.method not in NGRAM_METHODS | MTP_METHODS | DRAFT_MODEL_METHODS:
             return f"method {spec.method!r} is not modelled"
         if cfg.get("draft_tensor_parallel_size") not in (None, 1):

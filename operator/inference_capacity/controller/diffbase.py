@@ -1,0 +1,60 @@
+"""Kopf's last-handled state of an InferenceCapacity, bounded in size.
+
+Kopf keeps the "essence" of each object it has handled (spec, labels, annotations) as JSON in an
+annotation, and compares the next version with it to tell a real change from a status write.
+The API server refuses an object whose annotations total more than 256 KiB
+(``apimachinery/pkg/api/validation::ValidateAnnotationsSize``, ``TotalAnnotationSizeLimitB``).
+An inline ``spec.model.config`` may be up to 1 MiB (:data:`..model.limits.MAX_CONFIG_BYTES`), so
+Kopf's copy of it made Kopf's own metadata patch fail with 422 after every handling: the
+annotation was never stored, Kopf took the object for new at every event, and re-ran the
+creation handler forever, behind its error throttle.
+
+Here the essence keeps digests instead of large values: ``spec.model.config`` always (a config
+is compared as a whole, never diffed field by field), and any top-level stanza whose JSON is
+larger than :data:`STANZA_BUDGET_BYTES`. A change to a digested value changes its digest, so
+Kopf still sees it (the handlers read the object itself, never Kopf's diff).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, cast
+
+import kopf
+
+#: a top-level stanza of the essence (``spec``, ``metadata``) larger than this is kept as its
+#: digest: the annotation stays well under the API server's 256 KiB for all annotations together
+STANZA_BUDGET_BYTES = 32 * 1024
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def digest(value: Any) -> dict[str, Any]:
+    """What the essence keeps of a large value: its SHA-256 and size (canonical JSON)."""
+    text = _canonical(value).encode()
+    return {"sha256": hashlib.sha256(text).hexdigest(), "bytes": len(text)}
+
+
+def bounded_essence(essence: dict[str, Any]) -> dict[str, Any]:
+    """``essence`` with ``spec.model.config`` and every stanza over the budget digested."""
+    out = dict(essence)
+    spec = out.get("spec")
+    if isinstance(spec, dict):
+        model = spec.get("model")
+        if isinstance(model, dict) and "config" in model:
+            out["spec"] = {**spec, "model": {**model, "config": digest(model["config"])}}
+    for key, value in list(out.items()):
+        if len(_canonical(value)) > STANZA_BUDGET_BYTES:
+            out[key] = {"digest": digest(value)}
+    return out
+
+
+class BoundedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's annotation diff-base storage with :func:`bounded_essence` applied."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        return cast(kopf.BodyEssence, bounded_essence(dict(essence)))

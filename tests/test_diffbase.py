@@ -1,0 +1,53 @@
+"""Kopf's last-handled state stays under the API server's annotation limit (issue 13: a large
+inline config made Kopf's own metadata patch fail with 422 after every handling)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from inference_capacity.controller.diffbase import STANZA_BUDGET_BYTES, bounded_essence, digest
+from inference_capacity.model.limits import MAX_CONFIG_BYTES
+
+#: apimachinery ``TotalAnnotationSizeLimitB``: all annotations of an object together
+ANNOTATIONS_LIMIT = 256 * 1024
+
+
+def _essence(config: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    e: dict[str, Any] = {"spec": {"model": {"config": config}, "gpu": {"type": "H100-SXM-80GB"}}}
+    if annotations:
+        e["metadata"] = {"annotations": annotations}
+    return e
+
+
+def test_the_config_is_kept_as_its_digest_and_the_rest_as_is() -> None:
+    out = bounded_essence(_essence({"hidden_size": 4096}))
+    assert out["spec"]["gpu"] == {"type": "H100-SXM-80GB"}
+    text = json.dumps({"hidden_size": 4096}, sort_keys=True, separators=(",", ":")).encode()
+    assert out["spec"]["model"]["config"] == digest({"hidden_size": 4096})
+    assert out["spec"]["model"]["config"]["bytes"] == len(text)
+
+
+def test_a_change_inside_the_config_changes_the_essence() -> None:
+    a = bounded_essence(_essence({"hidden_size": 4096, "num_key_value_heads": 8}))
+    b = bounded_essence(_essence({"hidden_size": 4096, "num_key_value_heads": 4}))
+    assert a != b
+    # key order does not matter: the digest is of canonical JSON
+    c = bounded_essence(_essence({"num_key_value_heads": 8, "hidden_size": 4096}))
+    assert a == c
+
+
+def test_the_largest_config_and_large_annotations_fit_under_the_limit() -> None:
+    big = {"pad": "x" * (MAX_CONFIG_BYTES - 100)}
+    user_annotations = {"example.com/notes": "y" * (ANNOTATIONS_LIMIT // 2)}
+    raw = _essence(big, user_annotations)
+    assert len(json.dumps(raw)) > ANNOTATIONS_LIMIT
+    out = bounded_essence(raw)
+    encoded = json.dumps(out, separators=(",", ":"))
+    assert len(encoded) < 2 * STANZA_BUDGET_BYTES
+    assert out["metadata"] == {"digest": digest(raw["metadata"])}
+
+
+def test_an_essence_without_a_model_config_is_unchanged() -> None:
+    raw = {"spec": {"model": {"name": "org/model"}}, "metadata": {"labels": {"a": "b"}}}
+    assert bounded_essence(raw) == raw
