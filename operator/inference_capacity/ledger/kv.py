@@ -134,14 +134,6 @@ def layers_on_rank(shape: ModelShape, pp: int, stage: int) -> list[tuple[LayerAt
     return shape.groups_in(pp_layer_range(shape.num_layers, pp, stage))
 
 
-def count_layers(layers: Sequence[LayerAttention]) -> list[tuple[LayerAttention, int]]:
-    """A per-layer list grouped as :func:`kv_layout` takes it (specs in first-seen order)."""
-    out: dict[LayerAttention, int] = {}
-    for layer in layers:
-        out[layer] = out.get(layer, 0) + 1
-    return list(out.items())
-
-
 def kv_layout(
     layers: Layers,
     tp: int,

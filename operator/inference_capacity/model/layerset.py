@@ -41,21 +41,6 @@ class LayerSet:
     def __post_init__(self) -> None:
         object.__setattr__(self, "count", sum(len(r) for r in self.runs))
 
-    @staticmethod
-    def span(start: int, stop: int) -> LayerSet:
-        return LayerSet((range(start, stop),) if stop > start else ())
-
-    @staticmethod
-    def of(indices: Iterable[int]) -> LayerSet:
-        """The set of ``indices`` as contiguous runs (for index lists a config spells out)."""
-        runs: list[range] = []
-        for i in sorted(set(indices)):
-            if runs and runs[-1].stop == i:
-                runs[-1] = range(runs[-1].start, i + 1)
-            else:
-                runs.append(range(i, i + 1))
-        return LayerSet(tuple(runs))
-
     def __len__(self) -> int:
         return self.count
 
