@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference_capacity.ledger.kv import kv_layout
+from inference_capacity.ledger.kv import kv_layout, layers_on_rank
 from inference_capacity.model import load_model
 from inference_capacity.model.shapes import cdiv
 from inference_capacity.sizing.distribution import (
@@ -27,9 +27,13 @@ from inference_capacity.sizing.distribution import (
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload, size_max_num_seqs
 
 LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
-LAYOUT = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+LAYOUT = kv_layout(
+    layers_on_rank(LLAMA8B, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+)
 GEMMA2 = load_model("google/gemma-2-9b-it")  # alternating sliding (4096) / full layers
-GEMMA_LAYOUT = kv_layout(list(GEMMA2.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+GEMMA_LAYOUT = kv_layout(
+    layers_on_rank(GEMMA2, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+)
 BLOCKS = 29_371  # an H100's pool for Llama-3.1-8B (test_sizing.py)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference_capacity.ledger.kv import KvGroup, KvLayout, kv_layout
+from inference_capacity.ledger.kv import KvGroup, KvLayout, kv_layout, layers_on_rank
 from inference_capacity.model import load_model
 from inference_capacity.model.shapes import AttnKind
 from inference_capacity.sizing.distribution import (
@@ -88,7 +88,9 @@ def test_a_mix_with_n_samples_sizes_as_before() -> None:
     # different n, as computed before the simulation kept chunk ends instead of every prefix sum
     chat = Cohort("chat", 0.7, Quantiles(1000, 2000, 4000), Quantiles(80, 200, 500), 500)
     agent = Cohort("agent", 0.2, Quantiles(3000, 5000, 9000), Quantiles(300, 900, 2000), 1000, 4)
-    layout = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+    layout = kv_layout(
+        layers_on_rank(LLAMA8B, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+    )
     args = (layout, 29_371, 32768, 0.10, 1 << 20, 0.01, 1024)
     d = size_by_distribution((chat, agent), None, *args)
     assert (d.max_num_seqs, d.preemption_probability) == (398, 0.00927734375)

@@ -58,7 +58,7 @@ CONFIG = {
 def test_kimi_vl_plans() -> None:
     m = model_from_dict(CONFIG, name="kimi-vl")
     assert m.is_multimodal and m.model_type == "deepseek_v3"
-    assert {layer.kind.value for layer in m.layers} == {"mla"}
+    assert {layer.kind.value for layer in m.per_layer()} == {"mla"}
     h, inter, depth = 1152, 4304, 27
     vision = sum(t.numel for t in m.tensors if t.group.value == "vision")
     tower = depth * (4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h)

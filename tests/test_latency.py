@@ -66,7 +66,7 @@ def test_sliding_window_layers_read_at_most_their_window() -> None:
     # read 32,768 tokens and the sliding ones 1,024: (10 × 32,768 + 52 × 1,024) / (62 × 32,768)
     # = 0.187 of the full-context count, ≈ 5.3× less
     gemma = load_model("google/gemma-3-27b-it")
-    kinds = Counter((layer.kind, layer.window) for layer in gemma.layers)
+    kinds = Counter((layer.kind, layer.window) for layer in gemma.per_layer())
     assert kinds == {(AttnKind.SLIDING, 1024): 52, (AttnKind.FULL, 0): 10}
     pred = predict_startup(
         gemma, H100.total_bytes, H100.name, 1, 1, replace(ENGINE, max_model_len=32768)
@@ -74,8 +74,10 @@ def test_sliding_window_layers_read_at_most_their_window() -> None:
     model = build_latency_model(gemma, H100, pred)
     assert model is not None
     [stage] = model.stages
-    per_token = gemma.layers[0].token_bytes(1, pred.settings.kv_bytes)
-    assert all(layer.token_bytes(1, pred.settings.kv_bytes) == per_token for layer in gemma.layers)
+    per_token = gemma.per_layer()[0].token_bytes(1, pred.settings.kv_bytes)
+    assert all(
+        layer.token_bytes(1, pred.settings.kv_bytes) == per_token for layer in gemma.per_layer()
+    )
     read = float(stage.kv_bytes(np.array([32768.0]))[0])
     assert read == per_token * (10 * 32768 + 52 * 1024)
     assert 62 * 32768 * per_token / read == pytest.approx(5.34, abs=0.01)
@@ -88,7 +90,9 @@ def test_mamba_state_is_read_and_written_once_per_step() -> None:
     assert model is not None
     [stage] = model.stages
     state = sum(
-        layer.mamba.bytes_per_sequence(4, 2) for layer in nemo.layers if layer.mamba is not None
+        layer.mamba.bytes_per_sequence(4, 2)
+        for layer in nemo.per_layer()
+        if layer.mamba is not None
     )
     assert stage.state_bytes == state > 0
     # at context 0 only the state is moved: read + write

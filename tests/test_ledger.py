@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from inference_capacity.budget import build_ledger, max_utilization
 from inference_capacity.engines.vllm import EngineSettings, predict_startup
 from inference_capacity.hardware import get_gpu
-from inference_capacity.ledger.kv import kv_bytes_per_token, kv_layout
+from inference_capacity.ledger.kv import kv_bytes_per_token, kv_layout, layers_on_rank
 from inference_capacity.ledger.weights import pp_layer_ranges, weight_breakdown
 from inference_capacity.model import AttnKind, load_config, load_model, shape_from_config
 
@@ -38,7 +38,9 @@ def test_llama8b_weights_match_vllm_log_exactly() -> None:
 
 
 def test_block_and_page_for_dense_model() -> None:
-    layout = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+    layout = kv_layout(
+        layers_on_rank(LLAMA8B, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+    )
     assert layout.bytes_per_block == 32 * 16 * 8 * 256 * 2 == 2 * 2**20  # 2 MiB
     assert layout.num_blocks(58_107 * 2**20) == 29_053
 
@@ -57,7 +59,7 @@ def test_kv_heads_replicated_when_fewer_than_tp() -> None:
 def test_gemma2_hybrid_groups_match_vllm_log() -> None:
     # vllm-startup-035: 54.12 GiB -> 21,110 blocks, 168,880 tokens: 21 SW + 21 full layers
     gemma = load_model("google/gemma-2-9b-it")
-    layout = kv_layout(list(gemma.layers), 1, 2, 2, 16)
+    layout = kv_layout(layers_on_rank(gemma, 1, 0), 1, 2, 2, 16)
     assert layout.num_groups == 2 and layout.group_size == 21
     assert layout.bytes_per_block == 21 * 16 * 8 * 512 * 2
     assert layout.blocks_per_request(8192, 8192) == 512 + 513
@@ -65,14 +67,14 @@ def test_gemma2_hybrid_groups_match_vllm_log() -> None:
 
 def test_sliding_window_bounds_blocks_per_request() -> None:
     mistral = load_model("mistralai/Mistral-7B-Instruct-v0.1")  # window 4096 on every layer
-    layout = kv_layout(list(mistral.layers), 1, 2, 2, 16)
+    layout = kv_layout(layers_on_rank(mistral, 1, 0), 1, 2, 2, 16)
     assert layout.blocks_per_request(32768, 2048) == (4096 - 1 + 2048 + 15) // 16 + 1
     assert layout.blocks_per_request(1000, 2048) == 63 + 1
 
 
 def test_mamba_state_is_per_sequence() -> None:
     nemo = load_model("nvidia/Nemotron-H-56B-Base-8K")
-    layout = kv_layout(list(nemo.layers), 1, 2, 2, 16)
+    layout = kv_layout(layers_on_rank(nemo, 1, 0), 1, 2, 2, 16)
     assert layout.state_bytes_per_sequence > 0
     # the attention block size grows until an attention page holds a Mamba state
     assert layout.block_size > 16

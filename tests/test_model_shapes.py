@@ -68,22 +68,22 @@ def test_attention_kinds_per_family() -> None:
     assert load_model("deepseek-ai/DeepSeek-V2-Lite").attention_kinds == ("mla",)
     scout = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
     assert scout.attention_kinds == ("chunked", "full")
-    kinds = [layer.kind for layer in scout.layers]
+    kinds = [layer.kind for layer in scout.per_layer()]
     assert kinds.count(AttnKind.FULL) == 12 and kinds.count(AttnKind.CHUNKED) == 36
     nemo = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
     assert "mamba" in nemo.attention_kinds
     gemma3 = load_model("google/gemma-3-27b-it")
-    g3 = [layer.kind for layer in gemma3.layers]
+    g3 = [layer.kind for layer in gemma3.per_layer()]
     assert g3.count(AttnKind.FULL) == 10 and g3.count(AttnKind.SLIDING) == 52
 
 
 def test_moe_metadata() -> None:
     m = load_model("deepseek-ai/DeepSeek-V3")
     assert m.num_experts == 256 and m.experts_per_token == 8
-    assert m.dense_layers == (0, 1, 2)  # first_k_dense_replace = 3
+    assert tuple(m.dense_layers) == (0, 1, 2)  # first_k_dense_replace = 3
     assert m.quantization is not None and m.quantization.block == (128, 128)
     q = load_model("Qwen/Qwen3-30B-A3B")
-    assert q.num_experts == 128 and q.expert_intermediate_size == 768 and q.dense_layers == ()
+    assert q.num_experts == 128 and q.expert_intermediate_size == 768 and not q.dense_layers
 
 
 @pytest.mark.parametrize("name", catalog_names())
@@ -93,7 +93,7 @@ def test_every_catalog_model_sizes_or_says_why(name: str) -> None:
     except ModelConfigError as exc:
         assert "not modelled yet" in str(exc)
         return
-    assert m.num_parameters > 0 and len(m.layers) == m.num_layers
+    assert m.num_parameters > 0 and len(m.per_layer()) == m.num_layers
 
 
 def test_catalog_lookup_is_case_insensitive_and_org_optional() -> None:
@@ -176,7 +176,7 @@ def test_qwen35_moe_parameters_and_layers() -> None:
     # which also holds the MTP layer, as 36B)
     assert abs(m.num_parameters - 35e9) / 35e9 <= 0.01
     assert any("MTP" in n for n in m.notes)
-    kinds = [layer.kind for layer in m.layers]
+    kinds = [layer.kind for layer in m.per_layer()]
     assert kinds.count(AttnKind.MAMBA) == 30 and kinds.count(AttnKind.FULL) == 10
     assert [i for i, k in enumerate(kinds) if k is AttnKind.FULL] == list(range(3, 40, 4))
     assert m.num_experts == 256 and m.experts_per_token == 8 and m.num_shared_experts == 1
@@ -191,7 +191,7 @@ def test_qwen35_gdn_state_and_kv_by_hand() -> None:
     from inference_capacity.ledger.kv import kv_bytes_per_token
 
     m = load_model("Qwen/Qwen3.5-35B-A3B")
-    gdn = next(layer for layer in m.layers if layer.kind is AttnKind.MAMBA)
+    gdn = next(layer for layer in m.per_layer() if layer.kind is AttnKind.MAMBA)
     assert gdn.mamba is not None and gdn.token_bytes(1, 2) == 0
     # conv (2·16·128 + 32·128) × (4−1) bf16 = 49,152 B; temporal 32 × 128 × 128 fp32
     # (mamba_ssm_dtype) = 2,097,152 B
@@ -218,7 +218,9 @@ def test_gemma4_26b_parameters_match_checkpoint() -> None:
     extra = sum(t.numel for t in m.tensors) - m.num_parameters
     assert extra == 5 * 2 * 512 * 2816
     assert m.num_experts == 128 and m.experts_per_token == 8 and m.expert_intermediate_size == 704
-    assert sum(1 for t in m.tensors if t.name == "mlp.down_proj") == 30  # dense MLP beside MoE
+    assert (
+        sum(t.copies for t in m.tensors if t.name == "mlp.down_proj") == 30
+    )  # dense MLP beside MoE
     assert [r.rotary_dim for r in m.rope_caches] == [256, 512]
 
 
@@ -226,17 +228,17 @@ def test_gemma4_layers_and_kv_by_hand() -> None:
     from inference_capacity.ledger.kv import kv_bytes_per_token
 
     m = load_model("google/gemma-4-26B-A4B")
-    kinds = [layer.kind for layer in m.layers]
+    kinds = [layer.kind for layer in m.per_layer()]
     assert kinds.count(AttnKind.SLIDING) == 25 and kinds.count(AttnKind.FULL) == 5
     assert [i for i, k in enumerate(kinds) if k is AttnKind.FULL] == [5, 11, 17, 23, 29]
-    assert all(layer.window == 1024 for layer in m.layers if layer.kind is AttnKind.SLIDING)
-    full = m.layers[5]
+    assert all(layer.window == 1024 for layer in m.per_layer() if layer.kind is AttnKind.SLIDING)
+    full = m.per_layer()[5]
     assert (full.kv_heads, full.head_dim_k, full.head_dim_v) == (2, 512, 512)
     # global layer: K and V both cached, 2 heads × 512 × bf16 = 4,096 B/token at TP1;
     # at TP4 the 2 KV heads are replicated (1 per rank): 2 × 512 × 2 = 2,048 B
     assert full.token_bytes(1, 2) == 2 * 2 * 512 * 2 == 4096
     assert full.token_bytes(4, 2) == 2 * 1 * 512 * 2 == 2048
-    assert m.layers[0].token_bytes(1, 2) == 2 * 8 * 256 * 2 == 8192
+    assert m.per_layer()[0].token_bytes(1, 2) == 2 * 8 * 256 * 2 == 8192
     assert kv_bytes_per_token(m, 1, 2) == 25 * 8192 + 5 * 4096 == 225_280
     assert kv_bytes_per_token(m, 4, 2) == 25 * 2 * 2 * 256 * 2 + 5 * 2048 == 61_440
 
@@ -257,5 +259,5 @@ def test_qwen35_dense_variant() -> None:
     for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
         del tc[k]
     m = shape_from_config(cfg)
-    assert not m.is_moe and sum(1 for t in m.tensors if t.name == "mlp.down_proj") == 40
-    assert [layer.kind for layer in m.layers].count(AttnKind.MAMBA) == 30
+    assert not m.is_moe and sum(t.copies for t in m.tensors if t.name == "mlp.down_proj") == 40
+    assert [layer.kind for layer in m.per_layer()].count(AttnKind.MAMBA) == 30

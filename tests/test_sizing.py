@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from inference_capacity.hardware import GPU_PRODUCT_LABEL, get_gpu
-from inference_capacity.ledger.kv import kv_layout
+from inference_capacity.ledger.kv import kv_layout, layers_on_rank
 from inference_capacity.model import load_model
 from inference_capacity.model.shapes import cdiv
 from inference_capacity.sizing.gpus import spare_after_scale_up, spare_gpus
@@ -33,9 +33,13 @@ from inference_capacity.sizing.workload import (
 )
 
 LLAMA8B = load_model("meta-llama/Llama-3.1-8B-Instruct")
-LAYOUT = kv_layout(list(LLAMA8B.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+LAYOUT = kv_layout(
+    layers_on_rank(LLAMA8B, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+)
 GEMMA2 = load_model("google/gemma-2-9b-it")  # alternating sliding (4096) / full layers
-GEMMA_LAYOUT = kv_layout(list(GEMMA2.layers), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16)
+GEMMA_LAYOUT = kv_layout(
+    layers_on_rank(GEMMA2, 1, 0), tp=1, kv_bytes=2, model_dtype_bytes=2, block_size=16
+)
 
 H100 = get_gpu("H100-SXM-80GB")
 H100_LABEL = "NVIDIA-H100-80GB-HBM3"

@@ -98,7 +98,7 @@ def test_moe_lora_slot() -> None:
     moe = 48 * 128 * 16 * (3 * 2048 + 3 * 768) * 2
     assert moe / GiB == pytest.approx(1.547, abs=0.001)  # the review's ≈1.55 GiB per slot
     dense = sum(
-        16 * sum(t.shape_per_rank(1)) * 2
+        16 * sum(t.shape_per_rank(1)) * 2 * t.copies
         for t in QWEN30B.tensors
         if t.quantizable and t.experts == 1
     )
@@ -106,7 +106,7 @@ def test_moe_lora_slot() -> None:
     # expert parallel over 2 ranks: 64 experts each, whole (not TP-split)
     moe_ep = 48 * 64 * 16 * (3 * 2048 + 3 * 768) * 2
     assert lora_bytes(QWEN30B, 2, range(48), 1, 16, 2, ep=2) - moe_ep == sum(
-        16 * sum(t.shape_per_rank(2)) * 2
+        16 * sum(t.shape_per_rank(2)) * 2 * t.copies
         for t in QWEN30B.tensors
         if t.quantizable and t.experts == 1
     )

@@ -235,7 +235,7 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     """vLLM's default model runner (``config/vllm.py::_is_default_v2_model_runner_model``)."""
     if v.key >= (0, 29, 0):
         return True
-    hybrid = any(layer.kind is AttnKind.MAMBA for layer in shape.layers)
+    hybrid = shape.has_kind(AttnKind.MAMBA)
     if v.key >= (0, 25, 0):
         dense = not shape.is_moe and not hybrid
         return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
@@ -311,7 +311,7 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
       0.19.0 DeepSeek-V2-Lite H100 log shows 16), MLA with an fp8 KV cache takes FlashMLA: 64;
       FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
     """
-    if not any(layer.kind is AttnKind.MLA for layer in shape.layers):
+    if not shape.has_kind(AttnKind.MLA):
         return 16
     family = _gpu_family(gpu_name)
     if (0, 11, 0) <= v.key < (0, 18, 0):
@@ -445,11 +445,8 @@ def resolve_settings(
 def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int, layers: range) -> int:
     """Transient peak of the profile forward over ``tokens`` tokens (attention not run in V1)."""
     inter = shape.intermediate_size
-    dense_in_stage = [i for i in layers if i in shape.dense_layers] or (
-        list(layers) if not shape.is_moe else []
-    )
-    if shape.is_moe and not dense_in_stage:
-        inter = 0
+    if shape.is_moe and not shape.dense_layers.count_in(layers):
+        inter = 0  # no dense MLP on this stage
     per_token = 3 * inter / tp + FORWARD_HIDDEN_COPIES * shape.hidden_size
     return int(tokens * dtype_bytes * per_token)
 
@@ -478,7 +475,7 @@ def non_torch(era: Era, tp: int, pp: int) -> int:
 def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: bool) -> int:
     if not cudagraphs:
         return 0
-    mla = any(layer.kind is AttnKind.MLA for layer in shape.layers)
+    mla = shape.has_kind(AttnKind.MLA)
     pool_gib = CG_BASE_GIB + CG_PER_LAYER_GIB * layers_on_stage + (CG_MLA_EXTRA_GIB if mla else 0.0)
     return gib(pool_gib)
 
@@ -661,14 +658,14 @@ def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
 def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
     """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
     n = shape.num_layers
-    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)
+    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)  # O(1)
     skip = ("embedding", "lm_head")
     return sum(b for g, b in w.by_group.items() if g not in skip)
 
 
 def _draft(
     shape: ModelShape, settings: EngineSettings, tp: int, dtype_bytes: int, ep: int
-) -> tuple[int, list[LayerAttention]]:
+) -> tuple[int, list[tuple[LayerAttention, int]]]:
     """Drafter weights and its KV layers on the last PP stage (config/speculative.py).
 
     MTP (``DeepSeekMTP`` and kin, model_executor/models/*_mtp.py): ``mtp_layers`` decoder layers
@@ -688,7 +685,7 @@ def _draft(
         h = shape.hidden_size
         extra = (2 * h * h + 2 * h) * dtype_bytes
         per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
-        return shape.mtp_layers * per, [shape.layers[-1]] * shape.mtp_layers
+        return shape.mtp_layers * per, [(shape.layer_at(shape.num_layers - 1), shape.mtp_layers)]
     v = parse_version(settings.version)
     if spec.method == "draft_model" and v.key < (0, 16, 0):
         # engine/arg_utils.py::EngineArgs._is_v1_supported_oracle raises in the 0.11.0–0.14.0
@@ -716,7 +713,7 @@ def _draft(
         for rc in set(d.rope_caches)
         if rc in shape.rope_caches
     )
-    return w.total - min(shared_rope, w.rope_cache), list(d.layers)
+    return w.total - min(shared_rope, w.rope_cache), d.groups_in(range(d.num_layers))
 
 
 #: Rejection sampler (v1/sample/rejection_sampler.py, profiled by
@@ -754,7 +751,7 @@ def mamba_cache_mode(v: Version, shape: ModelShape, prefix_caching: bool | None)
     * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) from 0.15, and every hybrid from 0.30:
       2 blocks (+ speculative), 3 from 0.33 (a prefill checkpoint block).
     """
-    if not any(layer.kind is AttnKind.MAMBA for layer in shape.layers):
+    if not shape.has_kind(AttnKind.MAMBA):
         return "none"
     if prefix_caching is False or v.key < (0, 15, 0):
         return "none"
@@ -767,7 +764,11 @@ def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name:
     """The unit the hybrid block size is raised in (kv_layout ``align``)."""
     if mode == "all":
         chunk = max(
-            (layer.mamba.chunk_size for layer in shape.layers if layer.mamba is not None),
+            (
+                g.attention.mamba.chunk_size
+                for g in shape.layer_groups
+                if g.attention.mamba is not None
+            ),
             default=0,
         )
         return math.lcm(chunk, block) if chunk else block
@@ -807,17 +808,17 @@ def in_flight_tokens(
 
 def _cached_layers(
     shape: ModelShape, pp: int, stage: int, v: Version, settings: EngineSettings
-) -> list[LayerAttention]:
+) -> list[tuple[LayerAttention, int]]:
     """The stage's layers as vLLM caches them. 0.11–0.13: chunked-local layers (Llama 4) are
     cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     (vllm/envs.py default "0" in those versions)."""
     layers = layers_on_rank(shape, pp, stage)
     if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
         layers = [
-            replace(layer, kind=AttnKind.FULL, window=0)
+            (replace(layer, kind=AttnKind.FULL, window=0), n)
             if layer.kind is AttnKind.CHUNKED
-            else layer
-            for layer in layers
+            else (layer, n)
+            for layer, n in layers
         ]
     return layers
 
@@ -871,7 +872,7 @@ def predict_startup(
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
     spec = settings.speculative
-    chunked = any(layer.kind is AttnKind.CHUNKED for layer in shape.layers)
+    chunked = shape.has_kind(AttnKind.CHUNKED)
     eagle = spec is not None and spec.method in ("eagle", "eagle3")
     # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
     # the hybrid KV-cache manager off
@@ -916,7 +917,7 @@ def predict_startup(
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
         moe = (
             moe_workspace(shape, T, tp, rs.dtype_bytes)
-            if any(i not in shape.dense_layers for i in ranges[stage])
+            if shape.dense_layers.count_in(ranges[stage]) < len(ranges[stage])
             else 0
         )
         samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
@@ -937,7 +938,7 @@ def predict_startup(
                 shape,
                 len(ranges[stage]),
                 capture,
-                len(draft_layers) if last else 0,
+                sum(n for _, n in draft_layers) if last else 0,
                 rs.v2_runner and rs.version.key >= (0, 30, 0),
             )
         else:

@@ -10,11 +10,12 @@ constant state per request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
 from ..vocab import KV_DTYPE_BYTES
-from .weights import pp_layer_ranges
+from .weights import pp_layer_range
 
 #: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, as read in 0.33;
 #: earlier wheels were not checked): per-token-head formats add one fp32 scale per head for K and
@@ -124,13 +125,17 @@ def _layer_key(layer: LayerAttention) -> tuple[AttnKind, int]:
     return layer.kind, layer.window
 
 
-def layers_on_rank(shape: ModelShape, pp: int, stage: int) -> list[LayerAttention]:
-    rng = pp_layer_ranges(shape.num_layers, pp)[stage]
-    return [shape.layers[i] for i in rng]
+#: layers as (attention spec, how many layers have it), in the order vLLM meets the specs
+Layers = Sequence[tuple[LayerAttention, int]]
+
+
+def layers_on_rank(shape: ModelShape, pp: int, stage: int) -> list[tuple[LayerAttention, int]]:
+    """The stage's layers, grouped: (spec, count) per distinct spec (O(distinct layers))."""
+    return shape.groups_in(pp_layer_range(shape.num_layers, pp, stage))
 
 
 def kv_layout(
-    layers: list[LayerAttention],
+    layers: Layers,
     tp: int,
     kv_bytes: int,
     model_dtype_bytes: int,
@@ -148,35 +153,43 @@ def kv_layout(
     treated as full attention with one shared block table.
     """
     cached = [
-        layer
-        for layer in layers
-        if layer.shares_kv_with is None and layer.kind not in (AttnKind.NONE, AttnKind.CROSS)
+        (layer, n)
+        for layer, n in layers
+        if n > 0
+        and layer.shares_kv_with is None
+        and layer.kind not in (AttnKind.NONE, AttnKind.CROSS)
     ]
-    per_token = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in cached)
+    per_token = sum(n * token_bytes(layer, tp, kv_bytes, kv_format) for layer, n in cached)
     state = sum(
-        layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
-        for layer in cached
+        n * layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
+        for layer, n in cached
         if layer.mamba is not None
     )
     if not cached:
         return KvLayout((), 0, 0, block_size, 0, 0)
     if not hybrid_manager:
-        attn = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
-        page = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in attn) * block_size
-        group = KvGroup(AttnKind.FULL, len(attn), page // max(1, len(attn)), block_size)
-        return KvLayout((group,), len(attn), page, block_size, per_token, state)
-    by_kind: dict[tuple[AttnKind, int], list[LayerAttention]] = {}
-    for layer in cached:
-        by_kind.setdefault(_layer_key(layer), []).append(layer)
-    attn_layers = [layer for layer in cached if layer.kind is not AttnKind.MAMBA]
+        attn = [(layer, n) for layer, n in cached if layer.kind is not AttnKind.MAMBA]
+        n_attn = sum(n for _, n in attn)
+        page = sum(n * token_bytes(layer, tp, kv_bytes, kv_format) for layer, n in attn)
+        page *= block_size
+        group = KvGroup(AttnKind.FULL, n_attn, page // max(1, n_attn), block_size)
+        return KvLayout((group,), n_attn, page, block_size, per_token, state)
+    by_kind: dict[tuple[AttnKind, int], list[tuple[LayerAttention, int]]] = {}
+    for layer, n in cached:
+        by_kind.setdefault(_layer_key(layer), []).append((layer, n))
     attn_1tok = max(
-        (token_bytes(layer, tp, kv_bytes, kv_format) for layer in attn_layers), default=0
+        (
+            token_bytes(layer, tp, kv_bytes, kv_format)
+            for layer, _ in cached
+            if layer.kind is not AttnKind.MAMBA
+        ),
+        default=0,
     )
     block = block_size
     mamba_page = max(
         (
             layer.mamba.bytes_per_sequence(tp, model_dtype_bytes)
-            for layer in cached
+            for layer, _ in cached
             if layer.mamba is not None
         ),
         default=0,
@@ -189,32 +202,35 @@ def kv_layout(
         block = max(block, needed)
     if len(by_kind) == 1:
         (kind, window), members = next(iter(by_kind.items()))
-        pages = {token_bytes(layer, tp, kv_bytes, kv_format) for layer in members}
+        count = sum(n for _, n in members)
+        pages = {token_bytes(layer, tp, kv_bytes, kv_format) for layer, _ in members}
         page = (attn_1tok * block) if kind is not AttnKind.MAMBA else mamba_page
         if len(pages) > 1:  # same type, different sizes: one group, page = sum of pages
-            total = sum(token_bytes(layer, tp, kv_bytes, kv_format) for layer in members) * block
-            group = KvGroup(kind, len(members), total // len(members), block, window)
-            return KvLayout((group,), len(members), total, block, per_token, state)
-        group = KvGroup(kind, len(members), page, block, window, mamba_page)
-        return KvLayout((group,), len(members), page * len(members), block, per_token, state)
+            total = sum(n * token_bytes(layer, tp, kv_bytes, kv_format) for layer, n in members)
+            total *= block
+            group = KvGroup(kind, count, total // count, block, window)
+            return KvLayout((group,), count, total, block, per_token, state)
+        group = KvGroup(kind, count, page, block, window, mamba_page)
+        return KvLayout((group,), count, page * count, block, per_token, state)
     page = attn_1tok * block if attn_1tok else mamba_page
-    counts = [len(v) for v in by_kind.values()]
+    counts = [sum(n for _, n in v) for v in by_kind.values()]
     lo, hi = min(counts), max(counts)
     group_size = hi if hi < 1.5 * lo else lo  # kv_cache_utils: the 1.5 rule (0.21+)
     groups: list[KvGroup] = []
-    for (kind, window), members in by_kind.items():
+    for ((kind, window), members), count in zip(by_kind.items(), counts, strict=True):
         # kv_cache_utils.py::unify_kv_cache_spec_page_size: a layer with a smaller page holds
         # proportionally more tokens per block (Gemma-4: full layers 2 × 512 vs sliding
         # 8 × 256 heads, so full blocks hold 32 tokens where sliding ones hold 16)
-        tok = max(token_bytes(layer, tp, kv_bytes, kv_format) for layer in members)
+        tok = max(token_bytes(layer, tp, kv_bytes, kv_format) for layer, _ in members)
         g_block = block
         if kind is not AttnKind.MAMBA and tok and attn_1tok % tok == 0:
             g_block = block * (attn_1tok // tok)
-        for start in range(0, len(members), group_size):
-            n = min(group_size, len(members) - start)
-            groups.append(
-                KvGroup(kind, n, page, g_block, window, mamba_page if kind is AttnKind.MAMBA else 0)
-            )
+        # vLLM's groups of group_size layers each, the last one holding the rest
+        mamba = mamba_page if kind is AttnKind.MAMBA else 0
+        full, rest = divmod(count, group_size)
+        groups += [KvGroup(kind, group_size, page, g_block, window, mamba)] * full
+        if rest:
+            groups.append(KvGroup(kind, rest, page, g_block, window, mamba))
     return KvLayout(tuple(groups), group_size, page * group_size, block, per_token, state)
 
 
@@ -230,8 +246,8 @@ def kv_bytes_per_token(
     model at this TP (all stages summed), counting every attention layer's full per-token cost."""
     stages = range(pp) if stage is None else [stage]
     return sum(
-        token_bytes(layer, tp, kv_bytes, kv_format)
+        n * token_bytes(layer, tp, kv_bytes, kv_format)
         for s in stages
-        for layer in layers_on_rank(shape, pp, s)
+        for layer, n in layers_on_rank(shape, pp, s)
         if layer.kind not in (AttnKind.NONE, AttnKind.CROSS, AttnKind.MAMBA)
     )

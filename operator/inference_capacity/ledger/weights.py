@@ -7,10 +7,10 @@ the rope cache 131072 × 128 × 2 B = 16,094,076,928 B = 14.9888 GiB, exactly th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..model.quant import applies_to, quantized_bytes
+from ..model.quant import quantized_bytes, quantized_copies
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
 #: MXFP4 MoE kernels on Hopper/Blackwell/Ampere (Marlin, Triton, TRTLLM) pad hidden to 256 and
@@ -20,31 +20,38 @@ MXFP4_HIDDEN_ALIGN = 256
 MXFP4_INTER_ALIGN = 128
 
 
+def pp_layer_range(num_layers: int, pp: int, stage: int) -> range:
+    """The layers of one stage, vLLM's ``get_pp_indices`` (distributed/utils.py, 0.6–0.33):
+    ``num_layers // pp`` each, the remainder one each to the stages just before the last. O(1),
+    so a stage of a 1,024-layer model costs what a stage of a 32-layer one does."""
+    per, rem = divmod(num_layers, pp)
+    first_extra = pp - 1 - rem  # stages first_extra .. pp-2 hold one more layer
+    start = stage * per + max(0, min(stage, pp - 1) - first_extra)
+    extra = 1 if first_extra <= stage <= pp - 2 else 0
+    return range(start, start + per + extra)
+
+
 def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
-    """vLLM's ``get_pp_indices``: even split, the remainder to the stages before the last."""
-    per = num_layers // pp
-    parts = [per] * pp
-    for i in range(2, num_layers % pp + 2):
-        parts[-i] += 1
-    out, start = [], 0
-    for n in parts:
-        out.append(range(start, start + n))
-        start += n
-    return out
+    """Every stage's layers (:func:`pp_layer_range`)."""
+    return [pp_layer_range(num_layers, pp, s) for s in range(pp)]
 
 
-def on_stage(tensor: Tensor, stage: int, pp: int, layers: range, tie: bool) -> bool:
+def copies_on_stage(tensor: Tensor, stage: int, pp: int, layers: range, tie: bool) -> int:
+    """Copies of ``tensor`` the stage holding ``layers`` loads."""
     if tensor.stage is Stage.LAYER:
-        return tensor.layer in layers
+        return 0 if tensor.layers is None else tensor.layers.count_in(layers)
     if tensor.stage in (Stage.FIRST, Stage.ENCODER):
         # tied embeddings: the last stage needs the same matrix for its lm_head
-        return stage == 0 or (
-            tie
-            and stage == pp - 1
-            and tensor.group is Group.EMBEDDING
-            and tensor.name == "embed_tokens"
+        return int(
+            stage == 0
+            or (
+                tie
+                and stage == pp - 1
+                and tensor.group is Group.EMBEDDING
+                and tensor.name == "embed_tokens"
+            )
         )
-    return stage == pp - 1
+    return int(stage == pp - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,33 +75,12 @@ class WeightBreakdown:
 def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
     """gpt-oss experts as the MXFP4 kernels store them (padded)."""
     hid = cdiv(hidden, MXFP4_HIDDEN_ALIGN) * MXFP4_HIDDEN_ALIGN
+    # the padded tensor keeps no KV-head split and no fp32 flag (experts have neither)
     if t.rows == hidden:  # w2: hidden x inter
         inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
-        return Tensor(
-            t.name,
-            t.group,
-            hid,
-            inter,
-            t.split,
-            t.stage,
-            t.layer,
-            t.experts,
-            t.quantizable,
-            checkpoint=t.checkpoint,
-        )
+        return replace(t, rows=hid, cols=inter, kv_heads=0, fp32=False)
     inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
-    return Tensor(
-        t.name,
-        t.group,
-        inter,
-        hid,
-        t.split,
-        t.stage,
-        t.layer,
-        t.experts,
-        t.quantizable,
-        checkpoint=t.checkpoint,
-    )
+    return replace(t, rows=inter, cols=hid, kv_heads=0, fp32=False)
 
 
 def lora_bytes(
@@ -119,7 +105,8 @@ def lora_bytes(
         return 0
     total = 0
     for t in shape.tensors:
-        if not t.quantizable or t.layer not in layers:
+        copies = t.layers.count_in(layers) if t.layers is not None else 0
+        if not t.quantizable or not copies:
             continue
         if t.experts > 1:
             tt = _expert_parallel(t, ep) if ep > 1 else t
@@ -127,30 +114,17 @@ def lora_bytes(
             slices = 2 if t.name.endswith("w13") else 1
             # column-parallel w13: A per slice is rank × c (= H), B is r (= 2I/tp) × rank
             # row-parallel w2: A is rank × c (= I/tp), B is r (= H) × rank
-            total += max_loras * tt.experts * max_rank * (slices * c + r) * dtype_bytes
+            total += copies * max_loras * tt.experts * max_rank * (slices * c + r) * dtype_bytes
             continue
         r, c = t.shape_per_rank(tp)
         # column-parallel: A is full-in x rank, B is rank x out_shard; row-parallel: the reverse
-        total += max_loras * max_rank * (r + c) * dtype_bytes
+        total += copies * max_loras * max_rank * (r + c) * dtype_bytes
     return total
 
 
 def _expert_parallel(t: Tensor, ep: int) -> Tensor:
     """With expert parallelism each rank holds ``E / ep`` whole experts instead of a TP slice."""
-    return Tensor(
-        t.name,
-        t.group,
-        t.rows,
-        t.cols,
-        Split.REPLICATED,
-        t.stage,
-        t.layer,
-        cdiv(t.experts, ep),
-        t.quantizable,
-        t.kv_heads,
-        t.fp32,
-        t.checkpoint,
-    )
+    return replace(t, split=Split.REPLICATED, experts=cdiv(t.experts, ep))
 
 
 #: memo of weight_breakdown by shape identity: a plan predicts the same weights several times
@@ -197,37 +171,42 @@ def _weight_breakdown(
     max_lora_rank: int,
     ep: int,
 ) -> WeightBreakdown:
-    layers = pp_layer_ranges(shape.num_layers, pp)[stage]
+    layers = pp_layer_range(shape.num_layers, pp, stage)
     by_group: dict[str, int] = {}
     qparams = uparams = 0
+    rope = 0
     for t in shape.tensors:
-        if not on_stage(t, stage, pp, layers, shape.tie_word_embeddings):
+        copies = copies_on_stage(t, stage, pp, layers, shape.tie_word_embeddings)
+        if not copies:
             continue
         if ep > 1 and t.experts > 1:
             t = _expert_parallel(t, ep)
-        if quant is not None and applies_to(quant, t):
+        b = 0
+        quantized = quantized_copies(quant, t, layers) if quant is not None else 0
+        if quant is not None and quantized:
             tt = _mxfp4_padded(t, shape.hidden_size) if quant.method == "mxfp4" else t
             r, c = tt.shape_per_rank(tp)
-            b = quantized_bytes(quant, r, c, tt.experts)
-            qparams += t.numel_per_rank(tp)
-        else:
+            b += quantized * quantized_bytes(quant, r, c, tt.experts)
+            qparams += quantized * t.numel_per_rank(tp)
+        if copies > quantized:
             n = t.numel_per_rank(tp)
-            b = n * (4 if t.fp32 else dtype_bytes)
-            uparams += n
+            b += (copies - quantized) * n * (4 if t.fp32 else dtype_bytes)
+            uparams += (copies - quantized) * n
         by_group[t.group.value] = by_group.get(t.group.value, 0) + b
+        if t.stage is Stage.LAYER and t.group is Group.ATTENTION:
+            rope = 1  # the stage has attention: it builds the rope caches (below)
     # MLA: process_weights_after_loading derives W_UK_T / W_UV from kv_b_proj in the model
     # dtype and keeps kv_b_proj for prefill (vllm/model_executor/layers/mla / attention/mla)
     for t in shape.tensors:
-        if t.name == "attn.kv_b_proj" and t.layer in layers:
-            extra = t.numel_per_rank(tp) * dtype_bytes
-            by_group["attention"] = by_group.get("attention", 0) + extra
-    rope = 0
-    if any(
-        t.stage is Stage.LAYER and t.layer in layers and t.group is Group.ATTENTION
-        for t in shape.tensors
-    ):
-        for rc in shape.rope_caches:
-            rope += rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
+        if t.name == "attn.kv_b_proj" and t.layers is not None:
+            extra = t.layers.count_in(layers) * t.numel_per_rank(tp) * dtype_bytes
+            if extra:
+                by_group["attention"] = by_group.get("attention", 0) + extra
+    if rope:
+        rope = sum(
+            rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
+            for rc in shape.rope_caches
+        )
     lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes, ep)
     correction = _header_correction(shape, tp, pp, stage, dtype_bytes, quant, ep, by_group)
     note = ""

@@ -1,12 +1,15 @@
 """Sanity bounds on a model config, checked before any work.
 
-A config.json drives work and memory: a ledger line per layer and tensor, a KV spec per layer,
-lists the size of the vocabulary or of the expert count. One schema-valid resource whose config
-says ``num_hidden_layers: 300000`` must not cost every other resource of the cluster its
-operator, so every size that drives work is bounded here, far above any real model (the largest
-public checkpoints have ~126 layers, 384 experts, hidden 18432, vocab 262144), and every bad
-number is refused with the field and the limit before the builder runs. The walk is iterative:
-a config nested 100,000 levels deep is refused at :data:`MAX_DEPTH`, not by a ``RecursionError``.
+A config.json drives work and memory: per-layer config arrays (``layer_types``), lists the size of
+the vocabulary or of the expert count, the KV-cache groups vLLM forms. (Identical layers are
+grouped, issue 13, so the layer count itself costs the ledger nothing beyond its distinct layer
+kinds; it stays bounded as a sanity check and for what it still drives.) One schema-valid
+resource whose config says ``num_hidden_layers: 300000`` must not cost every other resource of
+the cluster its operator, so every size that drives work is bounded here, far above any real
+model (the largest public checkpoints have ~126 layers, 384 experts, hidden 18432, vocab
+262144), and every bad number is refused with the field and the limit before the builder runs.
+The walk is iterative: a config nested 100,000 levels deep is refused at :data:`MAX_DEPTH`, not
+by a ``RecursionError``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ output/input shard. A format we do not know is an error, never a guess.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -185,20 +186,36 @@ def parse_quantization(
     )
 
 
-def applies_to(q: Quantization, tensor: Tensor) -> bool:
-    """Does this quantization scheme store ``tensor`` quantized?"""
-    if not tensor.quantizable:
-        return False
-    if q.scope == "experts" and tensor.experts == 1:
-        return False
+#: a layer index in a module path: "model.layers.3.mlp.gate" names layer 3
+_LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=\.)")
+
+
+def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None) -> int:
+    """How many copies of ``tensor`` (those in the layers of ``span``, a pipeline stage, or all)
+    this quantization scheme stores quantized; the others stay in the model dtype.
+
+    Exclusion lists name modules by path ("lm_head", "model.layers.3.mlp.gate"); our tensors
+    are named "<module>" per layer group: a pattern ending in the module's name excludes every
+    copy unless it names layers, then the copies in the layers it names (".3.")."""
+    layers = tensor.layers
+    if layers is None:
+        copies = 1
+    else:
+        layers = layers if span is None else layers.within(span)
+        copies = layers.count
+    if not copies or not tensor.quantizable or (q.scope == "experts" and tensor.experts == 1):
+        return 0
+    named: set[int] = set()
     for pattern in q.excluded:
-        # exclusion lists name modules by path ("lm_head", "model.layers.3.mlp.gate"); our
-        # tensors are named "<layer>.<module>"; match on the module suffix at this layer
-        if pattern.endswith(tensor.name) and (
-            tensor.layer < 0 or f".{tensor.layer}." in pattern or "layers" not in pattern
-        ):
-            return False
-    return True
+        if not pattern.endswith(tensor.name):
+            continue
+        if layers is None or "layers" not in pattern:
+            return 0
+        # f".{i}." in pattern: dot-delimited digits, spelt without leading zeros
+        named.update(int(m) for m in _LAYER_INDEX.findall(pattern) if str(int(m)) == m)
+    if layers is None or not named:
+        return copies
+    return copies - sum(1 for i in named if i in layers)
 
 
 def quantized_bytes(q: Quantization, rows: int, cols: int, experts: int) -> int:
@@ -233,8 +250,10 @@ def config_checkpoint_bytes(shape: ModelShape) -> int:
     for t in shape.tensors:
         if not t.checkpoint:
             continue
-        if quant is not None and applies_to(quant, t):
-            total += quantized_bytes(quant, t.rows, t.cols, t.experts)
-        else:
-            total += t.numel * (4 if t.fp32 else dtype_bytes)
+        quantized = 0
+        if quant is not None:
+            quantized = quantized_copies(quant, t)
+            total += quantized * quantized_bytes(quant, t.rows, t.cols, t.experts)
+        plain = t.copies - quantized
+        total += plain * t.rows * t.cols * t.experts * (4 if t.fp32 else dtype_bytes)
     return total

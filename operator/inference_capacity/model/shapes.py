@@ -1,9 +1,14 @@
 """The shapes of a model, as the ledger needs them.
 
 A model is a list of tensors (each with the rule that shards it over tensor-parallel ranks and the
-pipeline stage it lives on) and a list of per-layer KV-cache specs. Everything downstream (weight
-bytes per rank, KV bytes per token, block sizes) is computed from these two lists, so a formula
-for "how big is a q_proj on rank 3 of TP4" exists exactly once: in :meth:`Tensor.numel_per_rank`.
+pipeline stage it lives on) and a list of KV-cache specs. Everything downstream (weight bytes per
+rank, KV bytes per token, block sizes) is computed from these two lists, so a formula for "how
+big is a q_proj on rank 3 of TP4" exists exactly once: in :meth:`Tensor.numel_per_rank`.
+
+Identical decoder layers are grouped (issue 13): a layer tensor stands for one copy in each of
+the layers of its :class:`~.layerset.LayerSet`, and each distinct layer attention spec is listed
+once with its layers (:class:`LayerGroup`), so a model's size in memory and the ledger's work
+depend on its distinct layer kinds, not on its layer count.
 
 Why tensors and not a parameter count: vLLM shards each tensor by its own rule (column, row,
 vocab padded to 64, KV heads replicated when fewer than TP ranks, norms replicated), and
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+from .layerset import LayerSet
 
 #: vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 VOCAB_PADDING = 64
@@ -61,11 +68,13 @@ class Group(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
-    """One logical tensor (or a stack of identical ones: ``experts``).
+    """One logical tensor (or a stack of identical ones: ``experts``), in each of ``layers``.
 
     ``rows`` × ``cols`` is the unsharded shape (out × in for a linear; ``cols`` = 1 for a
-    vector). ``quantizable`` marks linear weights that a checkpoint's quantization scheme
-    applies to (embeddings, norms, routers and lm_head stay in the model dtype).
+    vector). A decoder-layer tensor (``Stage.LAYER``) has one copy in every layer of
+    ``layers``; other tensors have ``layers`` None and one copy. ``quantizable`` marks linear
+    weights that a checkpoint's quantization scheme applies to (embeddings, norms, routers and
+    lm_head stay in the model dtype).
     """
 
     name: str
@@ -74,7 +83,7 @@ class Tensor:
     cols: int
     split: Split
     stage: Stage = Stage.LAYER
-    layer: int = -1
+    layers: LayerSet | None = None
     experts: int = 1
     quantizable: bool = False
     kv_heads: int = 0  # for Split.KV_HEADS: rows == kv_heads * head_dim
@@ -84,8 +93,14 @@ class Tensor:
     checkpoint: bool = True
 
     @property
+    def copies(self) -> int:
+        """Layers holding a copy of this tensor (1 for a tensor outside the decoder layers)."""
+        return 1 if self.layers is None else self.layers.count
+
+    @property
     def numel(self) -> int:
-        return self.rows * self.cols * self.experts
+        """Elements of all copies."""
+        return self.rows * self.cols * self.experts * self.copies
 
     def shape_per_rank(self, tp: int) -> tuple[int, int]:
         """(rows, cols) of one expert of this tensor on one TP rank."""
@@ -102,6 +117,7 @@ class Tensor:
         return max(1, self.kv_heads // tp) * head_dim, self.cols
 
     def numel_per_rank(self, tp: int) -> int:
+        """Elements of one copy on one TP rank."""
         r, c = self.shape_per_rank(tp)
         return r * c * self.experts
 
@@ -177,6 +193,14 @@ class LayerAttention:
         if self.kind is AttnKind.MLA:
             return self.latent_dim * kv_dtype_bytes  # one latent, not split by TP
         return 0
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """The decoder layers that share one attention spec."""
+
+    attention: LayerAttention
+    layers: LayerSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,13 +308,14 @@ class ModelShape:
     derived_max_model_len: int
     dtype: str  # checkpoint dtype: bfloat16 | float16 | float32
     tensors: tuple[Tensor, ...]
-    layers: tuple[LayerAttention, ...]
+    #: the decoder layers by attention spec, each spec once (ordered by first layer)
+    layer_groups: tuple[LayerGroup, ...]
     rope_caches: tuple[RopeCache, ...] = ()
     num_experts: int = 0
     num_shared_experts: int = 0
     experts_per_token: int = 0
     expert_intermediate_size: int = 0
-    dense_layers: tuple[int, ...] = ()
+    dense_layers: LayerSet = LayerSet()
     quantization: Quantization | None = None
     is_multimodal: bool = False
     notes: tuple[str, ...] = field(default=())
@@ -324,4 +349,37 @@ class ModelShape:
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
-        return tuple(sorted({layer.kind.value for layer in self.layers}))
+        return tuple(sorted({g.attention.kind.value for g in self.layer_groups}))
+
+    def has_kind(self, kind: AttnKind) -> bool:
+        return any(g.attention.kind is kind for g in self.layer_groups)
+
+    def groups_in(self, span: range) -> list[tuple[LayerAttention, int]]:
+        """(spec, layers) of the layers in the contiguous ``span`` (a pipeline stage), in
+        order of each spec's first layer there, as vLLM meets them walking the stage."""
+        found = []
+        for g in self.layer_groups:
+            inside = g.layers.within(span)
+            first = inside.first()
+            if first is not None:
+                found.append((first, g.attention, inside.count))
+        found.sort(key=lambda x: x[0])
+        return [(a, n) for _, a, n in found]
+
+    def layer_at(self, i: int) -> LayerAttention:
+        """The attention spec of layer ``i`` (O(groups))."""
+        for g in self.layer_groups:
+            if i in g.layers:
+                return g.attention
+        raise IndexError(f"{self.name}: no layer {i} of {self.num_layers}")
+
+    def per_layer(self) -> tuple[LayerAttention, ...]:
+        """The attention spec of every layer, in order (O(layers): for inspection and tests;
+        the ledger works on :attr:`layer_groups`)."""
+        out: list[LayerAttention | None] = [None] * self.num_layers
+        for g in self.layer_groups:
+            for i in g.layers:
+                out[i] = g.attention
+        if any(a is None for a in out):
+            raise ValueError(f"{self.name}: a layer without an attention spec")
+        return tuple(a for a in out if a is not None)

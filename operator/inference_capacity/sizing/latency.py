@@ -164,15 +164,15 @@ def _stage_reads(
         windowed: dict[int, int] = {}
         state = 0
         attn_layers = 0
-        for layer in layers_on_rank(shape, pp, stage):
-            tb = layer.token_bytes(tp, kv_bytes)
+        for layer, n in layers_on_rank(shape, pp, stage):
+            tb = n * layer.token_bytes(tp, kv_bytes)
             if layer.kind in (AttnKind.FULL, AttnKind.MLA):
                 full += tb
-                attn_layers += 1
+                attn_layers += n
             elif layer.kind in (AttnKind.SLIDING, AttnKind.CHUNKED):
                 windowed[layer.window] = windowed.get(layer.window, 0) + tb
             elif layer.mamba is not None:
-                state += layer.mamba.bytes_per_sequence(tp, dtype_bytes)
+                state += n * layer.mamba.bytes_per_sequence(tp, dtype_bytes)
         return full, tuple(sorted(windowed.items())), state, attn_layers
 
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)

@@ -1,19 +1,24 @@
 """The generic decoder-only transformer (:class:`_Decoder`) every family maps onto, the shared
 layer construction (attention, MLA, MLP, MoE, Mamba2, Gated DeltaNet) and the builder that turns
-a decoder into tensors and per-layer attention specs (:func:`_build`). Tensor inventories follow
+a decoder into tensors and attention specs, one set per group of identical layers
+(:func:`_build`; per-layer attributes are :class:`~..layerset.Pattern` values, so building costs
+the number of distinct layers, not the layer count). Tensor inventories follow
 vLLM's model implementations (``vllm/model_executor/models/<family>.py``), which is what gets
 loaded on the GPU. :func:`_base` reads the fields every family shares."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ModelConfigError
+from ..layerset import LayerSet, Pattern, zip_patterns
 from ..shapes import (
     AttnKind,
     Group,
     LayerAttention,
+    LayerGroup,
     MambaState,
     ModelShape,
     Quantization,
@@ -50,7 +55,7 @@ class _Decoder:
     lm_head_bias: bool = False
     learned_positions: int = 0  # OPT: rows of the learned position embedding
     # attention kind of each layer; default all FULL
-    kinds: list[AttnKind] | None = None
+    kinds: Pattern[AttnKind] | None = None
     window: int = 0
     # MoE
     experts: int = 0
@@ -58,7 +63,7 @@ class _Decoder:
     shared_intermediate: int = 0
     shared_gate: bool = False  # Qwen2-MoE: sigmoid gate on the shared expert
     experts_per_token: int = 0
-    moe_layers: set[int] = field(default_factory=set)
+    moe_layers: Pattern[bool] | None = None  # None: no layer
     expert_bias: bool = False
     router_bias: bool = False
     # MLA
@@ -70,10 +75,10 @@ class _Decoder:
     v_head: int = 0
     # Mamba2 layers (Nemotron-H): index -> state
     mamba: MambaState | None = None
-    mamba_layers: set[int] = field(default_factory=set)
-    mlp_only_layers: set[int] = field(default_factory=set)  # layers without attention
+    mamba_layers: Pattern[bool] | None = None
+    mlp_only_layers: Pattern[bool] | None = None  # layers without attention
     attn_only: bool = False  # attention layers carry no MLP (Nemotron-H "*" layers)
-    moe_only_layers: set[int] = field(default_factory=set)
+    moe_only_layers: Pattern[bool] | None = None
     rotary_dim: int = 0
     rope_positions: int = 0
     rope_fp32: bool = False
@@ -98,7 +103,7 @@ def _attn_dims(d: _Decoder, kind: AttnKind) -> tuple[int, int]:
     return d.kv_heads, d.head_dim
 
 
-def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tensor]:
+def _attention(d: _Decoder, ls: LayerSet, kind: AttnKind = AttnKind.FULL) -> list[Tensor]:
     kv_heads, head_dim = _attn_dims(d, kind)
     h, q_out, kv_out = d.hidden, d.heads * head_dim, kv_heads * head_dim
     # Qwen3-Next/3.5 attn_output_gate: qkv_proj carries heads * (1 + gate) query heads
@@ -107,14 +112,16 @@ def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tens
     # has the V slot and loads K into it (models/gemma4.py), so the bytes are there
     v_in_ckpt = not (d.k_eq_v and kind is AttnKind.FULL)
     t = [
-        Tensor("attn.q_proj", Group.ATTENTION, q_rows, h, Split.COLUMN, layer=i, quantizable=True),
+        Tensor(
+            "attn.q_proj", Group.ATTENTION, q_rows, h, Split.COLUMN, layers=ls, quantizable=True
+        ),
         Tensor(
             "attn.k_proj",
             Group.ATTENTION,
             kv_out,
             h,
             Split.KV_HEADS,
-            layer=i,
+            layers=ls,
             quantizable=True,
             kv_heads=kv_heads,
         ),
@@ -124,23 +131,23 @@ def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tens
             kv_out,
             h,
             Split.KV_HEADS,
-            layer=i,
+            layers=ls,
             quantizable=True,
             kv_heads=kv_heads,
             checkpoint=v_in_ckpt,
         ),
-        Tensor("attn.o_proj", Group.ATTENTION, h, q_out, Split.ROW, layer=i, quantizable=True),
+        Tensor("attn.o_proj", Group.ATTENTION, h, q_out, Split.ROW, layers=ls, quantizable=True),
     ]
     if d.qkv_bias:
         t += [
-            Tensor("attn.q_bias", Group.ATTENTION, q_out, 1, Split.COLUMN, layer=i),
+            Tensor("attn.q_bias", Group.ATTENTION, q_out, 1, Split.COLUMN, layers=ls),
             Tensor(
                 "attn.k_bias",
                 Group.ATTENTION,
                 kv_out,
                 1,
                 Split.KV_HEADS,
-                layer=i,
+                layers=ls,
                 kv_heads=kv_heads,
             ),
             Tensor(
@@ -149,23 +156,23 @@ def _attention(d: _Decoder, i: int, kind: AttnKind = AttnKind.FULL) -> list[Tens
                 kv_out,
                 1,
                 Split.KV_HEADS,
-                layer=i,
+                layers=ls,
                 kv_heads=kv_heads,
             ),
         ]
     if d.o_bias:
-        t.append(Tensor("attn.o_bias", Group.ATTENTION, h, 1, Split.REPLICATED, layer=i))
+        t.append(Tensor("attn.o_bias", Group.ATTENTION, h, 1, Split.REPLICATED, layers=ls))
     if d.qk_norm:
         t += [
-            Tensor("attn.q_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
-            Tensor("attn.k_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layer=i),
+            Tensor("attn.q_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layers=ls),
+            Tensor("attn.k_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layers=ls),
         ]
     if d.attn_sinks:
-        t.append(Tensor("attn.sinks", Group.ATTENTION, d.heads, 1, Split.COLUMN, layer=i))
+        t.append(Tensor("attn.sinks", Group.ATTENTION, d.heads, 1, Split.COLUMN, layers=ls))
     return t
 
 
-def _mla(d: _Decoder, i: int) -> list[Tensor]:
+def _mla(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     h, n = d.hidden, d.heads
     qk_head = d.qk_nope + d.qk_rope
     t: list[Tensor] = []
@@ -177,17 +184,17 @@ def _mla(d: _Decoder, i: int) -> list[Tensor]:
                 d.q_lora_rank,
                 h,
                 Split.REPLICATED,
-                layer=i,
+                layers=ls,
                 quantizable=True,
             ),
-            Tensor("attn.q_a_layernorm", Group.NORM, d.q_lora_rank, 1, Split.REPLICATED, layer=i),
+            Tensor("attn.q_a_layernorm", Group.NORM, d.q_lora_rank, 1, Split.REPLICATED, layers=ls),
             Tensor(
                 "attn.q_b_proj",
                 Group.ATTENTION,
                 n * qk_head,
                 d.q_lora_rank,
                 Split.COLUMN,
-                layer=i,
+                layers=ls,
                 quantizable=True,
             ),
         ]
@@ -199,7 +206,7 @@ def _mla(d: _Decoder, i: int) -> list[Tensor]:
                 n * qk_head,
                 h,
                 Split.COLUMN,
-                layer=i,
+                layers=ls,
                 quantizable=True,
             )
         )
@@ -210,36 +217,38 @@ def _mla(d: _Decoder, i: int) -> list[Tensor]:
             d.kv_lora_rank + d.qk_rope,
             h,
             Split.REPLICATED,
-            layer=i,
+            layers=ls,
             quantizable=True,
         ),
-        Tensor("attn.kv_a_layernorm", Group.NORM, d.kv_lora_rank, 1, Split.REPLICATED, layer=i),
+        Tensor("attn.kv_a_layernorm", Group.NORM, d.kv_lora_rank, 1, Split.REPLICATED, layers=ls),
         Tensor(
             "attn.kv_b_proj",
             Group.ATTENTION,
             n * (d.qk_nope + d.v_head),
             d.kv_lora_rank,
             Split.COLUMN,
-            layer=i,
+            layers=ls,
             quantizable=True,
         ),
         Tensor(
-            "attn.o_proj", Group.ATTENTION, h, n * d.v_head, Split.ROW, layer=i, quantizable=True
+            "attn.o_proj", Group.ATTENTION, h, n * d.v_head, Split.ROW, layers=ls, quantizable=True
         ),
     ]
     return t
 
 
-def _mlp(d: _Decoder, i: int, inter: int, group: Group, prefix: str) -> list[Tensor]:
+def _mlp(d: _Decoder, ls: LayerSet, inter: int, group: Group, prefix: str) -> list[Tensor]:
     h = d.hidden
     if d.gated_mlp:
         t = [
-            Tensor(f"{prefix}.gate_proj", group, inter, h, Split.COLUMN, layer=i, quantizable=True),
-            Tensor(f"{prefix}.up_proj", group, inter, h, Split.COLUMN, layer=i, quantizable=True),
+            Tensor(
+                f"{prefix}.gate_proj", group, inter, h, Split.COLUMN, layers=ls, quantizable=True
+            ),
+            Tensor(f"{prefix}.up_proj", group, inter, h, Split.COLUMN, layers=ls, quantizable=True),
         ]
     else:
-        t = [Tensor(f"{prefix}.fc1", group, inter, h, Split.COLUMN, layer=i, quantizable=True)]
-    t.append(Tensor(f"{prefix}.down_proj", group, h, inter, Split.ROW, layer=i, quantizable=True))
+        t = [Tensor(f"{prefix}.fc1", group, inter, h, Split.COLUMN, layers=ls, quantizable=True)]
+    t.append(Tensor(f"{prefix}.down_proj", group, h, inter, Split.ROW, layers=ls, quantizable=True))
     if d.mlp_bias:
         t += [
             Tensor(
@@ -248,77 +257,84 @@ def _mlp(d: _Decoder, i: int, inter: int, group: Group, prefix: str) -> list[Ten
                 inter * (2 if d.gated_mlp else 1),
                 1,
                 Split.COLUMN,
-                layer=i,
+                layers=ls,
             ),
-            Tensor(f"{prefix}.down_bias", group, h, 1, Split.REPLICATED, layer=i),
+            Tensor(f"{prefix}.down_bias", group, h, 1, Split.REPLICATED, layers=ls),
         ]
     return t
 
 
-def _moe(d: _Decoder, i: int) -> list[Tensor]:
+def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     h, e, ie = d.hidden, d.experts, d.expert_intermediate
     rows13 = 2 * ie if d.gated_mlp else ie
     t = [
-        Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layer=i),
+        Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layers=ls),
         Tensor(
             "mlp.experts.w13",
             Group.EXPERTS,
             rows13,
             h,
             Split.COLUMN,
-            layer=i,
+            layers=ls,
             experts=e,
             quantizable=True,
         ),
         Tensor(
-            "mlp.experts.w2", Group.EXPERTS, h, ie, Split.ROW, layer=i, experts=e, quantizable=True
+            "mlp.experts.w2",
+            Group.EXPERTS,
+            h,
+            ie,
+            Split.ROW,
+            layers=ls,
+            experts=e,
+            quantizable=True,
         ),
     ]
     if d.router_bias:
-        t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layer=i))
+        t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layers=ls))
     if d.router_scale:
         # Gemma4Router.scale and Gemma4MoE.per_expert_scale (models/gemma4.py)
         t += [
-            Tensor("router.scale", Group.ROUTER, h, 1, Split.REPLICATED, layer=i),
-            Tensor("moe.per_expert_scale", Group.ROUTER, e, 1, Split.REPLICATED, layer=i),
+            Tensor("router.scale", Group.ROUTER, h, 1, Split.REPLICATED, layers=ls),
+            Tensor("moe.per_expert_scale", Group.ROUTER, e, 1, Split.REPLICATED, layers=ls),
         ]
     if d.expert_bias:
         t += [
             Tensor(
-                "mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layer=i, experts=e
+                "mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layers=ls, experts=e
             ),
             Tensor(
-                "mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layer=i, experts=e
+                "mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layers=ls, experts=e
             ),
         ]
     if d.shared_intermediate:
-        t += _mlp(d, i, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
+        t += _mlp(d, ls, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
         if d.shared_gate:
             t.append(
-                Tensor("mlp.shared_expert_gate", Group.ROUTER, 1, h, Split.REPLICATED, layer=i)
+                Tensor("mlp.shared_expert_gate", Group.ROUTER, 1, h, Split.REPLICATED, layers=ls)
             )
     return t
 
 
-def _mamba2(d: _Decoder, i: int) -> list[Tensor]:
+def _mamba2(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     assert d.mamba is not None
     m, h = d.mamba, d.hidden
     inner = m.ssm_heads * m.ssm_head_dim
     conv_dim = inner + 2 * m.groups * m.ssm_state
     in_proj = inner + conv_dim + m.ssm_heads  # z, xBC, dt
     return [
-        Tensor("mixer.in_proj", Group.MAMBA, in_proj, h, Split.COLUMN, layer=i, quantizable=True),
-        Tensor("mixer.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layer=i),
-        Tensor("mixer.conv1d_bias", Group.MAMBA, conv_dim, 1, Split.COLUMN, layer=i),
-        Tensor("mixer.A_log", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i, fp32=True),
-        Tensor("mixer.D", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i, fp32=True),
-        Tensor("mixer.dt_bias", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layer=i),
-        Tensor("mixer.norm", Group.NORM, inner, 1, Split.COLUMN, layer=i),
-        Tensor("mixer.out_proj", Group.MAMBA, h, inner, Split.ROW, layer=i, quantizable=True),
+        Tensor("mixer.in_proj", Group.MAMBA, in_proj, h, Split.COLUMN, layers=ls, quantizable=True),
+        Tensor("mixer.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layers=ls),
+        Tensor("mixer.conv1d_bias", Group.MAMBA, conv_dim, 1, Split.COLUMN, layers=ls),
+        Tensor("mixer.A_log", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layers=ls, fp32=True),
+        Tensor("mixer.D", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layers=ls, fp32=True),
+        Tensor("mixer.dt_bias", Group.MAMBA, m.ssm_heads, 1, Split.COLUMN, layers=ls),
+        Tensor("mixer.norm", Group.NORM, inner, 1, Split.COLUMN, layers=ls),
+        Tensor("mixer.out_proj", Group.MAMBA, h, inner, Split.ROW, layers=ls, quantizable=True),
     ]
 
 
-def _gdn(d: _Decoder, i: int) -> list[Tensor]:
+def _gdn(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     """Gated DeltaNet mixer (vllm layers/mamba/gdn/qwen_gdn_linear_attn.py): in_proj_qkvz and
     in_proj_ba merged column-parallel, conv1d column-parallel without bias, dt_bias and A_log
     (float32) split by value heads, a gated RMSNorm over head_v_dim (replicated), out_proj
@@ -335,7 +351,7 @@ def _gdn(d: _Decoder, i: int) -> list[Tensor]:
             conv_dim + value_dim,
             h,
             Split.COLUMN,
-            layer=i,
+            layers=ls,
             quantizable=True,
         ),
         Tensor(
@@ -344,15 +360,21 @@ def _gdn(d: _Decoder, i: int) -> list[Tensor]:
             2 * nv,
             h,
             Split.COLUMN,
-            layer=i,
+            layers=ls,
             quantizable=True,
         ),
-        Tensor("linear_attn.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layer=i),
-        Tensor("linear_attn.dt_bias", Group.MAMBA, nv, 1, Split.COLUMN, layer=i),
-        Tensor("linear_attn.A_log", Group.MAMBA, nv, 1, Split.COLUMN, layer=i, fp32=True),
-        Tensor("linear_attn.norm", Group.NORM, m.ssm_head_dim, 1, Split.REPLICATED, layer=i),
+        Tensor("linear_attn.conv1d", Group.MAMBA, conv_dim, m.conv_kernel, Split.COLUMN, layers=ls),
+        Tensor("linear_attn.dt_bias", Group.MAMBA, nv, 1, Split.COLUMN, layers=ls),
+        Tensor("linear_attn.A_log", Group.MAMBA, nv, 1, Split.COLUMN, layers=ls, fp32=True),
+        Tensor("linear_attn.norm", Group.NORM, m.ssm_head_dim, 1, Split.REPLICATED, layers=ls),
         Tensor(
-            "linear_attn.out_proj", Group.MAMBA, h, value_dim, Split.ROW, layer=i, quantizable=True
+            "linear_attn.out_proj",
+            Group.MAMBA,
+            h,
+            value_dim,
+            Split.ROW,
+            layers=ls,
+            quantizable=True,
         ),
     ]
 
@@ -383,50 +405,67 @@ def _build(
                 stage=Stage.FIRST,
             )
         )
-    kinds = d.kinds or [AttnKind.FULL] * d.layers
-    layers: list[LayerAttention] = []
-    for i in range(d.layers):
-        kind = kinds[i]
-        mixer_only = i in d.mamba_layers and not d.gdn  # Nemotron-H "M": no MLP in the layer
-        if i in d.mamba_layers:
-            tensors += _gdn(d, i) if d.gdn else _mamba2(d, i)
-            layers.append(LayerAttention(AttnKind.MAMBA, mamba=d.mamba))
+    n = d.layers
+    off = Pattern.constant(False, n)
+    per_layer = zip_patterns(
+        [
+            d.kinds or Pattern.constant(AttnKind.FULL, n),
+            d.mamba_layers or off,
+            d.moe_layers or off,
+            d.mlp_only_layers or off,
+            d.moe_only_layers or off,
+        ]
+    )
+    specs: dict[LayerAttention, LayerSet] = {}
+    dense = LayerSet()
+    # one pass per distinct layer (kind and flags), its tensors standing for every such layer
+    for (kind, mamba, moe, mlp_only, moe_only), ls in per_layer.groups().items():
+        mixer_only = mamba and not d.gdn  # Nemotron-H "M": no MLP in the layer
+        if mamba:
+            tensors += _gdn(d, ls) if d.gdn else _mamba2(d, ls)
+            spec = LayerAttention(AttnKind.MAMBA, mamba=d.mamba)
         elif kind is AttnKind.MLA:
-            tensors += _mla(d, i)
-            layers.append(LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope))
+            tensors += _mla(d, ls)
+            spec = LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope)
         elif kind is AttnKind.NONE:
-            layers.append(LayerAttention(AttnKind.NONE))
+            spec = LayerAttention(AttnKind.NONE)
         else:
-            tensors += _attention(d, i, kind)
+            tensors += _attention(d, ls, kind)
             kv_heads, head_dim = _attn_dims(d, kind)
-            layers.append(
-                LayerAttention(
-                    kind,
-                    kv_heads=kv_heads,
-                    head_dim_k=head_dim,
-                    head_dim_v=head_dim,
-                    window=d.window if kind is not AttnKind.FULL else 0,
-                )
+            spec = LayerAttention(
+                kind,
+                kv_heads=kv_heads,
+                head_dim_k=head_dim,
+                head_dim_v=head_dim,
+                window=d.window if kind is not AttnKind.FULL else 0,
             )
-        if mixer_only or i in d.mlp_only_layers or i in d.moe_only_layers or d.attn_only:
+        specs[spec] = specs[spec].union(ls) if spec in specs else ls
+        if d.experts and not moe and not mamba:
+            dense = dense.union(ls)
+        if mixer_only or mlp_only or moe_only or d.attn_only:
             n_norms = 1
         else:
             n_norms = d.norms_per_layer
-        if kind is AttnKind.NONE and i in d.moe_only_layers:
-            tensors += _moe(d, i)
-        elif kind is AttnKind.NONE and i in d.mlp_only_layers:
-            tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
+        if kind is AttnKind.NONE and moe_only:
+            tensors += _moe(d, ls)
+        elif kind is AttnKind.NONE and mlp_only:
+            tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
         elif not mixer_only and not d.attn_only:
-            if i in d.moe_layers:
-                tensors += _moe(d, i)
-            if d.intermediate and (i not in d.moe_layers or d.dense_and_moe):
-                tensors += _mlp(d, i, d.intermediate, Group.MLP, "mlp")
+            if moe:
+                tensors += _moe(d, ls)
+            if d.intermediate and (not moe or d.dense_and_moe):
+                tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
         if d.layer_scalar:
-            tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layer=i))
+            tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layers=ls))
         for k in range(n_norms):
-            tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layer=i))
+            tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layers=ls))
             if d.norm_bias:
-                tensors.append(Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layer=i))
+                tensors.append(
+                    Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layers=ls)
+                )
+    layer_groups = tuple(
+        sorted((LayerGroup(a, ls) for a, ls in specs.items()), key=lambda g: g.layers.first() or 0)
+    )
     if d.final_norm:
         tensors.append(Tensor("norm", Group.NORM, h, 1, Split.REPLICATED, stage=Stage.LAST))
         if d.norm_bias:
@@ -445,11 +484,6 @@ def _build(
         ropes = tuple(d.ropes)
     elif d.rotary_dim:
         ropes = (RopeCache(d.rope_positions or d.max_pos, d.rotary_dim, d.rope_fp32),)
-    dense = tuple(
-        i
-        for i in range(d.layers)
-        if d.experts and i not in d.moe_layers and i not in d.mamba_layers
-    )
     return ModelShape(
         name=name,
         model_type=model_type,
@@ -466,7 +500,7 @@ def _build(
         derived_max_model_len=_rope_factor_len(cfg, model_type),
         dtype=dtype,
         tensors=tuple(tensors),
-        layers=tuple(layers),
+        layer_groups=layer_groups,
         rope_caches=ropes,
         num_experts=d.experts,
         num_shared_experts=1 if d.shared_intermediate else 0,
@@ -478,6 +512,31 @@ def _build(
         notes=tuple(d.notes),
         mtp_layers=d.mtp_layers,
     )
+
+
+def every(n: int, step: int, offset: int = 0, start: int = 0) -> Pattern[bool]:
+    """True at the layers ``i`` ≥ ``start`` of ``n`` with ``(i + offset) % step == 0`` (a
+    config's "every step-th layer" rule), built periodic: O(step), not O(n)."""
+    if step < 1:
+        raise ValueError(f"a layer step must be >= 1, got {step}")
+    start = min(start, n)
+    if step >= n:  # at most one such layer: name it
+        first = start + (-(start + offset)) % step
+        return Pattern.constant(False, n).with_values([first], True)
+    cycle = tuple((start + j + offset) % step == 0 for j in range(step))
+    return Pattern.periodic(cycle, n, (False,) * start)
+
+
+def config_indices(values: Any) -> list[int]:
+    """The integer layer indices of a config list (``mlp_only_layers``,
+    ``cross_attention_layers``); other entries name no layer."""
+    if not isinstance(values, list):
+        return []
+    return [
+        int(v)
+        for v in values
+        if isinstance(v, int | float) and math.isfinite(v) and float(v).is_integer()
+    ]
 
 
 def _base(c: _Cfg, **kw: Any) -> _Decoder:

@@ -9,11 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ModelConfigError
+from ..layerset import Pattern
 from ..limits import check_config
 from ..quant import parse_quantization
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
-from .decoder import _build
+from .decoder import _build, config_indices
 from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
 from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
 
@@ -66,10 +67,9 @@ def shape_from_config(
         text = _Cfg(merged, text.prefix)
     decoder = builder(text)
     if family_type == "mllama_text_model":
-        cross = set(text.get("cross_attention_layers", []) or [])
-        decoder.kinds = [
-            AttnKind.CROSS if i in cross else AttnKind.FULL for i in range(decoder.layers)
-        ]
+        cross = config_indices(text.get("cross_attention_layers", []) or [])
+        full = Pattern.constant(AttnKind.FULL, decoder.layers)
+        decoder.kinds = full.with_values(cross, AttnKind.CROSS)
         decoder.vocab = decoder.vocab + 8  # MllamaTextModel embeds vocab_size + 8 tokens
     qcfg = text.get("quantization_config") or top.get("quantization_config")
     quant = parse_quantization(qcfg, quantization)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ...layerset import Pattern
 from ...shapes import AttnKind
 from ..access import _Cfg
-from ..decoder import _base, _Decoder
+from ..decoder import _base, _Decoder, every
 
 
 def _deepseek(c: _Cfg) -> _Decoder:
@@ -18,7 +19,7 @@ def _deepseek(c: _Cfg) -> _Decoder:
     d.qk_rope = c.pos("qk_rope_head_dim")
     d.v_head = c.pos("v_head_dim")
     d.head_dim = d.qk_nope + d.qk_rope
-    d.kinds = [AttnKind.MLA] * d.layers
+    d.kinds = Pattern.constant(AttnKind.MLA, d.layers)
     d.experts = c.integer("n_routed_experts", 0)
     if d.experts:
         d.expert_intermediate = c.pos("moe_intermediate_size")
@@ -26,7 +27,7 @@ def _deepseek(c: _Cfg) -> _Decoder:
         d.shared_intermediate = c.integer("n_shared_experts", 0) * d.expert_intermediate
         first = c.integer("first_k_dense_replace", 0)
         freq = c.pos("moe_layer_freq", 1)
-        d.moe_layers = {i for i in range(d.layers) if i >= first and i % freq == 0}
+        d.moe_layers = every(d.layers, freq, start=max(0, first))
         d.router_bias = c.get("topk_method") == "noaux_tc"
     d.rotary_dim = d.qk_rope
     rope = c.get("rope_scaling")

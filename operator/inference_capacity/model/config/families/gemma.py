@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ...errors import ModelConfigError
+from ...layerset import Pattern
 from ...shapes import AttnKind, RopeCache
 from ..access import _Cfg
-from ..decoder import _base, _Decoder
+from ..decoder import _base, _Decoder, every
 
 
 def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
@@ -17,14 +18,19 @@ def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
     pattern = 2 if version == 2 else int(merged.get("sliding_window_pattern", 6))
     types = merged.get("layer_types")
     if isinstance(types, list) and len(types) == d.layers:
-        d.kinds = [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
+        d.kinds = Pattern.from_list(
+            [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
+        )
+    elif version == 2:
+        # Gemma 2: even layers slide
+        d.kinds = Pattern.periodic((AttnKind.SLIDING, AttnKind.FULL), d.layers)
     else:
-        # Gemma 2: even layers slide; Gemma 3: every `pattern`-th layer is global
-        d.kinds = [
-            AttnKind.FULL if (i + 1) % pattern == 0 else AttnKind.SLIDING for i in range(d.layers)
-        ]
-        if version == 2:
-            d.kinds = [AttnKind.SLIDING if i % 2 == 0 else AttnKind.FULL for i in range(d.layers)]
+        # Gemma 3: every `pattern`-th layer is global
+        if pattern < 1:
+            raise ModelConfigError(merged.path("sliding_window_pattern"), "must be >= 1")
+        d.kinds = every(d.layers, pattern, offset=1).map(
+            lambda full: AttnKind.FULL if full else AttnKind.SLIDING
+        )
     if version == 3:
         d.rope_positions = d.max_pos
     return d
@@ -49,7 +55,9 @@ def _gemma4(c: _Cfg) -> _Decoder:
     types = c.get("layer_types")
     if not isinstance(types, list) or len(types) != d.layers:
         raise ModelConfigError(c.path("layer_types"), "Gemma 4 needs one entry per layer")
-    d.kinds = [AttnKind.SLIDING if "sliding" in str(t) else AttnKind.FULL for t in types]
+    d.kinds = Pattern.from_list(
+        [AttnKind.SLIDING if "sliding" in str(t) else AttnKind.FULL for t in types]
+    )
     d.window = c.pos("sliding_window")
     d.full_head_dim = c.pos("global_head_dim") if c.has("global_head_dim") else d.head_dim
     d.k_eq_v = c.boolean("attention_k_eq_v", False)
@@ -59,7 +67,7 @@ def _gemma4(c: _Cfg) -> _Decoder:
         d.experts = c.pos("num_experts")
         d.expert_intermediate = c.pos("moe_intermediate_size")
         d.experts_per_token = c.pos("top_k_experts")
-        d.moe_layers = set(range(d.layers))
+        d.moe_layers = Pattern.constant(True, d.layers)
         d.dense_and_moe = True
         d.router_scale = True
         d.norms_per_layer = 7  # + post_feedforward_layernorm_1/_2, pre_feedforward_layernorm_2
@@ -67,9 +75,10 @@ def _gemma4(c: _Cfg) -> _Decoder:
     # one rope cache per layer type: Gemma4RotaryEmbedding ("proportional") caches the whole
     # head (rotary_dim = head_size, non-rotated pairs as cos 1 / sin 0)
     d.ropes = []
-    if AttnKind.SLIDING in d.kinds:
+    present = d.kinds.present()
+    if AttnKind.SLIDING in present:
         d.ropes.append(RopeCache(d.max_pos, d.head_dim))
-    if AttnKind.FULL in d.kinds:
+    if AttnKind.FULL in present:
         d.ropes.append(RopeCache(d.max_pos, d.full_head_dim))
     d.rotary_dim = d.head_dim
     if d.k_eq_v:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...errors import ModelConfigError
+from ...layerset import Pattern
 from ...shapes import AttnKind
 from ..access import _Cfg
 from ..decoder import _base, _Decoder
@@ -15,12 +16,14 @@ def _gpt_oss(c: _Cfg) -> _Decoder:
     d.experts = c.pos("num_local_experts")
     d.expert_intermediate = c.pos("intermediate_size")
     d.experts_per_token = c.pos("num_experts_per_tok")
-    d.moe_layers = set(range(d.layers))
+    d.moe_layers = Pattern.constant(True, d.layers)
     d.window = c.pos("sliding_window")
     types = c.get("layer_types")
     if not isinstance(types, list) or len(types) != d.layers:
         raise ModelConfigError(c.path("layer_types"), "gpt-oss needs one entry per layer")
-    d.kinds = [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
+    d.kinds = Pattern.from_list(
+        [AttnKind.SLIDING if "sliding" in t else AttnKind.FULL for t in types]
+    )
     rope = c.get("rope_scaling")
     if isinstance(rope, Mapping) and "factor" in rope:
         d.rope_positions = int(

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 
 from ....vocab import TORCH_DTYPE_BYTES
 from ...errors import ModelConfigError
+from ...layerset import Pattern
 from ...shapes import AttnKind, MambaState
 from ..access import _Cfg
-from ..decoder import _base, _Decoder
+from ..decoder import _base, _Decoder, every
 
 
 def _nemotron_h(c: _Cfg) -> _Decoder:
@@ -38,26 +39,20 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         groups=ngroups,
         chunk_size=c.integer("chunk_size", 0) or c.integer("mamba_chunk_size", 0),
     )
-    kinds: list[AttnKind] = []
+    codes = {"M": AttnKind.MAMBA, "*": AttnKind.FULL, "-": AttnKind.NONE, "E": AttnKind.NONE}
     for i, ch in enumerate(pattern):
-        if ch == "M":
-            d.mamba_layers.add(i)
-            kinds.append(AttnKind.MAMBA)
-        elif ch == "*":
-            kinds.append(AttnKind.FULL)
-        elif ch == "-":
-            d.mlp_only_layers.add(i)
-            kinds.append(AttnKind.NONE)
-        elif ch == "E":
-            d.moe_only_layers.add(i)
-            kinds.append(AttnKind.NONE)
-        else:
+        if ch not in codes:
             raise ModelConfigError(
                 c.path("hybrid_override_pattern"), f"unknown layer code {ch!r} at {i}"
             )
-    d.kinds = kinds
+    # the pattern string is read once, with its period; the builder works on its groups
+    layer_codes = Pattern.from_list(list(pattern))
+    d.kinds = layer_codes.map(codes.__getitem__)
+    d.mamba_layers = layer_codes.map(lambda ch: ch == "M")
+    d.mlp_only_layers = layer_codes.map(lambda ch: ch == "-")
+    d.moe_only_layers = layer_codes.map(lambda ch: ch == "E")
     d.attn_only = True
-    if d.moe_only_layers:
+    if "E" in layer_codes.present():
         d.experts = c.pos("n_routed_experts")
         d.expert_intermediate = c.pos("moe_intermediate_size")
         d.experts_per_token = c.pos("num_experts_per_tok")
@@ -81,22 +76,15 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
             raise ModelConfigError(
                 c.path("layer_types"), f"has {len(types)} entries for {d.layers} layers"
             )
+        for i, t in enumerate(types):
+            if t not in ("linear_attention", "full_attention"):
+                raise ModelConfigError(c.path("layer_types"), f"unknown layer type {t!r} at {i}")
+        linear = Pattern.from_list([t == "linear_attention" for t in types])
     else:
         interval = c.pos("full_attention_interval", 4)
-        types = [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-            for i in range(d.layers)
-        ]
-    kinds: list[AttnKind] = []
-    for i, t in enumerate(types):
-        if t == "linear_attention":
-            kinds.append(AttnKind.MAMBA)
-            d.mamba_layers.add(i)
-        elif t == "full_attention":
-            kinds.append(AttnKind.FULL)
-        else:
-            raise ModelConfigError(c.path("layer_types"), f"unknown layer type {t!r} at {i}")
-    d.kinds = kinds
+        linear = every(d.layers, interval, offset=1).map(lambda full: not full)
+    d.kinds = linear.map(lambda lin: AttnKind.MAMBA if lin else AttnKind.FULL)
+    d.mamba_layers = linear
     nk, dk = c.pos("linear_num_key_heads"), c.pos("linear_key_head_dim")
     nv, dv = c.pos("linear_num_value_heads"), c.pos("linear_value_head_dim")
     ssm_dtype = c.get("mamba_ssm_dtype")
@@ -122,7 +110,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
         d.shared_intermediate = c.integer("shared_expert_intermediate_size", 0)
         d.shared_gate = bool(d.shared_intermediate)
         # Qwen3_5DecoderLayer: every layer of qwen3_5_moe_text is a sparse MoE block
-        d.moe_layers = set(range(d.layers))
+        d.moe_layers = Pattern.constant(True, d.layers)
     rope = c.get("rope_parameters") or c.get("rope_scaling")
     partial = c.get("partial_rotary_factor")
     if partial is None and isinstance(rope, Mapping):

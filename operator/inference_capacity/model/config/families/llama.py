@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from ...layerset import Pattern
 from ...shapes import AttnKind
 from ..access import _Cfg
-from ..decoder import _base, _Decoder
+from ..decoder import _base, _Decoder, every
 
 
 def _llama(c: _Cfg) -> _Decoder:
@@ -22,7 +23,7 @@ def _mistral(c: _Cfg) -> _Decoder:
     d = _base(c)
     sw = c.get("sliding_window")
     if sw:
-        d.kinds = [AttnKind.SLIDING] * d.layers
+        d.kinds = Pattern.constant(AttnKind.SLIDING, d.layers)
         d.window = int(sw)
     return d
 
@@ -32,7 +33,7 @@ def _mixtral(c: _Cfg) -> _Decoder:
     d.experts = c.pos("num_local_experts")
     d.expert_intermediate = d.intermediate
     d.experts_per_token = c.pos("num_experts_per_tok")
-    d.moe_layers = set(range(d.layers))
+    d.moe_layers = Pattern.constant(True, d.layers)
     return d
 
 
@@ -43,17 +44,19 @@ def _llama4(c: _Cfg) -> _Decoder:
     d.intermediate = c.pos("intermediate_size_mlp")
     d.experts_per_token = c.pos("num_experts_per_tok")
     step = c.pos("interleave_moe_layer_step", 1)
-    d.moe_layers = {i for i in range(d.layers) if (i + 1) % step == 0}
+    d.moe_layers = every(d.layers, step, offset=1)
     d.shared_intermediate = d.expert_intermediate
     chunk = c.integer("attention_chunk_size", 0)
     no_rope = c.get("no_rope_layers")
     if chunk:
         d.window = chunk
         if isinstance(no_rope, list) and len(no_rope) == d.layers:
-            d.kinds = [AttnKind.CHUNKED if int(r) else AttnKind.FULL for r in no_rope]
+            d.kinds = Pattern.from_list(
+                [AttnKind.CHUNKED if int(r) else AttnKind.FULL for r in no_rope]
+            )
         else:
             # every 4th layer is a global NoPE layer (Llama4TextConfig.no_rope_layer_interval)
-            d.kinds = [
-                AttnKind.FULL if (i + 1) % 4 == 0 else AttnKind.CHUNKED for i in range(d.layers)
-            ]
+            d.kinds = every(d.layers, 4, offset=1).map(
+                lambda full: AttnKind.FULL if full else AttnKind.CHUNKED
+            )
     return d

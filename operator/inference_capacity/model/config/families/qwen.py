@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..access import _Cfg
-from ..decoder import _base, _Decoder
+from ..decoder import _base, _Decoder, config_indices, every
 
 
 def _qwen2(c: _Cfg) -> _Decoder:
@@ -24,8 +24,8 @@ def _qwen_moe(c: _Cfg, qwen3: bool) -> _Decoder:
     d.expert_intermediate = c.pos("moe_intermediate_size")
     d.experts_per_token = c.pos("num_experts_per_tok")
     step = c.pos("decoder_sparse_step", 1)
-    mlp_only = set(c.get("mlp_only_layers", []) or [])
-    d.moe_layers = {i for i in range(d.layers) if i not in mlp_only and (i + 1) % step == 0}
+    mlp_only = config_indices(c.get("mlp_only_layers", []) or [])
+    d.moe_layers = every(d.layers, step, offset=1).with_values(mlp_only, False)
     if not qwen3:
         d.shared_intermediate = c.integer("shared_expert_intermediate_size", 0)
         d.shared_gate = bool(d.shared_intermediate)
