@@ -3,12 +3,14 @@ from the vLLM file/function cited next to the rule in engines/vllm.py."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
 import pytest
 
 from inference_capacity.budget import max_utilization
+from inference_capacity.cli import main as cli_main
 from inference_capacity.engines.versions import Era, parse_version
 from inference_capacity.engines.vllm import (
     EngineSettings,
@@ -370,7 +372,7 @@ def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
 
 
 @pytest.mark.parametrize("name", catalog_names())
-def test_every_catalog_architecture_plans(name: str) -> None:
+def test_every_catalog_architecture_plans(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     m = load_model(name)
     tp = 1
     while True:  # the smallest power-of-two TP at which vLLM starts, up to 8
@@ -381,6 +383,15 @@ def test_every_catalog_architecture_plans(name: str) -> None:
         tp *= 2
     assert p.prediction.starts, p.prediction.error
     assert all(rl.total == H200.total_bytes for rl in p.ledger)
+    # and through the CLI's what-if (issue 11: every config plans without error): exit 0 with
+    # a ledger, also where the encoder profile is not sized (Supported=False, text-only numbers)
+    args = ["plan", "--model", name, "--gpu", H200.name, "--tp", str(tp)]
+    args += ["--max-model-len", str(s.max_model_len), "-o", "json"]
+    assert cli_main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["vllm_startup"]["starts"] and out["ledger"]["ranks"]
+    if out.get("supported") is False:
+        assert m.is_multimodal and "text-only profile" in out["unsupported_message"]
 
 
 # --- KV page layouts with scales (v1/kv_cache_interface.py, 0.33) ----------------------------

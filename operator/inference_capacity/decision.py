@@ -149,13 +149,16 @@ def refusal(
     )
 
 
+#: the wording of Supported=False (the operator's condition, plan FILE, plan --model)
+UNMODELLED = "sets (or leaves at vLLM's default) what the ledger does not model"
+
+
 def unsupported(resolved: Resolved) -> Decision:
     """The container sets a flag or VLLM_* variable that may move memory and that the ledger
     does not model: every number of a plan would be wrong, so none is made (fail closed)."""
     msg = (
-        "the vLLM container sets (or leaves at vLLM's default) what the ledger does not model, "
-        "so no plan is made and "
-        "nothing is patched: " + resolved.unsupported_message()
+        f"the vLLM container {UNMODELLED}, so no plan is made and nothing is patched: "
+        + resolved.unsupported_message()
     )
     refused = refusal("UnsupportedFlag", msg)
     return replace(

@@ -37,7 +37,10 @@ from .engines.vllm_flags import (
 from .engines.vllm_mm import (
     LIMIT_OPTIONS_FROM,
     MM_PROFILE_ERAS,
+    ProfileSizing,
+    calibration,
     parse_limit_mm_per_prompt,
+    profile_sizing,
     text_only,
     uses_options,
 )
@@ -191,13 +194,19 @@ def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
 
 
 def multimodal_profile(
-    shape: ModelShape, version: str, running: Mapping[str, str], bad: list[Unsupported]
+    shape: ModelShape,
+    version: str,
+    running: Mapping[str, str],
+    bad: list[Unsupported],
+    notes: list[str],
 ) -> tuple[tuple[tuple[str, int], ...] | None, bool]:
     """The encoder-profile inputs (``--limit-mm-per-prompt`` counts, ``--skip-mm-profiling``),
-    and a refusal in ``bad`` where vLLM would run an encoder profile the ledger does not size:
-    a tower without a :class:`~.model.VisionTower`, a vLLM before 0.11, or
-    ``--mm-processor-kwargs`` (it can change the dummy item: pan-and-scan crops, max pixels).
-    Text-only profiles (every modality 0, or skipped) are exact: nothing is added."""
+    by the class :func:`~.engines.vllm_mm.profile_sizing` gives the architecture: sized (the
+    ledger adds it), calibrated (inside a fitted constant: a note in ``notes`` names it and the
+    log) or unknown (a refusal in ``bad``). Refused as well: any multimodal profile of a vLLM
+    before 0.11, and ``--mm-processor-kwargs`` on a sized or calibrated profile (it can change
+    the dummy item: pan-and-scan crops, max pixels, tiles). Text-only profiles (every modality
+    0, or skipped) are exact for sized and unknown towers: nothing is added."""
     limits: dict[str, int] | None = None
     if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
         limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])
@@ -218,9 +227,20 @@ def multimodal_profile(
             )
         )
         return counts, skip
-    if not shape.is_multimodal or text_only(limits, shape.mm_modalities):
+    sizing = profile_sizing(shape)
+    cal = calibration(shape)
+    if sizing is None:
         return counts, skip
-    if skip and not profiled:
+    if text_only(limits, shape.mm_modalities) or (skip and profiled):
+        if cal is not None:
+            # the constant cannot be split: what it holds of the profile stays (over-predicts)
+            notes.append(
+                f"the multimodal encoder profile is off, but {cal.constant} (fitted on "
+                f"{cal.log}, which ran it) still holds it: the activation peak may be "
+                "over-predicted"
+            )
+        return counts, skip
+    if skip:
         bad.append(
             Unsupported(
                 "--skip-mm-profiling",
@@ -228,8 +248,6 @@ def multimodal_profile(
                 "with every modality 0 instead",
             )
         )
-        return counts, skip
-    if skip:
         return counts, skip
     fix = (
         "--limit-mm-per-prompt with every modality at 0 ("
@@ -239,7 +257,7 @@ def multimodal_profile(
     )
     if not profiled:
         why = f"the multimodal encoder profile of vLLM {version} (before 0.11) is not modelled"
-    elif shape.vision_tower is None:
+    elif sizing is ProfileSizing.UNKNOWN:
         why = (
             f"the multimodal encoder profile of {shape.architecture} is not sized (its "
             "dummy item and vision tower are not modelled), so the activation peak vLLM "
@@ -249,12 +267,14 @@ def multimodal_profile(
         bad.append(
             Unsupported(
                 "--mm-processor-kwargs",
-                f"may change {shape.architecture}'s dummy image (crops, pixels), which the "
-                f"encoder profile is sized on; {fix}",
+                f"may change {shape.architecture}'s dummy image (crops, pixels, tiles), which "
+                f"the encoder profile is {sizing.value} on; {fix}",
             )
         )
         return counts, skip
     else:
+        if cal is not None:
+            notes.append(cal.note(shape.architecture))
         return counts, skip
     bad.append(Unsupported("--limit-mm-per-prompt", f"{why}; {fix}"))
     return counts, skip
@@ -554,7 +574,7 @@ def resolve(
                 + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
             )
         prefix = spec.engine.enable_prefix_caching
-    mm_limits, skip_mm = multimodal_profile(shape, version, running, bad)
+    mm_limits, skip_mm = multimodal_profile(shape, version, running, bad, notes)
     settings = EngineSettings(
         version=version,
         engine="v0" if use_v1 == "0" else None,

@@ -79,14 +79,13 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"inference-capacity: error: {e}", file=sys.stderr)
     if errors:
         return EXIT_NOT_FITS
-    refused = [r[0] for r in results if r[2] is None]
+    # Supported=False: no plan (a manifest), or a what-if of the text-only profile (--model)
+    refused = [r[0] for r in results if r[0].get("supported") is False]
     if a.fail_if_not_fits and refused:
         for out in refused:
             names = "; ".join(f"{u['name']}: {u['why']}" for u in out["unsupported"])
-            print(
-                f"inference-capacity: error: {out['name']}: Supported=False: {names}",
-                file=sys.stderr,
-            )
+            who = out.get("name") or out["model"]["id"]
+            print(f"inference-capacity: error: {who}: Supported=False: {names}", file=sys.stderr)
         return EXIT_NOT_FITS
     if a.fail_if_not_fits and not all(r[2] is not None and r[2].fits for r in results):
         return EXIT_NOT_FITS

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ..decision import UNMODELLED
 from ..engines.versions import NEWEST_SUPPORTED
 from ..engines.vllm import EngineSettings
 from ..engines.vllm_flags import classify
@@ -27,6 +28,12 @@ from ..resolve import multimodal_profile
 from ..units import GiB
 from ..whatif import levers, parse_prices, sweep, workload_from_flags
 from .common import CliError, _read_text, _sizing_overrides
+
+#: what the numbers of a what-if refused as Supported=False are (the encoder profile left out)
+TEXT_ONLY_NUMBERS = (
+    "The numbers are those of the text-only profile, i.e. what vLLM does with "
+    "--skip-mm-profiling or every modality at 0 in --limit-mm-per-prompt"
+)
 
 
 def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
@@ -50,17 +57,18 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     if a.skip_mm_profiling:
         mm_flags["skip-mm-profiling"] = "true"
     refused = classify(mm_flags, {})
-    mm_limits, skip_mm = multimodal_profile(shape, version, mm_flags, refused)
+    mm_notes: list[str] = []
+    mm_limits, skip_mm = multimodal_profile(shape, version, mm_flags, refused, mm_notes)
+    unsupported = None
     if refused:
-        why = "; ".join(str(u) for u in refused)
-        out: dict[str, Any] = {
-            "model": source.json(),
-            "supported": False,
-            "unsupported": [{"name": u.name, "why": u.why} for u in refused],
-            "error": f"Supported=False: {why}",
-        }
-        refusal = describe(source, shape) + f"\n\nNot usable: Supported=False: {why}"
-        return out, refusal, None
+        # a what-if still shows numbers: those of the text-only profile, labelled (a manifest's
+        # plan and the operator make none, cli/manifest.py)
+        unsupported = (
+            f"Supported=False (UnsupportedFlag): the command line {UNMODELLED}: "
+            + "; ".join(str(u) for u in refused)
+            + f". {TEXT_ONLY_NUMBERS}"
+        )
+        skip_mm = True
     settings = EngineSettings(
         version=version,
         engine=a.engine,
@@ -102,6 +110,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             engine=settings,
             workload=workload,
             headroom=Headroom(operational_fraction=headroom),
+            notes=tuple(mm_notes),
         ),
     )
     # what-if: vLLM at exactly these flags
@@ -120,6 +129,10 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         )
     )
     out = {"model": source.json(), **plan_json(whatif)}
+    if unsupported is not None:
+        out["supported"] = False
+        out["unsupported"] = [{"name": u.name, "why": u.why} for u in refused]
+        out["unsupported_message"] = unsupported
     ckpt = checkpoint_json(source, shape)
     if ckpt is not None:
         out["checkpoint"] = ckpt
@@ -164,13 +177,15 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             )
             out["error"] = f"--kv-cache-gib {a.kv_cache_gib:g} is out of reach: {reach}"
     shown = whatif if workload is None else rec
-    text = describe(source, shape) + "\n\n" + table(shown)
+    text = describe(source, shape) + "\n\n"
+    if unsupported is not None:
+        text += unsupported + "\n\n"
+    text += table(shown)
     if "error" in out:
         text += "\n\nNot usable: " + out["error"]
     elif rec.fits:
-        text += "\n\nRecommended: " + " ".join(
-            f"--{k} {v}" for k, v in rec.recommendation.flags().items()
-        )
+        text += "\n\nRecommended" + (" for the text-only profile" if unsupported else "") + ": "
+        text += " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
     else:
         text += f"\n\nNot usable: {rec.reason}: {fits_message(rec)}"
         text += "".join(f"\n  {w}" for w in why_not_fits(rec))

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from ..decision import Decision
+from ..decision import UNMODELLED, Decision
 from ..model.source import checkpoint_json
 from ..planner import make_plan
 from ..report import (
@@ -297,9 +297,8 @@ def _unsupported_result(icap: Any, resolved: Any, chosen: Any) -> tuple[dict[str
         },
     }
     text = (
-        f"{icap.metadata.name}: Supported=False (UnsupportedFlag): the vLLM container sets "
-        f"(or leaves at vLLM's default) what the ledger does not model, so no plan is made: "
-        f"{message}\n\nWould patch "
+        f"{icap.metadata.name}: Supported=False (UnsupportedFlag): the vLLM container "
+        f"{UNMODELLED}, so no plan is made: {message}\n\nWould patch "
         f"deployment/{spec.target_ref.name}: nothing (Supported=False)"
     )
     return out, text, None

@@ -1,8 +1,13 @@
 """vLLM's multimodal encoder profile: what ``--limit-mm-per-prompt`` and ``--skip-mm-profiling``
 do to the activation peak that vLLM subtracts from the KV budget.
 
-Derived from vLLM's code (0.11–0.33), not calibrated on a log (no startup log of a
-vision-language model with the profile on is in shared/data):
+Each multimodal architecture's profile is in one of three classes (:func:`profile_sizing`,
+the one place that decides): **sized** by the formula below from its :class:`VisionTower`
+(Gemma 3's SigLIP), **calibrated** inside a constant fitted on a startup log that ran the profile
+(:data:`CALIBRATED_PROFILES`: Llama 4, inside ``MOE_WORKSPACE_HIDDEN_COPIES`` fitted on
+``vllm-startup-041``), or **unknown** (every other tower): resolve.py refuses the last unless
+the profile is text-only. The formula is derived from vLLM's code (0.11–0.33), not calibrated
+on a log (no startup log of a model with a sized tower is in shared/data):
 
 * ``v1/worker/gpu_model_runner.py::GPUModelRunner.profile_run``: unless
   ``skip_mm_profiling``, and when the encoder budget is non-zero, it picks the modality with
@@ -28,6 +33,7 @@ vision-language model with the profile on is in shared/data):
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +57,67 @@ _OPTION_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "audio": frozenset({"count", "length"}),
 }
 _BASE_KEYS: Final = frozenset({"count"})
+
+
+class ProfileSizing(enum.Enum):
+    """How the ledger accounts for a multimodal model's encoder profile."""
+
+    SIZED = "sized"  # encoder_profile: the tower's forward over vLLM's dummy batch
+    CALIBRATED = "calibrated"  # inside a constant fitted on a log that ran it (not added again)
+    UNKNOWN = "unknown"  # not modelled: resolve.py refuses it unless the profile is text-only
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A fitted constant of engines/vllm.py that absorbed an encoder profile, and the log."""
+
+    constant: str
+    log: str  # the point of shared/data/vllm-startup-logs.jsonl
+    point: str  # what that start ran
+    moe_only: bool  # the constant is only counted for MoE models (moe_workspace)
+
+    def note(self, architecture: str) -> str:
+        return (
+            f"the multimodal encoder profile of {architecture} is not sized by formula: it is "
+            f"inside {self.constant}, fitted on {self.log} ({self.point}), which ran it "
+            "(in-sample, one point); elsewhere it scales as that constant does"
+        )
+
+
+#: encoder profiles calibrated, by architecture. Llama 4: vllm-startup-041 (Llama-4-Scout TP4,
+#: 0.19.0) ran profile_run's encoder step with the image limit unset; MOE_WORKSPACE_HIDDEN_COPIES
+#: was fitted on its activation residual over the dense terms (+0.31 GiB), so its predicted
+#: activation (3.19 GiB logged, +0.10 % in benchmarks.accuracy) already holds that profile.
+#: Maverick has the same tower (vision_config identical to Scout's) and the same constant.
+CALIBRATED_PROFILES: Final[Mapping[str, Calibration]] = {
+    "Llama4ForConditionalGeneration": Calibration(
+        "MOE_WORKSPACE_HIDDEN_COPIES",
+        "vllm-startup-041",
+        "Llama-4-Scout-17B-16E-Instruct, TP4, vLLM 0.19.0, H100 80GB, max-model-len 8192, "
+        "8192 batched tokens, image limit unset",
+        moe_only=True,
+    ),
+}
+
+
+def calibration(shape: ModelShape) -> Calibration | None:
+    """The fitted constant that holds ``shape``'s encoder profile, or None."""
+    cal = CALIBRATED_PROFILES.get(shape.architecture)
+    if cal is None or (cal.moe_only and not shape.is_moe):
+        return None
+    return cal
+
+
+def profile_sizing(shape: ModelShape) -> ProfileSizing | None:
+    """The class of ``shape``'s encoder profile; None for a text model. A calibrated
+    architecture stays calibrated even if a tower is read for it (no double counting)."""
+    if not shape.is_multimodal:
+        return None
+    if calibration(shape) is not None:
+        return ProfileSizing.CALIBRATED
+    if shape.vision_tower is not None:
+        return ProfileSizing.SIZED
+    return ProfileSizing.UNKNOWN
 
 
 def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
@@ -188,15 +255,17 @@ def encoder_profile(
     dtype_bytes: int,
 ) -> EncoderProfile | None:
     """The encoder step vLLM's profile runs for ``shape``'s tower, or None when it runs none
-    (a text model, every modality at 0, or a tower this module does not size: the caller
-    refuses those).
+    (a text model, every modality at 0, a calibrated profile, or a tower this module does not
+    size: the caller refuses those).
 
     The batched pixels are counted once, in the model dtype (``SiglipVisionEmbeddings`` casts
     them to the patch embedding's dtype; a float32 copy from the processor alongside would add
     two bytes per element, 3·896²·2 B ≈ 4.8 MB per Gemma 3 image). The projector's pooled
     outputs (``items × tokens × text hidden``) are what ``encoder_cache`` holds."""
     tower = shape.vision_tower
-    if tower is None or text_only(limits, shape.mm_modalities):
+    if tower is None or profile_sizing(shape) is not ProfileSizing.SIZED:
+        return None
+    if text_only(limits, shape.mm_modalities):
         return None
     limit = DEFAULT_MM_LIMIT if limits is None else limits.get(tower.modality, DEFAULT_MM_LIMIT)
     items = max_items_per_batch(
