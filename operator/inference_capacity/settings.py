@@ -29,6 +29,9 @@ class Settings:
     watch_timeout: int = 300
     #: Kopf's handler worker threads
     workers: int = 8
+    #: threads of the refresh timers, apart from Kopf's workers: an edit never waits behind a
+    #: wave of refreshes
+    refresh_workers: int = 2
     #: peering priority; None: a random one per process, so exactly one replica works
     peering_priority: int | None = None
     #: how long a dead leader's peering entry counts (seconds)
