@@ -4,6 +4,19 @@ workload into the plan input, and compare the predicted pool with the real one.
 Prometheus failing never stops the operator: it keeps sizing from the spec and says so in the
 ``Observed`` condition. A prediction drift is an Event and a ``Calibrated=False`` condition,
 never a silent change of the formulas.
+
+I/O: the queries are coroutines (``observe.observe_async``) on one event loop of this module's,
+in a daemon thread (``prom-io``) started at the first observation and stopped by ``shutdown``
+(Kopf's cleanup). A reconcile is a sync Kopf handler in Kopf's executor; it submits the
+observation to that loop (``run_coroutine_threadsafe``) and waits at most
+``observe_wait_seconds`` for it, then goes on with the last observation or ``Pending``. Not
+Kopf's own loop: answers are parsed on the loop, and a large one there would stall Kopf's watch
+streams and the dispatch of every handler; on a loop of its own a hostile Prometheus delays only
+observations. Bounds: one observation in flight per resource (a new source cancels the old
+one), at most 4 queries of one observation at once, ``prometheus_connections`` requests open
+over all resources, each within ``PromSource.timeout_s`` (10 s). While a query waits no thread
+is held (a host name is resolved in the loop's default executor, as aiohttp does; the hosts are
+those the admin's URL prefixes allow).
 """
 
 from __future__ import annotations

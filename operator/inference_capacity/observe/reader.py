@@ -17,6 +17,11 @@ Every statistic is one instant query evaluated at ``now`` over ``[window]``:
 
 Failure modes are results, not exceptions (see ``observation``): the operator keeps serving from
 the spec and says why. Only programming errors raise.
+
+I/O: ``observe_async`` runs the queries that do not depend on each other concurrently, at most
+``_QUERIES_PER_OBSERVATION`` at once, each GET within ``PromSource.timeout_s`` (a timeout is a
+fixed message, never bytes the server sent); a shared ``Client`` bounds the requests open over
+all observations on its loop. ``observe`` is the same on a loop of its own, for sync callers.
 """
 
 from __future__ import annotations
