@@ -448,3 +448,19 @@ async def test_one_client_bounds_open_connections(slow_stub: Callable[..., SlowS
     await client.close()
     assert srv.peak == 6 and client.peak_open == 6 and srv.total == 30
     assert {o.reason for o in results} == {"NoSeries"}
+
+
+def test_a_redirect_is_not_followed(http_stub: Stub) -> None:
+    """The admin allowed this URL, not where it points (the stub's 302 has no Location: the
+    reader must not even try)."""
+    obs = observe(PromSource(http_stub(302, b""), timeout_s=2))
+    assert obs.reason == "PrometheusUnreachable" and "redirect (not followed)" in obs.message
+
+
+def test_an_endless_answer_is_cut_at_16_mib(http_stub: Stub) -> None:
+    """17 MiB of JSON-looking bytes: refused after reading 16 MiB + 1 (reader's
+    _MAX_RESPONSE_BYTES = 16 << 20), not parsed."""
+    url = http_stub(200, b"[" + b" " * (17 << 20) + b"]")
+    obs = observe(PromSource(url, timeout_s=10))
+    assert obs.reason == "PrometheusUnreachable"
+    assert obs.message == f"{url} answered with more than 16 MiB"
