@@ -16,6 +16,8 @@ Fixtures:
 - ``closed_port_url``: an http URL where nothing listens.
 - ``http_stub``: a factory for a local HTTP server answering every request with one status and
   body (for failure modes that need no Prometheus).
+- ``slow_stub``: a factory for a local Prometheus stub that answers every query after a delay
+  (an empty vector), counting the requests it holds open at once (``SlowServer``).
 
 Without ``prometheus``/``promtool`` on PATH the fixtures skip with how to install them (the
 Debian package ``prometheus``), and fail instead when ``CI`` is set: CI must not go green by
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import select
 import shutil
 import socket
 import ssl
@@ -160,11 +163,14 @@ def _proxy_handler(upstream: str, token: str | None) -> type[http.server.BaseHTT
             pass
 
         def _reply(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the client went away (an observation ended at a failed query)
+                pass
 
         def do_GET(self) -> None:  # noqa: N802
             if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
@@ -190,11 +196,15 @@ class _Running:
         self.thread.join(timeout=5)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # many clients connect at once in the concurrency tests
+
+
 def _serve(
     handler: type[http.server.BaseHTTPRequestHandler], context: ssl.SSLContext | None = None
 ) -> tuple[int, _Running]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), handler)
     if context is not None:
         server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -269,10 +279,13 @@ def http_stub() -> Iterator[Callable[[int, bytes], str]]:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # the client went away (its observation ended at a failure)
+                    pass
 
         port, r = _serve(Handler)
         running.append(r)
@@ -281,3 +294,79 @@ def http_stub() -> Iterator[Callable[[int, bytes], str]]:
     yield start
     for r in running:
         r.stop()
+
+
+EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+
+class SlowServer:
+    """A Prometheus stub answering every GET with an empty vector after ``delay`` seconds
+    (``head``: bytes of the body sent at once, the rest after the delay). ``open``/``peak``:
+    requests held open now / at most at once; ``total``: requests received."""
+
+    def __init__(self, delay: float, head: bytes = b"") -> None:
+        self.delay = delay
+        self.head = head
+        self.open = self.peak = self.total = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                with server._lock:
+                    server.open += 1
+                    server.total += 1
+                    server.peak = max(server.peak, server.open)
+                try:
+                    body = server.head + EMPTY_VECTOR
+                    if server.head:
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(server.head)
+                        self.wfile.flush()
+                    if self._client_left(server.delay):
+                        return
+                    if not server.head:
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                    self.wfile.write(body[len(server.head) :])
+                except OSError:  # the client gave up (its timeout, a cancelled observation)
+                    pass
+                finally:
+                    with server._lock:
+                        server.open -= 1
+
+            def _client_left(self, seconds: float) -> bool:
+                """Wait ``seconds``; True as soon as the client closes the connection."""
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+                    if readable and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                        return True
+                return False
+
+        self._handler = Handler
+        port, self._running = _serve(Handler)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self._running.stop()
+
+
+@pytest.fixture
+def slow_stub() -> Iterator[Callable[..., SlowServer]]:
+    """``slow_stub(delay, head=b"") -> SlowServer``, stopped after the test."""
+    servers: list[SlowServer] = []
+
+    def start(delay: float, head: bytes = b"") -> SlowServer:
+        servers.append(SlowServer(delay, head))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()

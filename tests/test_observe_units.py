@@ -3,7 +3,9 @@ HTTP failure mapping against local stub servers."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from inference_capacity.observe import (
     BucketHit,
+    Client,
     Observation,
     ObservedQuantiles,
     PodPool,
@@ -21,12 +24,14 @@ from inference_capacity.observe import (
     locate,
     merge_cohorts,
     observe,
+    observe_async,
     parse_duration,
     peak_concurrency,
     subquery_step,
 )
 from inference_capacity.observe.histogram import estimate
 from inference_capacity.sizing.workload import Cohort, Quantiles
+from tests.promfixtures import SlowServer
 from tests.vllm_trace import BUCKETS, build_1_2_5_buckets
 
 # The fixtures; harmless once tests/conftest.py lists the plugin as well.
@@ -386,3 +391,76 @@ def test_pod_pool_parsing_is_tolerant() -> None:
 
     assert _int("27910") == 27910 and _int("None") is None and _int(None) is None
     assert _float("0.9") == 0.9 and _float("nan") is None and _float("x") is None
+
+
+# ---- async I/O: per-request timeout, one client's bound, no thread per request -----------------
+
+
+def test_per_request_timeout_is_a_fixed_message(slow_stub: Callable[..., SlowServer]) -> None:
+    """A server that sends half a body and then stalls past the 0.5 s timeout: the reason is
+    PrometheusUnreachable and the message is fixed text, none of the bytes it sent."""
+    srv = slow_stub(5.0, head=b'{"status":"success","data":"SECRET-FROM-THE-SERVER')
+    obs = observe(PromSource(srv.url, timeout_s=0.5))
+    assert not obs.ok and obs.reason == "PrometheusUnreachable"
+    # the old reader (requests) said "... timed out: ReadTimeout" after the retry
+    assert obs.message == f"{srv.url} did not answer within 0.5 s (the per-request timeout)"
+    assert "SECRET" not in obs.message
+
+
+def _threads_but_the_stubs() -> set[str]:
+    """Threads of this process, less the stub servers' request threads."""
+    return {t.name for t in threading.enumerate() if "process_request" not in t.name}
+
+
+async def test_observations_share_one_client_and_no_thread_waits(
+    slow_stub: Callable[..., SlowServer],
+) -> None:
+    """Ten observations of a 2-second Prometheus on one loop: all their first queries (3 each:
+    pools, running, samples) are open at once, and no thread of this process waits on them."""
+    srv = slow_stub(2.0)
+    client = Client(connections=64)
+    before = _threads_but_the_stubs()
+    tasks = [
+        asyncio.create_task(observe_async(PromSource(srv.url), client=client)) for _ in range(10)
+    ]
+    for _ in range(100):
+        if srv.open == 30:
+            break
+        await asyncio.sleep(0.05)
+    during = _threads_but_the_stubs()
+    results = await asyncio.gather(*tasks)
+    await client.close()
+    assert srv.peak == 30 and client.peak_open == 30
+    assert during == before  # the old reader held a pool thread per observation
+    # an empty vector everywhere: no series, after the first three queries of each
+    assert {o.reason for o in results} == {"NoSeries"} and srv.total == 30
+
+
+async def test_one_client_bounds_open_connections(slow_stub: Callable[..., SlowServer]) -> None:
+    """The same 30 queries through a client of 6 connections: never more than 6 open at the
+    server; the rest wait for a slot (without their timeout running: none times out at 1 s
+    although the last ones finish after 5 rounds of 0.3 s)."""
+    srv = slow_stub(0.3)
+    client = Client(connections=6)
+    results = await asyncio.gather(
+        *(observe_async(PromSource(srv.url, timeout_s=1.0), client=client) for _ in range(10))
+    )
+    await client.close()
+    assert srv.peak == 6 and client.peak_open == 6 and srv.total == 30
+    assert {o.reason for o in results} == {"NoSeries"}
+
+
+def test_a_redirect_is_not_followed(http_stub: Stub) -> None:
+    """The admin allowed this URL, not where it points (the stub's 302 has no Location: the
+    reader must not even try)."""
+    obs = observe(PromSource(http_stub(302, b""), timeout_s=2))
+    assert obs.reason == "PrometheusUnreachable" and "redirect (not followed)" in obs.message
+
+
+def test_an_endless_answer_is_cut_at_16_mib(http_stub: Stub) -> None:
+    """17 MiB of JSON-looking bytes: refused after reading 16 MiB + 1 (reader's
+    _MAX_RESPONSE_BYTES = 16 << 20), not parsed."""
+    url = http_stub(200, b"[" + b" " * (17 << 20) + b"]")
+    obs = observe(PromSource(url, timeout_s=10))
+    assert obs.reason == "PrometheusUnreachable"
+    assert obs.message == f"{url} answered with more than 16 MiB"

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.operator_harness import Cluster, Operator, cluster, flag_value, load_example
+from tests.promfixtures import SlowServer
 from tests.realk8s.fixtures import wait_for
 
 __all__ = ["cluster"]
@@ -444,6 +445,48 @@ def test_slow_prometheus_does_not_delay_unrelated_edits(cluster: Cluster) -> Non
         assert took < 5, f"unrelated edit took {took:.1f} s"
 
 
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads")
+
+
+def test_many_slow_prometheus_servers_are_queried_at_once_without_a_thread_each(
+    cluster: Cluster, slow_stub: Callable[..., SlowServer]
+) -> None:
+    """24 resources on a 9-second Prometheus, six times the old pool of 4 query threads: all
+    their observations are at the server at once (the old pool: 4 queries at a time, one per
+    thread), the operator's threads do not grow with them, and an unrelated edit is patched."""
+    c = cluster
+    assert c.operator.proc is not None
+    pid = c.operator.proc.pid
+    srv = slow_stub(9.0)
+    ns = c.namespace("manyslow")
+    before = _threads(pid)
+    apply_slow_resources(c, ns, srv.url, count=24)
+    wait_for(lambda: srv.open >= 24, timeout=20, interval=0.1, message="24 queries at once")
+    during = _threads(pid)
+    print(f"many slow: {srv.open} queries open at once; operator threads {before} -> {during}")
+    # Kopf's handler workers (8) may all start while the 24 reconciles wait their 0.5 s each;
+    # nothing starts a thread per observation
+    assert during - before <= 8, f"operator threads {before} -> {during}"
+    other = c.namespace("manyslow-other")
+    apply_example(c, other)
+    args = c.wait_args(other, "llama-8b", lambda a: SEQS in a)
+    seqs = flag_value(args, SEQS)
+    t = time.monotonic()
+    merge(c, other, "llama-8b", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+    c.wait_args(other, "llama-8b", lambda a: flag_value(a, SEQS) != seqs, timeout=30)
+    took = time.monotonic() - t
+    print(f"many slow: unrelated edit patched in {took:.2f} s")
+    assert took < 5, f"unrelated edit took {took:.1f} s"  # the bound of the 8-resource test
+    assert srv.peak >= 24
+    c.operator.assert_alive()
+    # 24 resources refreshing every 2 s against a 9-second server: not for the next tests
+    c.api.delete_namespaces([ns], wait=True, timeout=120)
+
+
 def test_sigterm_under_load_stops_within_the_exit_timeout(cluster: Cluster, tmp_path: Path) -> None:
     """A second operator, scoped to one namespace of slow-Prometheus resources, gets SIGTERM:
     it is gone within its exit timeout (the chart sets it 10 s inside the grace period; the
@@ -528,6 +571,7 @@ def _load_test(c: Cluster, load_config: Any) -> None:
             dep["spec"]["replicas"] = 0
             docs += [icap, dep]
         c.api.apply(*docs)
+        applied = time.monotonic()
 
         def patched() -> int:
             items = c.api.get_json("deployments", "-n", ns)["items"]
@@ -541,22 +585,54 @@ def _load_test(c: Cluster, load_config: Any) -> None:
         assert patched() >= 191, f"only {patched()} of 191 plain resources patched"
         cond = c.wait_condition(ns, "m-0", "Ready", "False", "InvalidModelConfig")
         assert "num_hidden_layers" in cond["message"]
+        # Edits of an unrelated resource: one now, then others while the refresh timers of all
+        # 200 fire (each resource's first refresh is 60 s after the operator first saw it).
+        took: list[float] = []
+        for k, at in ((100, 0.0), (101, 62.0), (102, 70.0), (103, 78.0)):
+            time.sleep(max(0.0, applied + at - time.monotonic()))
+            took.append(_edit_and_wait(c, ns, f"m-{k}"))
         rss = _rss_mb(c.operator.proc.pid)
-        assert rss < 300, f"operator RSS {rss:.0f} MB"
-        args = c.container(ns, "m-100")["args"]
-        seqs = flag_value(args, SEQS)
-        t = time.monotonic()
-        merge(c, ns, "m-100", {"spec": {"model": {"kvCacheDtype": "fp8"}}})
-        c.wait_args(ns, "m-100", lambda a: flag_value(a, SEQS) != seqs, timeout=30)
-        took = time.monotonic() - t
-        print(f"load: operator RSS {rss:.0f} MB; unrelated edit patched in {took:.2f} s")
-        # The harness refreshes every resource every 2 s (production: 60 s), i.e. 100 reconciles
-        # a second here on shared CPUs, so this bound is loose (measured ~12 s); the 2-second
-        # target with slow Prometheus servers is test_slow_prometheus_does_not_delay_unrelated_edits
-        assert took < 30, f"unrelated edit took {took:.1f} s"
+        refreshes = c.operator.log().count("Timer 'icap_refresh' succeeded")
+        print(
+            f"load: operator RSS {rss:.0f} MB; unrelated edits patched in "
+            + ", ".join(f"{t:.2f}" for t in took)
+            + f" s; {refreshes} refreshes by the last edit"
+        )
+        assert refreshes >= 100, "the edits were not measured during the refresh wave"
+        assert rss < 300, f"operator RSS {rss:.0f} MB"  # the issue's bound
+        # the issue's bound: patched in under 2 s, including kubectl's own time (a patch and
+        # a get every 0.2 s)
+        assert max(took) < 2, f"unrelated edits took {took} s"
         c.operator.assert_alive()
     # 200 resources would keep this module's operator busy for the tests after this one
     c.api.delete_namespaces([ns], wait=True, timeout=180)
+
+
+def _edit_and_wait(c: Cluster, ns: str, name: str) -> float:
+    """Seconds from an edit of ``name`` (kubectl patch) until its Deployment has new args; prints
+    where they went: kubectl's patch, the operator's handler (from its log), the polling."""
+    seqs = flag_value(c.container(ns, name)["args"], SEQS)
+    t0 = time.time()
+    merge(c, ns, name, {"spec": {"model": {"kvCacheDtype": "fp8"}}})
+    t1 = time.time()
+    c.wait_args(ns, name, lambda a: flag_value(a, SEQS) != seqs, timeout=30)
+    t2 = time.time()
+    done = _logged_at(c.operator.log(), f"[{ns}/{name}] Handler 'icap_changed/spec' succeeded")
+    handled = f"handler done +{done - t0:.2f} s" if done is not None else "handler not logged"
+    print(f"edit {name}: kubectl patch {t1 - t0:.2f} s, {handled}, seen {t2 - t0:.2f} s")
+    return t2 - t0
+
+
+def _logged_at(log: str, text: str) -> float | None:
+    """The unix time of the last line of the operator's log that contains ``text`` (Kopf's
+    ``[YYYY-MM-DD HH:MM:SS,mmm]``, UTC on the test machine)."""
+    import datetime as dt
+
+    for line in reversed(log.splitlines()):
+        if text in line:
+            stamp = dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f")
+            return stamp.replace(tzinfo=dt.UTC).timestamp()
+    return None
 
 
 def test_log_lines_about_an_object_name_it(cluster: Cluster) -> None:

@@ -29,6 +29,9 @@ class Settings:
     watch_timeout: int = 300
     #: Kopf's handler worker threads
     workers: int = 8
+    #: threads of the refresh timers, apart from Kopf's workers: an edit never waits behind a
+    #: wave of refreshes
+    refresh_workers: int = 2
     #: peering priority; None: a random one per process, so exactly one replica works
     peering_priority: int | None = None
     #: how long a dead leader's peering entry counts (seconds)
@@ -46,8 +49,9 @@ class Settings:
     #: HPA listings per namespace shared by reconciles for this long (seconds)
     hpa_ttl_seconds: float = 5.0
     # --- Prometheus (controller/observing.py) ------------------------------------------------
-    #: threads for Prometheus queries (never the handler workers)
-    prometheus_workers: int = 4
+    #: Prometheus requests open at once over all resources (async, on the operator's I/O loop;
+    #: never a thread per request); each observation has at most 4 of them
+    prometheus_connections: int = 64
     #: how long a reconcile waits for a query it just started (seconds)
     observe_wait_seconds: float = 0.5
     #: URL prefixes spec.workload.fromPrometheus.url may start with; empty: all refused

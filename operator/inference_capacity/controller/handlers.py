@@ -10,9 +10,12 @@ inference_capacity.controller.handlers`` or ``inference-capacity run``).
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import random
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import kopf
@@ -44,7 +47,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=prefix, key=DIFFBASE_ANNOTATION.split("/", 1)[1]
     )
     settings.persistence.finalizer = f"{prefix}/finalizer"
-    settings.posting.level = logging.INFO
+    # Kopf posts its object log records at this level or above as Events: at INFO that is a
+    # "Handler ... succeeded" Event per refresh per resource (200 resources: 200 Event objects a
+    # minute for the apiserver to store, for nobody). The operator's own Events (kopf.event in
+    # _emitter) are posted whatever this level; Kopf's warnings and errors still are.
+    settings.posting.level = logging.WARNING
     ours = settings_mod.current()
     settings.watching.server_timeout = ours.watch_timeout
     settings.watching.reconnect_backoff = 1.0
@@ -64,8 +71,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 def stop_background_work(**_: Any) -> None:
-    """At shutdown: queued Prometheus queries are dropped, running ones not waited for."""
+    """At shutdown: Prometheus observations are cancelled, queued refreshes dropped."""
     observing.shutdown()
+    _refresh_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _emitter(body: Mapping[str, Any]) -> Any:
@@ -151,9 +159,23 @@ def icap_changed(
         )
 
 
+#: The refresh timers' threads. Kopf runs every sync handler in one FIFO pool of ``workers``
+#: threads; 200 resources seen at once (a restart, a bulk apply) refresh at once a minute later,
+#: and an edit made then would wait behind that wave. Refreshes run here instead, so the pool
+#: serves creations, edits and Deployment events only.
+_refresh_pool = ThreadPoolExecutor(
+    max_workers=max(1, settings_mod.current().refresh_workers), thread_name_prefix="refresh"
+)
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
-def icap_refresh(body: kopf.Body, patch: kopf.Patch, icap_targets: Targets, **_: Any) -> None:
-    run_reconcile(body, patch, icap_targets)
+async def icap_refresh(body: kopf.Body, patch: kopf.Patch, icap_targets: Targets, **_: Any) -> None:
+    # in the handler's context, as Kopf runs a sync handler: kopf.event and Kopf's object
+    # logger read their settings from context variables
+    context = contextvars.copy_context()
+    await asyncio.get_running_loop().run_in_executor(
+        _refresh_pool, context.run, run_reconcile, body, patch, icap_targets
+    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -4,15 +4,29 @@ workload into the plan input, and compare the predicted pool with the real one.
 Prometheus failing never stops the operator: it keeps sizing from the spec and says so in the
 ``Observed`` condition. A prediction drift is an Event and a ``Calibrated=False`` condition,
 never a silent change of the formulas.
+
+I/O: the queries are coroutines (``observe.observe_async``) on one event loop of this module's,
+in a daemon thread (``prom-io``) started at the first observation and stopped by ``shutdown``
+(Kopf's cleanup). A reconcile is a sync Kopf handler in Kopf's executor; it submits the
+observation to that loop (``run_coroutine_threadsafe``) and waits at most
+``observe_wait_seconds`` for it, then goes on with the last observation or ``Pending``. Not
+Kopf's own loop: answers are parsed on the loop, and a large one there would stall Kopf's watch
+streams and the dispatch of every handler; on a loop of its own a hostile Prometheus delays only
+observations. Bounds: one observation in flight per resource (a new source cancels the old
+one), at most 4 queries of one observation at once, ``prometheus_connections`` requests open
+over all resources, each within ``PromSource.timeout_s`` (10 s). While a query waits no thread
+is held (a host name is resolved in the loop's default executor, as aiohttp does; the hosts are
+those the admin's URL prefixes allow).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,11 +36,12 @@ from ..api import InferenceCapacitySpec
 from ..engines import predict_startup
 from ..observe import (
     Calibration,
+    Client,
     Observation,
     PromSource,
     calibrate,
     merge_cohorts,
-    observe,
+    observe_async,
     peak_concurrency,
     url_allowed,
 )
@@ -122,34 +137,94 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     )
 
 
-#: Prometheus queries run here, never in Kopf's handler workers: a slow or hostile Prometheus
-#: delays only its own resource's observation, not the reconciles of others
-PROMETHEUS_WORKERS = settings.current().prometheus_workers
-#: how long a reconcile waits for a query it just started before going on without it (seconds)
+#: how long a reconcile waits for an observation it just started before going on without it
 OBSERVE_WAIT_SECONDS = settings.current().observe_wait_seconds
-_pool = ThreadPoolExecutor(max_workers=max(1, PROMETHEUS_WORKERS), thread_name_prefix="prom")
-#: at most one observation in flight per resource and source
-_inflight: dict[str, Future[Observation]] = {}
+
+
+class _Loop:
+    """The operator's Prometheus I/O: one event loop in one daemon thread (``prom-io``), one
+    ``reader.Client`` on it bounding the connections open at once over all resources
+    (``prometheus_connections``). Each observation is a task there: while it waits on a slow
+    Prometheus it holds no thread, so any number of slow servers cost sockets and memory, not
+    workers. Kopf's own loop is not used: a reconcile is a sync handler in Kopf's executor, and
+    parsing a large answer on Kopf's loop would stall its watch streams and every handler's
+    dispatch; a loop of its own fails alone. Started at first use, stopped by ``shutdown``."""
+
+    def __init__(self, connections: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="prom-io", daemon=True)
+        self.thread.start()
+        self.client: Client = asyncio.run_coroutine_threadsafe(
+            self._client(connections), self.loop
+        ).result()
+
+    @staticmethod
+    async def _client(connections: int) -> Client:
+        return Client(connections)
+
+    def submit(self, source: PromSource) -> Future[Observation]:
+        return asyncio.run_coroutine_threadsafe(
+            observe_async(source, client=self.client), self.loop
+        )
+
+    def stop(self) -> None:
+        async def close() -> None:
+            me = asyncio.current_task()
+            for task in asyncio.all_tasks():
+                if task is not me:
+                    task.cancel()
+            await self.client.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=2)
+        except Exception:  # noqa: BLE001 - shutting down: the process exits next
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+_loop: _Loop | None = None
+_loop_lock = threading.Lock()
+
+
+def _io() -> _Loop:
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = _Loop(max(1, settings.current().prometheus_connections))
+        return _loop
+
+
+#: at most one observation in flight per resource: resource key -> (source, its future)
+_inflight: dict[str, tuple[PromSource, Future[Observation]]] = {}
 
 
 def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observation | None:
-    """The observation of ``source``: fresh from the cache; else the one in flight if it is done
-    (or finishes within OBSERVE_WAIT_SECONDS); else the last one (stale) while a new one runs;
-    None when there is none yet. One query at a time per key, in the shared Prometheus pool."""
+    """The observation of ``source`` for resource ``key``: fresh from the cache; else the one
+    in flight if it is done (or finishes within OBSERVE_WAIT_SECONDS); else the last one (stale)
+    while a new one runs; None when there is none yet. One observation in flight per resource:
+    one of an older source (the spec changed) is cancelled when a new one starts."""
     now = time.monotonic()
+    ckey = f"{key}|{source}"
     with _cache_lock:
-        hit = _cache.get(key)
+        hit = _cache.get(ckey)
         if hit is not None and now - hit[0] < refresh_s:
             return hit[1]
-        fut = _inflight.get(key)
-        started = fut is None
-        if fut is None:
-            fut = _pool.submit(observe, source)
-            _inflight[key] = fut
+        running = _inflight.get(key)
+        started = running is None or running[0] != source
+        if running is not None and started:
+            running[1].cancel()
+        if started:
+            fut = _io().submit(source)
+            _inflight[key] = (source, fut)
+        else:
+            assert running is not None
+            fut = running[1]
     try:
-        # only the reconcile that starts a query waits (briefly) for it; later ones look
+        # only the reconcile that starts an observation waits (briefly) for it; later ones look
         obs = fut.result(timeout=OBSERVE_WAIT_SECONDS if started else 0)
     except FutureTimeout:
+        return hit[1] if hit is not None else None
+    except CancelledError:
         return hit[1] if hit is not None else None
     except Exception as exc:  # a programming error in the reader: say so, do not loop on it
         obs = Observation(
@@ -160,10 +235,16 @@ def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observati
             at=time.time(),
         )
     with _cache_lock:
-        if _inflight.get(key) is fut:
+        if (got := _inflight.get(key)) is not None and got[1] is fut:
             del _inflight[key]
-            _cache[key] = (time.monotonic(), obs)
+            _cache[ckey] = (time.monotonic(), obs)
     return obs
+
+
+def inflight() -> int:
+    """Observations in flight now (all resources)."""
+    with _cache_lock:
+        return sum(not fut.done() for _, fut in _inflight.values())
 
 
 def observe_and_merge(
@@ -188,7 +269,7 @@ def observe_and_merge(
             ok=False, reason="QueryRejected", message=str(exc), window=fp.window, at=time.time()
         )
     else:
-        got = _observe_cached(f"{key}|{source}", source, float(fp.refresh_seconds))
+        got = _observe_cached(key, source, float(fp.refresh_seconds))
         obs = got or Observation(
             ok=False,
             reason=PENDING,
@@ -268,13 +349,19 @@ def _status(
 
 
 def forget(key: str) -> None:
+    """Drop a deleted resource's observations, cancelling the one in flight."""
     with _cache_lock:
         for k in [k for k in _cache if k.startswith(key + "|")]:
             del _cache[k]
-        for k in [k for k in _inflight if k.startswith(key + "|")]:
-            del _inflight[k]
+        running = _inflight.pop(key, None)
+    if running is not None:
+        running[1].cancel()
 
 
 def shutdown() -> None:
-    """Drop queued queries and do not wait for running ones (operator shutdown)."""
-    _pool.shutdown(wait=False, cancel_futures=True)
+    """Cancel the observations in flight and stop the I/O loop (operator shutdown)."""
+    global _loop
+    with _loop_lock:
+        loop, _loop = _loop, None
+    if loop is not None:
+        loop.stop()

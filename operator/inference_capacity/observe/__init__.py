@@ -17,13 +17,14 @@ from .observation import (
     PodPool,
     Reason,
 )
-from .reader import observe, observe_async, subquery_step
+from .reader import Client, observe, observe_async, subquery_step
 from .source import PromSource, parse_duration, url_allowed
 
 __all__ = [
     "OBSERVED_COHORT",
     "BucketHit",
     "Calibration",
+    "Client",
     "CalibrationReason",
     "Condition",
     "MergeMode",

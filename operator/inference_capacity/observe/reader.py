@@ -1,4 +1,4 @@
-"""Read a vLLM fleet's workload from Prometheus with ``prometheus-api-client``.
+"""Read a vLLM fleet's workload from Prometheus's HTTP API, asynchronously (``aiohttp``).
 
 Every statistic is one instant query evaluated at ``now`` over ``[window]``:
 
@@ -17,6 +17,11 @@ Every statistic is one instant query evaluated at ``now`` over ``[window]``:
 
 Failure modes are results, not exceptions (see ``observation``): the operator keeps serving from
 the spec and says why. Only programming errors raise.
+
+I/O: ``observe_async`` runs the queries that do not depend on each other concurrently, at most
+``_QUERIES_PER_OBSERVATION`` at once, each GET within ``PromSource.timeout_s`` (a timeout is a
+fixed message, never bytes the server sent); a shared ``Client`` bounds the requests open over
+all observations on its loop. ``observe`` is the same on a loop of its own, for sync callers.
 """
 
 from __future__ import annotations
@@ -24,19 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import json
 import math
-import os
-import re
-import tempfile
+import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
+import aiohttp
 
 from . import histogram
 from .observation import (
@@ -67,7 +68,11 @@ CACHE_CONFIG = "vllm:cache_config_info"
 
 DEFAULT_MAX_BUCKET_WIDTH_PERCENT = 200.0  # vLLM's 1-2-5 buckets are at most 150 % wide
 _MAX_SUBQUERY_STEPS = 40_320  # 7d at 15s
-_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+#: queries of one observation in flight at once (an observation makes up to 18)
+_QUERIES_PER_OBSERVATION = 4
+#: the largest answer read (a vector of a few series per pod is kilobytes; a hostile server's
+#: endless body must not fill the operator's memory)
+_MAX_RESPONSE_BYTES = 16 << 20
 
 Sample = tuple[dict[str, str], float]
 
@@ -81,73 +86,154 @@ class _Failed(Exception):
         self.message = message
 
 
-class _Prom:
-    """A typed face on ``PrometheusConnect``: instant queries at one time, failures mapped to
-    reasons."""
+class Client:
+    """One HTTP client for many observations, on one event loop: at most ``connections``
+    requests open at once over all of them (a request waiting for a slot holds no socket and
+    no thread, and its per-request timeout starts when it gets one). Create and use it on the
+    loop that runs the observations; ``close`` it there. No cookie jar: one tenant's Prometheus
+    cannot set cookies that the operator would send to another's."""
 
-    def __init__(self, source: PromSource, at: float, verify: bool | str) -> None:
-        session = requests.Session()
-        session.verify = verify
-        # a redirect is not followed: the admin allowed this URL, not where it points
-        session.max_redirects = 0
-        headers = (
-            {"Authorization": f"Bearer {source.bearer_token}"} if source.bearer_token else None
+    def __init__(self, connections: int) -> None:
+        if connections < 1:
+            raise ValueError("connections must be at least 1")
+        self.connections = connections
+        self._slots = asyncio.Semaphore(connections)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=connections),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
-        # One quick retry on connection errors and 502/503/504; the library's default (3 retries
-        # with exponential backoff) would hold a Kopf timer for seconds on a dead endpoint.
-        retry = Retry(
-            total=1,
-            read=0,
-            backoff_factor=0.1,
-            status_forcelist=(502, 503, 504),
-            allowed_methods=("GET", "POST"),
-        )
+        #: requests open now and the most open at once (for tests and metrics)
+        self.open = 0
+        self.peak_open = 0
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def get(
+        self, url: str, params: dict[str, str], headers: dict[str, str], tls: Any, timeout_s: float
+    ) -> tuple[int, bytes]:
+        """(status, body of at most _MAX_RESPONSE_BYTES + 1 bytes) of one GET, within
+        ``timeout_s`` from when a connection slot is free; redirects are not followed."""
+        async with self._slots:
+            self.open += 1
+            self.peak_open = max(self.peak_open, self.open)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    async with self._session.get(
+                        url,
+                        params=params,
+                        headers=headers,
+                        ssl=tls,
+                        allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(total=None),
+                    ) as resp:
+                        body = bytearray()
+                        async for chunk in resp.content.iter_any():
+                            body += chunk
+                            if len(body) > _MAX_RESPONSE_BYTES:
+                                break
+                        return resp.status, bytes(body)
+            finally:
+                self.open -= 1
+
+
+class _Prom:
+    """Instant queries at one time for one observation, failures mapped to reasons; at most
+    ``_QUERIES_PER_OBSERVATION`` of its queries in flight at once."""
+
+    def __init__(self, client: Client, source: PromSource, at: float) -> None:
+        self._client = client
         self._url = source.url.rstrip("/")
-        self._at = at
-        self._client: Any = PrometheusConnect(
-            url=self._url,
-            headers=headers,
-            retry=retry,
-            session=session,
-            timeout=source.timeout_s,
+        self._endpoint = f"{self._url}/api/v1/query"
+        self._headers = (
+            {"Authorization": f"Bearer {source.bearer_token}"} if source.bearer_token else {}
         )
-        self._session = session
+        self._tls = _tls(source)
+        self._timeout_s = source.timeout_s
+        self._at = at
+        self._slots = asyncio.Semaphore(_QUERIES_PER_OBSERVATION)
         self.queries = 0
 
-    def close(self) -> None:
-        self._session.close()
-
-    def query(self, promql: str) -> list[Sample]:
+    async def query(self, promql: str) -> list[Sample]:
         self.queries += 1
-        try:
-            raw: Any = self._client.custom_query(promql, params={"time": f"{self._at:.3f}"})
-        except requests.exceptions.SSLError as e:
+        async with self._slots:
+            status, body = await self._get(promql)
+        if status in (301, 302, 303, 307, 308):
             raise _Failed(
-                PROMETHEUS_UNREACHABLE, f"TLS handshake with {self._url} failed: {_short(e)}"
-            ) from e
-        except requests.exceptions.JSONDecodeError as e:  # 200 but not JSON: a login page…
+                PROMETHEUS_UNREACHABLE, f"{self._url} answered with a redirect (not followed)"
+            )
+        if status != 200:
+            raise _http_failure(self._url, status)
+        if len(body) > _MAX_RESPONSE_BYTES:
+            raise _Failed(
+                PROMETHEUS_UNREACHABLE,
+                f"{self._url} answered with more than {_MAX_RESPONSE_BYTES >> 20} MiB",
+            )
+        try:
+            raw: Any = json.loads(body)
+        except ValueError as e:  # 200 but not JSON: a login page…
             raise _Failed(
                 PROMETHEUS_UNREACHABLE,
                 f"{self._url} did not answer like a Prometheus API (not JSON)",
             ) from e
-        except requests.exceptions.TooManyRedirects as e:
-            raise _Failed(
-                PROMETHEUS_UNREACHABLE, f"{self._url} answered with a redirect (not followed)"
-            ) from e
-        except requests.exceptions.Timeout as e:
-            raise _Failed(PROMETHEUS_UNREACHABLE, f"{self._url} timed out: {_short(e)}") from e
-        except requests.exceptions.RequestException as e:
-            raise _Failed(
-                PROMETHEUS_UNREACHABLE, f"cannot reach Prometheus at {self._url}: {_short(e)}"
-            ) from e
-        except PrometheusApiClientException as e:
-            raise _http_failure(self._url, str(e)) from e
+        try:
+            return _samples(raw["data"]["result"])
         except (ValueError, KeyError, TypeError) as e:  # 200 but not a Prometheus API answer
             raise _Failed(
                 PROMETHEUS_UNREACHABLE,
                 f"{self._url} did not answer like a Prometheus API ({type(e).__name__})",
             ) from e
-        return _samples(raw)
+
+    async def _get(self, promql: str) -> tuple[int, bytes]:
+        """One GET, retried once after 0.1 s on a connection error or a 502/503/504 (more
+        would hold a dead endpoint's observation for seconds)."""
+        params = {"query": promql, "time": f"{self._at:.3f}"}
+        for attempt in range(2):
+            last = attempt == 1
+            try:
+                status, body = await self._client.get(
+                    self._endpoint, params, self._headers, self._tls, self._timeout_s
+                )
+            except aiohttp.ClientSSLError as e:  # certificate or handshake: not retried
+                raise _Failed(
+                    PROMETHEUS_UNREACHABLE, f"TLS handshake with {self._url} failed: {_short(e)}"
+                ) from e
+            except TimeoutError as e:
+                raise _Failed(
+                    PROMETHEUS_UNREACHABLE,
+                    f"{self._url} did not answer within {self._timeout_s:g} s (the per-request "
+                    "timeout)",
+                ) from e
+            except (aiohttp.ClientConnectionError, OSError) as e:
+                if last:
+                    raise _Failed(
+                        PROMETHEUS_UNREACHABLE,
+                        f"cannot reach Prometheus at {self._url}: {_short(e)}",
+                    ) from e
+            except aiohttp.ClientError as e:  # a malformed answer, an invalid URL…
+                raise _Failed(
+                    PROMETHEUS_UNREACHABLE, f"cannot reach Prometheus at {self._url}: {_short(e)}"
+                ) from e
+            else:
+                if last or status not in (502, 503, 504):
+                    return status, body
+            await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+
+
+def _tls(source: PromSource) -> bool | ssl.SSLContext:
+    """What aiohttp verifies TLS with: False, a context trusting the CA bundle, or True (the
+    system store)."""
+    if source.insecure_skip_verify:
+        return False
+    if not source.ca_cert_pem:
+        return True
+    try:
+        return ssl.create_default_context(cadata=source.ca_cert_pem)
+    except (ssl.SSLError, ValueError) as e:
+        raise _Failed(
+            PROMETHEUS_UNREACHABLE, f"the CA bundle for {source.url} is not PEM: {_short(e)}"
+        ) from e
 
 
 def _short(e: BaseException) -> str:
@@ -163,9 +249,7 @@ def _phrase(code: int) -> str:
         return "unknown status"
 
 
-def _http_failure(url: str, text: str) -> _Failed:
-    match = _STATUS.search(text)
-    code = int(match.group(1)) if match else 0
+def _http_failure(url: str, code: int) -> _Failed:
     body = _phrase(code)  # a fixed reason for the status code, not the response body
     if code in (401, 403):
         return _Failed(
@@ -194,24 +278,6 @@ def _scalar(samples: list[Sample]) -> float | None:
         return None
     value = samples[0][1]
     return None if math.isnan(value) else value
-
-
-@contextlib.contextmanager
-def _verify(source: PromSource) -> Iterator[bool | str]:
-    """What ``requests`` verifies TLS with: False, a temporary CA file, or the system store."""
-    if source.insecure_skip_verify:
-        yield False
-        return
-    if not source.ca_cert_pem:
-        yield True
-        return
-    fd, path = tempfile.mkstemp(prefix="prom-ca-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(source.ca_cert_pem)
-        yield path
-    finally:
-        os.unlink(path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,23 +314,18 @@ def observe(
     step_s: float | None = None,
     max_bucket_width_percent: float = DEFAULT_MAX_BUCKET_WIDTH_PERCENT,
 ) -> Observation:
-    """Observe the fleet ``source`` selects over its window, as of ``now`` (unix seconds,
-    default: the current time). Never raises for Prometheus' failure modes: see
-    ``Observation.reason``. Blocking I/O: from an async Kopf handler use ``observe_async``."""
-    if min_samples < 1:
-        raise ValueError("min_samples must be at least 1")
-    at = time.time() if now is None else float(now)
-    sel = _Sel(source, source.window, f"{subquery_step(source.window_seconds, step_s):g}s")
-    with _verify(source) as verify:
-        prom = _Prom(source, at, verify)
-        try:
-            return _observe(prom, sel, at, min_samples, max_bucket_width_percent)
-        except _Failed as f:
-            return Observation(
-                ok=False, reason=f.reason, message=f.message, window=sel.window, at=at
-            )
-        finally:
-            prom.close()
+    """``observe_async`` on an event loop of its own, for callers without one (the CLI,
+    scripts); from a coroutine await ``observe_async`` (this raises ``RuntimeError`` inside a
+    running loop)."""
+    return asyncio.run(
+        observe_async(
+            source,
+            now=now,
+            min_samples=min_samples,
+            step_s=step_s,
+            max_bucket_width_percent=max_bucket_width_percent,
+        )
+    )
 
 
 async def observe_async(
@@ -274,26 +335,52 @@ async def observe_async(
     min_samples: int = 30,
     step_s: float | None = None,
     max_bucket_width_percent: float = DEFAULT_MAX_BUCKET_WIDTH_PERCENT,
+    client: Client | None = None,
 ) -> Observation:
-    """``observe`` in a worker thread, for async handlers."""
-    return await asyncio.to_thread(
-        observe,
-        source,
-        now=now,
-        min_samples=min_samples,
-        step_s=step_s,
-        max_bucket_width_percent=max_bucket_width_percent,
-    )
+    """Observe the fleet ``source`` selects over its window, as of ``now`` (unix seconds,
+    default: the current time). Never raises for Prometheus' failure modes: see
+    ``Observation.reason``. ``client``: a shared ``Client`` (its bound on open connections);
+    None: one of this observation's own, closed at the end."""
+    if min_samples < 1:
+        raise ValueError("min_samples must be at least 1")
+    at = time.time() if now is None else float(now)
+    sel = _Sel(source, source.window, f"{subquery_step(source.window_seconds, step_s):g}s")
+    own = client is None
+    use = Client(_QUERIES_PER_OBSERVATION) if client is None else client
+    try:
+        prom = _Prom(use, source, at)
+        return await _observe(prom, sel, at, min_samples, max_bucket_width_percent)
+    except _Failed as f:
+        return Observation(ok=False, reason=f.reason, message=f.message, window=sel.window, at=at)
+    finally:
+        if own:
+            await use.close()
 
 
-def _observe(
+@contextlib.asynccontextmanager
+async def _together() -> AsyncIterator[asyncio.TaskGroup]:
+    """A task group whose first failure cancels the other tasks and is raised as itself (not as
+    an ``ExceptionGroup``): a query's ``_Failed`` ends the observation."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            yield tg
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+
+
+async def _observe(
     prom: _Prom, sel: _Sel, at: float, min_samples: int, max_width_percent: float
 ) -> Observation:
     w = sel.window
-    warnings: list[str] = []
-    pods = _read_pods(prom, sel, warnings)
-    running = prom.query(f"count(last_over_time({sel(RUNNING)}[{w}]))")
-    samples_f = _scalar(prom.query(f"sum(increase({sel(PROMPT_TOKENS + '_count')}[{w}]))"))
+    pod_warnings: list[str] = []
+    async with _together() as tg:
+        pods_t = tg.create_task(_read_pods(prom, sel, pod_warnings))
+        running_t = tg.create_task(prom.query(f"count(last_over_time({sel(RUNNING)}[{w}]))"))
+        samples_t = tg.create_task(
+            _scalar_query(prom, f"sum(increase({sel(PROMPT_TOKENS + '_count')}[{w}]))")
+        )
+    pods, running, samples_f = pods_t.result(), running_t.result(), samples_t.result()
+    warnings = list(pod_warnings)
     where = f"{{{sel.source.selector}}}" if sel.source.selector else "(no selector)"
     if not pods and not running and samples_f is None:
         return Observation(
@@ -323,18 +410,32 @@ def _observe(
             warnings=warnings,
         )
 
-    prompt = _quantiles(prom, sel, PROMPT_TOKENS, max_width_percent, warnings)
-    output = _quantiles(prom, sel, GENERATION_TOKENS, max_width_percent, warnings)
-    peak = _scalar(
-        prom.query(
-            f"max_over_time((sum({sel(RUNNING)}) + (sum({sel(WAITING)}) or vector(0)))"
-            f"[{w}:{sel.step}])"
+    prompt_w: list[str] = []
+    output_w: list[str] = []
+    async with _together() as tg:
+        prompt_t = tg.create_task(_quantiles(prom, sel, PROMPT_TOKENS, max_width_percent, prompt_w))
+        output_t = tg.create_task(
+            _quantiles(prom, sel, GENERATION_TOKENS, max_width_percent, output_w)
         )
-    )
-    kv = _scalar(prom.query(f"max({sel.either('quantile_over_time', KV_USAGE, '0.95')})"))
-    preempt = _per_hour(prom, sel)
-    hits = _scalar(prom.query(f"sum({sel.either('increase', PREFIX_HITS)})"))
-    queries = _scalar(prom.query(f"sum({sel.either('increase', PREFIX_QUERIES)})"))
+        peak_t = tg.create_task(
+            _scalar_query(
+                prom,
+                f"max_over_time((sum({sel(RUNNING)}) + (sum({sel(WAITING)}) or vector(0)))"
+                f"[{w}:{sel.step}])",
+            )
+        )
+        kv_t = tg.create_task(
+            _scalar_query(prom, f"max({sel.either('quantile_over_time', KV_USAGE, '0.95')})")
+        )
+        preempt_t = tg.create_task(_per_hour(prom, sel))
+        hits_t = tg.create_task(_scalar_query(prom, f"sum({sel.either('increase', PREFIX_HITS)})"))
+        queries_t = tg.create_task(
+            _scalar_query(prom, f"sum({sel.either('increase', PREFIX_QUERIES)})")
+        )
+    prompt, output = prompt_t.result(), output_t.result()
+    peak, kv, preempt = peak_t.result(), kv_t.result(), preempt_t.result()
+    hits, queries = hits_t.result(), queries_t.result()
+    warnings += prompt_w + output_w  # in a fixed order, whichever query finished first
     hit_rate = hits / queries if hits is not None and queries else None
     for name, value in (
         ("peak concurrency", peak),
@@ -380,12 +481,24 @@ def _observe(
     )
 
 
-def _quantiles(
+async def _scalar_query(prom: _Prom, promql: str) -> float | None:
+    return _scalar(await prom.query(promql))
+
+
+async def _quantiles(
     prom: _Prom, sel: _Sel, metric: str, max_width_percent: float, warnings: list[str]
 ) -> ObservedQuantiles | None:
     inner = f"sum by (le) (increase({sel(metric + '_bucket')}[{sel.window}]))"
+    async with _together() as tg:
+        rows_t = tg.create_task(prom.query(inner))
+        estimate_ts = [
+            tg.create_task(_scalar_query(prom, f"histogram_quantile({q}, {inner})"))
+            for _, q in QUANTILES
+        ]
+    rows = rows_t.result()
+    estimates = [t.result() for t in estimate_ts]
     buckets: list[tuple[float, float]] = []
-    for labels, count in prom.query(inner):
+    for labels, count in rows:
         try:
             buckets.append((float(labels["le"]), count))
         except (KeyError, ValueError):
@@ -393,9 +506,8 @@ def _quantiles(
     values: dict[str, float] = {}
     bounds: dict[str, tuple[float, float]] = {}
     coarse: set[str] = set()
-    for name, q in QUANTILES:
+    for (name, q), value in zip(QUANTILES, estimates, strict=True):
         hit = histogram.locate(buckets, q)
-        value = _scalar(prom.query(f"histogram_quantile({q}, {inner})"))
         if hit is None or value is None:
             warnings.append(f"{metric}: no usable histogram in {sel.window}")
             return None
@@ -416,12 +528,7 @@ def _quantiles(
     )
 
 
-def _per_hour(prom: _Prom, sel: _Sel) -> float | None:
-    total = _scalar(prom.query(f"sum({sel.either('increase', PREEMPTIONS)})"))
-    if total is None:
-        return None
-    if total == 0:
-        return 0.0
+async def _per_hour(prom: _Prom, sel: _Sel) -> float | None:
     # The hours the fleet was observed: from the first to the last subquery instant at which any
     # counter series is visible. Exact to the step at the start; at the end, a series that
     # vanished without a staleness marker stays visible for the lookback delta (5m), so a fleet
@@ -429,7 +536,16 @@ def _per_hour(prom: _Prom, sel: _Sel) -> float | None:
     # ~10x more per step.)
     present = " or ".join(f"count({sel(m)})" for m in PREEMPTIONS)
     instants = f"(({present}) * 0 + time())[{sel.window}:{sel.step}]"
-    span = _scalar(prom.query(f"max_over_time({instants}) - min_over_time({instants})"))
+    async with _together() as tg:
+        total_t = tg.create_task(_scalar_query(prom, f"sum({sel.either('increase', PREEMPTIONS)})"))
+        span_t = tg.create_task(
+            _scalar_query(prom, f"max_over_time({instants}) - min_over_time({instants})")
+        )
+    total, span = total_t.result(), span_t.result()
+    if total is None:
+        return None
+    if total == 0:
+        return 0.0
     if span is None or span <= 0:
         return None
     return total / (span / 3600.0)
@@ -450,8 +566,8 @@ def _float(text: str | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def _read_pods(prom: _Prom, sel: _Sel, warnings: list[str]) -> dict[str, PodPool]:
-    rows = prom.query(f"last_over_time({sel(CACHE_CONFIG)}[{sel.window}])")
+async def _read_pods(prom: _Prom, sel: _Sel, warnings: list[str]) -> dict[str, PodPool]:
+    rows = await prom.query(f"last_over_time({sel(CACHE_CONFIG)}[{sel.window}])")
     if not rows:
         return {}
     latest: dict[tuple[tuple[str, str], ...], float] = {}
@@ -459,7 +575,7 @@ def _read_pods(prom: _Prom, sel: _Sel, warnings: list[str]) -> dict[str, PodPool
         # The same engine with several configs in the window (restarted with new flags): keep
         # the one seen last.
         warnings.append(f"{CACHE_CONFIG}: an engine reported several configs; using the last")
-        for labels, ts in prom.query(
+        for labels, ts in await prom.query(
             f"max_over_time(timestamp({sel(CACHE_CONFIG)})[{sel.window}:{sel.step}])"
         ):
             latest[_config_key(labels)] = ts
