@@ -424,9 +424,13 @@ def test_cli_what_if_of_an_unsized_tower_is_the_text_only_plan_labelled() -> Non
     assert text.returncode == skipped.returncode == 0
     a, b = json.loads(text.stdout), json.loads(skipped.stdout)
     assert "supported" not in a and "supported" not in b
+    # every modality at 0 also leaves the tower unbuilt (its 1,353,100,288 B, test below);
+    # --skip-mm-profiling builds it, and so does the refused what-if (limits unset)
     kv = a["vllm_startup"]["available_kv_cache_gib"]
-    assert kv == b["vllm_startup"]["available_kv_cache_gib"] > 0
-    assert out["vllm_startup"] == a["vllm_startup"]
+    assert round(kv - b["vllm_startup"]["available_kv_cache_gib"], 3) == round(
+        1_353_100_288 / 2**30, 3
+    )
+    assert out["vllm_startup"] == b["vllm_startup"]
     strict = _cli(*qwen, "--fail-if-not-fits")
     assert strict.returncode == 1
     assert "Qwen/Qwen2.5-VL-7B-Instruct: Supported=False: --limit-mm-per-prompt" in strict.stderr
@@ -482,3 +486,105 @@ def test_manifest_plan_of_an_unsized_tower_is_supported_false(tmp_path: Path) ->
     scout = json.loads(p.stdout)
     assert scout["supported"] is True, p.stderr
     assert any("vllm-startup-041" in n for n in scout["notes"])
+
+
+# --- Qwen2.5-VL: the dynamic-resolution dummy image (issue 11) ---------------------------------
+
+QWEN_VL = "Qwen/Qwen2.5-VL-7B-Instruct"
+# Qwen2.5-VL-7B vision_config: hidden 1280, intermediate 3420, depth 32, out_hidden 3584,
+# patch 14, spatial merge 2, temporal patch 2, 3 channels → unit 28, 3·2·14² = 1176 pixel
+# elements per patch. Block peak per patch (vllm_mm.vit_layer_peak_per_patch): MLP
+# 2·1280 + 3·3420 = 12,820 (gate_up 2i + SiluAndMul i) > attention 2·1280 + 8·1280 = 12,800.
+QWEN_PEAK = 12_820
+
+
+def _qwen(args: list[str], version: str = "0.19.0") -> Any:
+    return resolved(QWEN_VL, args, version)
+
+
+def test_qwen25_vl_sized_from_max_pixels_in_processor_kwargs() -> None:
+    # max_pixels 1,003,520 = 1280 units of 28²; get_image_size_with_most_features (0.13+,
+    # models/qwen2_vl.py closest_factor_pair): 32 × 40 → 896 × 1120 px, 64 × 80 = 5120 patches,
+    # 5120 / 4 = 1280 tokens. 0.19 H100: T = 8192, R = 1024 → _get_max_items: 8192 // 1280 = 6.
+    r = _qwen(
+        [
+            "--limit-mm-per-prompt",
+            '{"video": 0}',
+            "--mm-processor-kwargs",
+            '{"max_pixels": 1003520}',
+        ]
+    )
+    assert r.supported, r.unsupported_message()
+    p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (6, 1280, 8192)
+    assert prof.pixel_bytes == 6 * 5120 * 1176 * 2 == 72_253_440
+    assert prof.tower_peak == 6 * 5120 * QWEN_PEAK * 2 == 787_660_800
+    assert prof.outputs == 6 * 1280 * 3584 * 2 == 55_050_240
+    # the 7B's text step (sampler at R = 1024 × 152,064 vocab) is larger: the outputs are added
+    assert p.ranks[0].mm_encoder == 55_050_240
+
+
+def test_qwen25_vl_options_width_height_cap_the_dummy_image() -> None:
+    # max_pixels 12,845,056 (the repository's preprocessor_config.json value) = 16384 units →
+    # 128 × 128 → 3584² px, 16384 tokens per image: the budget unit (get_max_image_tokens
+    # ignores the options), so max(8192, 16384) // 16384 = 1 item. The item itself is
+    # _get_dummy_images' min(3584, 1024) × min(3584, 768), smart_resize'd to multiples of 28:
+    # round(768 / 28) = 27 → 756, round(1024 / 28) = 37 → 1036; 54 × 74 = 3996 patches, 999 tokens.
+    opts = '{"video": 0, "image": {"count": 2, "width": 1024, "height": 768}}'
+    kw = '{"max_pixels": 12845056, "min_pixels": 3136}'
+    r = _qwen(["--limit-mm-per-prompt", opts, "--mm-processor-kwargs", kw])
+    assert r.supported, r.unsupported_message()
+    p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (1, 16384, 16384)
+    assert prof.pixel_bytes == 3996 * 1176 * 2
+    assert prof.tower_peak == 3996 * QWEN_PEAK * 2
+    assert prof.outputs == 999 * 3584 * 2
+    # the options form shrinking the image needs min_pixels (smart_resize may scale it up)
+    bad = _qwen(
+        ["--limit-mm-per-prompt", opts, "--mm-processor-kwargs", '{"max_pixels": 12845056}']
+    )
+    assert [u.name for u in bad.unsupported] == ["--mm-processor-kwargs"]
+    assert "min_pixels" in bad.unsupported[0].why
+
+
+def test_qwen25_vl_catalog_without_pixels_names_the_three_ways() -> None:
+    r = _qwen(["--limit-mm-per-prompt", '{"video": 0}'])
+    (u,) = r.unsupported
+    assert "Qwen2_5_VLForConditionalGeneration" in u.why and "max_pixels" in u.why
+    for way in ("--mm-processor-kwargs", "preprocessor_config.json", "width/height"):
+        assert way in u.why
+    # an active video (999 by default) is the profiled modality (0.20 get_modality_with_max_tokens)
+    # and its dummy goes through the video processor: refused, naming "video": 0
+    (v,) = _qwen([]).unsupported
+    assert '"video": 0' in v.why
+    # other processor kwargs may change the item: refused
+    odd = _qwen(["--limit-mm-per-prompt", '{"video": 0}', "--mm-processor-kwargs", '{"fps": 2}'])
+    assert [u.name for u in odd.unsupported] == ["--mm-processor-kwargs"]
+
+
+def test_qwen25_vl_tower_not_built_at_limit_zero() -> None:
+    # models/qwen2_5_vl.py __init__: 0.11–0.14 self.visual = None, 0.15–0.33
+    # _mark_tower_model (interfaces.py no_init_weights) when image and video limits are 0.
+    # Tower parameters (model/config/vision.py, vision_config above, h = 1280, i = 3420):
+    # per block 2h + (3h² + 3h) + (h² + h) + (3hi + 2i + h) = 19,702,200, × 32 = 630,470,400;
+    # patch embed 1280 × 1176 = 1,505,280; merger h + (4h)² + 4h = 26,220,800 and
+    # 3584 × (4h + 1) = 18,353,664: 676,550,144 parameters × 2 B (bfloat16) = 1,353,100,288 B.
+    m = load_model(QWEN_VL)
+    s = EngineSettings(version="0.19.0", max_model_len=32768)
+    skipped = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    zero = predict_startup(
+        m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0), ("video", 0)))
+    )
+    a, b = skipped.ranks[0], zero.ranks[0]
+    assert a.weights.total - b.weights.total == 676_550_144 * 2 == 1_353_100_288
+    assert b.available_kv - a.available_kv == 1_353_100_288
+    # image 0 alone leaves video at 999: the tower is built
+    one = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0),)))
+    assert one.ranks[0].weights.total == a.weights.total
+    # Gemma 3 is not in the rule here (its _mark_tower_model skip from 0.15 is not modelled)
+    g = load_model("google/gemma-3-4b-it")
+    gs = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    gz = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0),)))
+    assert gs.ranks[0].weights.total == gz.ranks[0].weights.total

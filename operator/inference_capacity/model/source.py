@@ -87,6 +87,8 @@ class ResolvedModel:
     notes: tuple[str, ...] = field(default=())
     seconds: float = 0.0
     cached: bool = False
+    #: the repository's preprocessor_config.json (the image processor's settings), if any
+    preprocessor: Mapping[str, Any] | None = None
 
     @property
     def checkpoint_bytes(self) -> int | None:
