@@ -588,3 +588,83 @@ def test_qwen25_vl_tower_not_built_at_limit_zero() -> None:
     gs = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
     gz = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0),)))
     assert gs.ranks[0].weights.total == gz.ranks[0].weights.total
+
+
+# --- the processor's pixel bounds from the model repository (preprocessor_config.json) --------
+
+# Qwen/Qwen2.5-VL-7B-Instruct's preprocessor_config.json holds min_pixels 3136 and max_pixels
+# 12,845,056; the repository served here lowers max_pixels to 1,003,520 (the numbers of
+# test_qwen25_vl_sized_from_max_pixels_in_processor_kwargs above)
+QWEN_PRE = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "min_pixels": 3136,
+    "max_pixels": 1003520,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+@pytest.fixture
+def vl_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from inference_capacity.model.source import clear_cache
+    from tests.hubserver import HubServer
+
+    server = HubServer().start()
+    cfg = json.loads(_qwen_cfg_text())
+    server.add(
+        "acme/qwen2.5-vl-7b-small-images",
+        {
+            "config.json": json.dumps(cfg).encode(),
+            "preprocessor_config.json": json.dumps(QWEN_PRE).encode(),
+        },
+    )
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    clear_cache()
+    try:
+        yield server
+    finally:
+        clear_cache()
+        server.stop()
+
+
+def _qwen_cfg_text() -> str:
+    from inference_capacity.model.catalog import load_config
+
+    return json.dumps(load_config(QWEN_VL)[1])
+
+
+def test_cli_plans_a_hub_model_from_its_preprocessor_config(
+    vl_hub: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rest = ["--gpu", "H100-SXM-80GB", "--max-model-len", "32768", "--engine-version", "0.19.0"]
+    rest += ["-o", "json", "--limit-mm-per-prompt", '{"video": 0}', "--fail-if-not-fits"]
+    assert cli_main(["plan", "--model", "acme/qwen2.5-vl-7b-small-images", *rest]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "supported" not in out
+    assert any("preprocessor_config.json (max_pixels 1003520)" in n for n in out["notes"])
+    items = {i["name"]: i for i in out["ledger"]["ranks"][0]["items"]}
+    # 6 images × 1280 tokens × 3584 × 2 B kept during the text step (the test above)
+    assert items["mm_encoder_profile"]["bytes"] == 55_050_240
+    assert vl_hub.count("GET", "preprocessor_config.json") == 1
+    # the same config from the catalog (no preprocessor_config.json) is refused: exit 1 with
+    # --fail-if-not-fits, the refusal naming the three ways
+    assert cli_main(["plan", "--model", QWEN_VL, *rest]) == 1
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["supported"] is False
+    assert "preprocessor_config.json" in refused["unsupported"][0]["why"]
+
+
+def test_local_folder_preprocessor_config_is_read(tmp_path: Path) -> None:
+    from inference_capacity.model.source import resolve_model_ref
+
+    (tmp_path / "config.json").write_text(_qwen_cfg_text())
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(QWEN_PRE))
+    src = resolve_model_ref(str(tmp_path))
+    assert src.preprocessor == QWEN_PRE
+    (tmp_path / "preprocessor_config.json").write_text("[1]")
+    with pytest.raises(Exception, match="expected a JSON object"):
+        resolve_model_ref(str(tmp_path))

@@ -388,8 +388,8 @@ def processor_pixels(
     preprocessor: Mapping[str, Any] | None, kwargs: Mapping[str, Any], options: Mapping[str, Any]
 ) -> ImagePixels | None:
     """The pixel bounds vLLM's Qwen2(.5)-VL processor uses: the repository's
-    ``preprocessor_config.json`` (``size.longest_edge``/``shortest_edge``, else
-    ``max_pixels``/``min_pixels``), overridden by ``--mm-processor-kwargs`` (``_get_vision_info``),
+    ``preprocessor_config.json`` (``max_pixels``/``min_pixels``, else ``size.longest_edge``/
+    ``shortest_edge``), overridden by ``--mm-processor-kwargs`` (``_get_vision_info``),
     with the options form's image width/height; None when max_pixels is unknown."""
     hi: Any = None
     lo: Any = None
@@ -397,8 +397,10 @@ def processor_pixels(
     if preprocessor is not None:
         size = preprocessor.get("size")
         size = size if isinstance(size, Mapping) else {}
-        hi = size.get("longest_edge", preprocessor.get("max_pixels"))
-        lo = size.get("shortest_edge", preprocessor.get("min_pixels"))
+        # Qwen2VLImageProcessor.__init__ (transformers): max_pixels/min_pixels, when given,
+        # override size; vLLM 0.13 reads ``image_processor.max_pixels or size["longest_edge"]``
+        hi = preprocessor.get("max_pixels", size.get("longest_edge"))
+        lo = preprocessor.get("min_pixels", size.get("shortest_edge"))
         if hi is not None:
             where.append("preprocessor_config.json")
     if kwargs.get("max_pixels") is not None:
