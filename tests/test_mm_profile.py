@@ -668,3 +668,73 @@ def test_local_folder_preprocessor_config_is_read(tmp_path: Path) -> None:
     (tmp_path / "preprocessor_config.json").write_text("[1]")
     with pytest.raises(Exception, match="expected a JSON object"):
         resolve_model_ref(str(tmp_path))
+
+
+def test_dummy_image_rule_by_version() -> None:
+    # max_pixels 1,003,520 = 1280 units of 28². 0.13+ (closest_factor_pair): 32 × 40 units,
+    # 1280 tokens. 0.11–0.12 (_get_vision_info of a 9999999² image): smart_resize scales to
+    # floor(sqrt(1,003,520) / 28) = floor(35.78) = 35 units a side, 980² px: 70² = 4900
+    # patches, 1225 tokens
+    kw = ["--mm-processor-kwargs", '{"max_pixels": 1003520}', "--limit-mm-per-prompt"]
+    new = _qwen([*kw, '{"video": 0}'], version="0.13.0").plan_input.model.vision_tower
+    old = _qwen([*kw, '{"video": 0}'], version="0.12.0").plan_input.model.vision_tower
+    assert (new.tokens_per_item, new.patches_per_crop) == (1280, 5120)
+    assert (old.tokens_per_item, old.patches_per_crop, old.image_size) == (1225, 4900, 980)
+
+
+def _qwen2_vl() -> Any:
+    """Qwen/Qwen2-VL-7B-Instruct's config.json: the Qwen2.5-VL-7B text model (the same Qwen2
+    7B decoder) with Qwen2-VL's vision_config."""
+    from inference_capacity.model import shape_from_config
+    from inference_capacity.model.catalog import load_config
+
+    cfg = dict(load_config(QWEN_VL)[1])
+    cfg["model_type"] = "qwen2_vl"
+    cfg["architectures"] = ["Qwen2VLForConditionalGeneration"]
+    cfg["vision_config"] = {
+        "depth": 32,
+        "embed_dim": 1280,
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "in_chans": 3,
+        "hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "spatial_patch_size": 14,
+        "temporal_patch_size": 2,
+    }
+    return shape_from_config(cfg, name="Qwen2-VL-7B")
+
+
+def test_qwen2_vl_tower_and_profile() -> None:
+    # Qwen2VisionTransformer (models/qwen2_vl.py): h = 1280, i = 4·1280 = 5120; per block
+    # LayerNorms 4h + qkv 3h² + 3h + proj h² + h + fc1/fc2 2hi + i + h = 19,677,440, × 32 =
+    # 629,678,080; patch embed 1,505,280; merger 2h + (4h)² + 4h = 26,222,080 and
+    # 3584 × (4h + 1) = 18,353,664: 675,759,104 parameters, × 2 B not loaded at limit 0
+    m = _qwen2_vl()
+    s = EngineSettings(version="0.19.0", max_model_len=32768)
+    built = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    zero = predict_startup(
+        m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0), ("video", 0)))
+    )
+    assert built.ranks[0].weights.total - zero.ranks[0].weights.total == 675_759_104 * 2
+    # the profile at max_pixels 1,003,520: 6 items of 5120 patches (test above); QuickGELU MLP
+    # 2·1280 + 2·5120 = 12,800 = the attention's 2·1280 + 8·1280
+    from inference_capacity.engines.versions import parse_version
+    from inference_capacity.engines.vllm_mm import ImagePixels, size_dynamic_tower
+
+    assert m.vision_tower is not None
+    tower = size_dynamic_tower(
+        m.vision_tower, ImagePixels(1003520, 3136, None, None, "test"), parse_version("0.19.0")
+    )
+    p = predict_startup(
+        replace(m, vision_tower=tower),
+        H100,
+        "H100-SXM-80GB",
+        1,
+        1,
+        replace(s, mm_limits=(("video", 0),)),
+    )
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and prof.items == 6
+    assert prof.tower_peak == 6 * 5120 * 12_800 * 2
