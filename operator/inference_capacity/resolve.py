@@ -212,7 +212,11 @@ def multimodal_profile(
     log) or unknown (a refusal in ``bad``). Refused as well: any multimodal profile of a vLLM
     before 0.11, and ``--mm-processor-kwargs`` on a sized or calibrated profile (it can change
     the dummy item: pan-and-scan crops, max pixels, tiles). Text-only profiles (every modality
-    0, or skipped) are exact for sized and unknown towers: nothing is added."""
+    0, or skipped) are exact for sized and unknown towers: nothing is added.
+
+    A Qwen2(.5)-VL tower is sized here (:func:`_size_dynamic`) from ``preprocessor`` (the
+    repository's preprocessor_config.json), ``--mm-processor-kwargs`` max_pixels/min_pixels and
+    the options form's image width/height; the shape returned carries the sized tower."""
     limits: dict[str, int] | None = None
     if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
         limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])

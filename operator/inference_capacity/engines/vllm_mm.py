@@ -3,7 +3,9 @@ do to the activation peak that vLLM subtracts from the KV budget.
 
 Each multimodal architecture's profile is in one of three classes (:func:`profile_sizing`,
 the one place that decides): **sized** by the formula below from its :class:`VisionTower`
-(Gemma 3's SigLIP), **calibrated** inside a constant fitted on a startup log that ran the profile
+(Gemma 3's SigLIP; Qwen2-VL / Qwen2.5-VL once the image processor's ``max_pixels`` sizes the
+dummy image, :func:`size_dynamic_tower`), **calibrated** inside a constant fitted on a startup
+log that ran the profile
 (:data:`CALIBRATED_PROFILES`: Llama 4, inside ``MOE_WORKSPACE_HIDDEN_COPIES`` fitted on
 ``vllm-startup-041``), or **unknown** (every other tower): resolve.py refuses the last unless
 the profile is text-only. The formula is derived from vLLM's code (0.11–0.33), not calibrated
@@ -126,8 +128,9 @@ def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
     ``MultiModalConfig._validate_limit_per_prompt`` reads it: ``{"image": 2}``, or
     ``{"video": {"count": 1, "num_frames": 32, "width": 512, "height": 512}}``, or both mixed.
     ValueError naming the flag for anything vLLM would refuse. The size options only shrink the
-    dummy item (``_get_dummy_images`` clips to the processor's largest size); the towers sized
-    here resize every image to a fixed resolution, so only the count matters."""
+    dummy item (``_get_dummy_images`` clips to the processor's largest size): Gemma 3 resizes
+    every image to a fixed resolution, so only the count matters there; for Qwen2(.5)-VL
+    :func:`image_options` hands the image width/height to :func:`size_dynamic_tower`."""
     try:
         value: Any = json.loads(text)
     except json.JSONDecodeError as exc:
