@@ -738,3 +738,26 @@ def test_qwen2_vl_tower_and_profile() -> None:
     prof = p.ranks[0].mm_profile
     assert prof is not None and prof.items == 6
     assert prof.tower_peak == 6 * 5120 * 12_800 * 2
+
+
+def test_operator_path_sizes_from_the_resolved_model_preprocessor() -> None:
+    # controller/reconcile.py hands resolve() the model it resolved (model_source): a Hub
+    # model's preprocessor_config.json sizes the profile there as in plan --model
+    from inference_capacity.model.catalog import load_config
+    from inference_capacity.model.source import ResolvedModel
+
+    icap, dep = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = ["--port", "8000", "--max-model-len", "32768"]
+    c["args"] += ["--limit-mm-per-prompt", '{"video": 0}']
+    icap["spec"]["model"]["name"] = "acme/qwen2.5-vl-7b-small-images"
+    icap["spec"]["engine"]["version"] = "0.19.0"
+    spec = InferenceCapacity.from_manifest(icap, ignore_status=True).spec
+    cfg = load_config(QWEN_VL)[1]
+    src = ResolvedModel("hub", "acme/qwen2.5-vl-7b-small-images", "0" * 40, None, cfg)
+    bare = resolve(spec, dep, model_source=src)
+    assert not bare.supported and "preprocessor_config.json" in bare.unsupported[0].why
+    r = resolve(spec, dep, model_source=replace(src, preprocessor=QWEN_PRE))
+    assert r.supported, r.unsupported_message()
+    tower = r.plan_input.model.vision_tower
+    assert tower is not None and (tower.tokens_per_item, tower.patches_per_crop) == (1280, 5120)
