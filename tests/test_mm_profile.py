@@ -424,9 +424,13 @@ def test_cli_what_if_of_an_unsized_tower_is_the_text_only_plan_labelled() -> Non
     assert text.returncode == skipped.returncode == 0
     a, b = json.loads(text.stdout), json.loads(skipped.stdout)
     assert "supported" not in a and "supported" not in b
+    # every modality at 0 also leaves the tower unbuilt (its 1,353,100,288 B, test below);
+    # --skip-mm-profiling builds it, and so does the refused what-if (limits unset)
     kv = a["vllm_startup"]["available_kv_cache_gib"]
-    assert kv == b["vllm_startup"]["available_kv_cache_gib"] > 0
-    assert out["vllm_startup"] == a["vllm_startup"]
+    assert round(kv - b["vllm_startup"]["available_kv_cache_gib"], 3) == round(
+        1_353_100_288 / 2**30, 3
+    )
+    assert out["vllm_startup"] == b["vllm_startup"]
     strict = _cli(*qwen, "--fail-if-not-fits")
     assert strict.returncode == 1
     assert "Qwen/Qwen2.5-VL-7B-Instruct: Supported=False: --limit-mm-per-prompt" in strict.stderr
@@ -482,3 +486,278 @@ def test_manifest_plan_of_an_unsized_tower_is_supported_false(tmp_path: Path) ->
     scout = json.loads(p.stdout)
     assert scout["supported"] is True, p.stderr
     assert any("vllm-startup-041" in n for n in scout["notes"])
+
+
+# --- Qwen2.5-VL: the dynamic-resolution dummy image (issue 11) ---------------------------------
+
+QWEN_VL = "Qwen/Qwen2.5-VL-7B-Instruct"
+# Qwen2.5-VL-7B vision_config: hidden 1280, intermediate 3420, depth 32, out_hidden 3584,
+# patch 14, spatial merge 2, temporal patch 2, 3 channels → unit 28, 3·2·14² = 1176 pixel
+# elements per patch. Block peak per patch (vllm_mm.vit_layer_peak_per_patch): MLP
+# 2·1280 + 3·3420 = 12,820 (gate_up 2i + SiluAndMul i) > attention 2·1280 + 8·1280 = 12,800.
+QWEN_PEAK = 12_820
+
+
+def _qwen(args: list[str], version: str = "0.19.0") -> Any:
+    return resolved(QWEN_VL, args, version)
+
+
+def test_qwen25_vl_sized_from_max_pixels_in_processor_kwargs() -> None:
+    # max_pixels 1,003,520 = 1280 units of 28²; get_image_size_with_most_features (0.13+,
+    # models/qwen2_vl.py closest_factor_pair): 32 × 40 → 896 × 1120 px, 64 × 80 = 5120 patches,
+    # 5120 / 4 = 1280 tokens. 0.19 H100: T = 8192, R = 1024 → _get_max_items: 8192 // 1280 = 6.
+    r = _qwen(
+        [
+            "--limit-mm-per-prompt",
+            '{"video": 0}',
+            "--mm-processor-kwargs",
+            '{"max_pixels": 1003520}',
+        ]
+    )
+    assert r.supported, r.unsupported_message()
+    p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (6, 1280, 8192)
+    assert prof.pixel_bytes == 6 * 5120 * 1176 * 2 == 72_253_440
+    assert prof.tower_peak == 6 * 5120 * QWEN_PEAK * 2 == 787_660_800
+    assert prof.outputs == 6 * 1280 * 3584 * 2 == 55_050_240
+    # the 7B's text step (sampler at R = 1024 × 152,064 vocab) is larger: the outputs are added
+    assert p.ranks[0].mm_encoder == 55_050_240
+
+
+def test_qwen25_vl_options_width_height_cap_the_dummy_image() -> None:
+    # max_pixels 12,845,056 (the repository's preprocessor_config.json value) = 16384 units →
+    # 128 × 128 → 3584² px, 16384 tokens per image: the budget unit (get_max_image_tokens
+    # ignores the options), so max(8192, 16384) // 16384 = 1 item. The item itself is
+    # _get_dummy_images' min(3584, 1024) × min(3584, 768), smart_resize'd to multiples of 28:
+    # round(768 / 28) = 27 → 756, round(1024 / 28) = 37 → 1036; 54 × 74 = 3996 patches, 999 tokens.
+    opts = '{"video": 0, "image": {"count": 2, "width": 1024, "height": 768}}'
+    kw = '{"max_pixels": 12845056, "min_pixels": 3136}'
+    r = _qwen(["--limit-mm-per-prompt", opts, "--mm-processor-kwargs", kw])
+    assert r.supported, r.unsupported_message()
+    p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (1, 16384, 16384)
+    assert prof.pixel_bytes == 3996 * 1176 * 2
+    assert prof.tower_peak == 3996 * QWEN_PEAK * 2
+    assert prof.outputs == 999 * 3584 * 2
+    # the options form shrinking the image needs min_pixels (smart_resize may scale it up)
+    bad = _qwen(
+        ["--limit-mm-per-prompt", opts, "--mm-processor-kwargs", '{"max_pixels": 12845056}']
+    )
+    assert [u.name for u in bad.unsupported] == ["--mm-processor-kwargs"]
+    assert "min_pixels" in bad.unsupported[0].why
+
+
+def test_qwen25_vl_catalog_without_pixels_names_the_three_ways() -> None:
+    r = _qwen(["--limit-mm-per-prompt", '{"video": 0}'])
+    (u,) = r.unsupported
+    assert "Qwen2_5_VLForConditionalGeneration" in u.why and "max_pixels" in u.why
+    for way in ("--mm-processor-kwargs", "preprocessor_config.json", "width/height"):
+        assert way in u.why
+    # an active video (999 by default) is the profiled modality (0.20 get_modality_with_max_tokens)
+    # and its dummy goes through the video processor: refused, naming "video": 0
+    (v,) = _qwen([]).unsupported
+    assert '"video": 0' in v.why
+    # other processor kwargs may change the item: refused
+    odd = _qwen(["--limit-mm-per-prompt", '{"video": 0}', "--mm-processor-kwargs", '{"fps": 2}'])
+    assert [u.name for u in odd.unsupported] == ["--mm-processor-kwargs"]
+
+
+def test_qwen25_vl_tower_not_built_at_limit_zero() -> None:
+    # models/qwen2_5_vl.py __init__: 0.11–0.14 self.visual = None, 0.15–0.33
+    # _mark_tower_model (interfaces.py no_init_weights) when image and video limits are 0.
+    # Tower parameters (model/config/vision.py, vision_config above, h = 1280, i = 3420):
+    # per block 2h + (3h² + 3h) + (h² + h) + (3hi + 2i + h) = 19,702,200, × 32 = 630,470,400;
+    # patch embed 1280 × 1176 = 1,505,280; merger h + (4h)² + 4h = 26,220,800 and
+    # 3584 × (4h + 1) = 18,353,664: 676,550,144 parameters × 2 B (bfloat16) = 1,353,100,288 B.
+    m = load_model(QWEN_VL)
+    s = EngineSettings(version="0.19.0", max_model_len=32768)
+    skipped = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    zero = predict_startup(
+        m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0), ("video", 0)))
+    )
+    a, b = skipped.ranks[0], zero.ranks[0]
+    assert a.weights.total - b.weights.total == 676_550_144 * 2 == 1_353_100_288
+    assert b.available_kv - a.available_kv == 1_353_100_288
+    # image 0 alone leaves video at 999: the tower is built
+    one = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0),)))
+    assert one.ranks[0].weights.total == a.weights.total
+    # Gemma 3 is not in the rule here (its _mark_tower_model skip from 0.15 is not modelled)
+    g = load_model("google/gemma-3-4b-it")
+    gs = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    gz = predict_startup(g, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0),)))
+    assert gs.ranks[0].weights.total == gz.ranks[0].weights.total
+
+
+# --- the processor's pixel bounds from the model repository (preprocessor_config.json) --------
+
+# Qwen/Qwen2.5-VL-7B-Instruct's preprocessor_config.json holds min_pixels 3136 and max_pixels
+# 12,845,056; the repository served here lowers max_pixels to 1,003,520 (the numbers of
+# test_qwen25_vl_sized_from_max_pixels_in_processor_kwargs above)
+QWEN_PRE = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "min_pixels": 3136,
+    "max_pixels": 1003520,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+@pytest.fixture
+def vl_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from inference_capacity.model.source import clear_cache
+    from tests.hubserver import HubServer
+
+    server = HubServer().start()
+    cfg = json.loads(_qwen_cfg_text())
+    server.add(
+        "acme/qwen2.5-vl-7b-small-images",
+        {
+            "config.json": json.dumps(cfg).encode(),
+            "preprocessor_config.json": json.dumps(QWEN_PRE).encode(),
+        },
+    )
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    clear_cache()
+    try:
+        yield server
+    finally:
+        clear_cache()
+        server.stop()
+
+
+def _qwen_cfg_text() -> str:
+    from inference_capacity.model.catalog import load_config
+
+    return json.dumps(load_config(QWEN_VL)[1])
+
+
+def test_cli_plans_a_hub_model_from_its_preprocessor_config(
+    vl_hub: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rest = ["--gpu", "H100-SXM-80GB", "--max-model-len", "32768", "--engine-version", "0.19.0"]
+    rest += ["-o", "json", "--limit-mm-per-prompt", '{"video": 0}', "--fail-if-not-fits"]
+    assert cli_main(["plan", "--model", "acme/qwen2.5-vl-7b-small-images", *rest]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "supported" not in out
+    assert any("preprocessor_config.json (max_pixels 1003520)" in n for n in out["notes"])
+    items = {i["name"]: i for i in out["ledger"]["ranks"][0]["items"]}
+    # 6 images × 1280 tokens × 3584 × 2 B kept during the text step (the test above)
+    assert items["mm_encoder_profile"]["bytes"] == 55_050_240
+    assert vl_hub.count("GET", "preprocessor_config.json") == 1
+    # the same config from the catalog (no preprocessor_config.json) is refused: exit 1 with
+    # --fail-if-not-fits, the refusal naming the three ways
+    assert cli_main(["plan", "--model", QWEN_VL, *rest]) == 1
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["supported"] is False
+    assert "preprocessor_config.json" in refused["unsupported"][0]["why"]
+
+
+def test_local_folder_preprocessor_config_is_read(tmp_path: Path) -> None:
+    from inference_capacity.model.source import resolve_model_ref
+
+    (tmp_path / "config.json").write_text(_qwen_cfg_text())
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(QWEN_PRE))
+    src = resolve_model_ref(str(tmp_path))
+    assert src.preprocessor == QWEN_PRE
+    (tmp_path / "preprocessor_config.json").write_text("[1]")
+    with pytest.raises(Exception, match="expected a JSON object"):
+        resolve_model_ref(str(tmp_path))
+
+
+def test_dummy_image_rule_by_version() -> None:
+    # max_pixels 1,003,520 = 1280 units of 28². 0.13+ (closest_factor_pair): 32 × 40 units,
+    # 1280 tokens. 0.11–0.12 (_get_vision_info of a 9999999² image): smart_resize scales to
+    # floor(sqrt(1,003,520) / 28) = floor(35.78) = 35 units a side, 980² px: 70² = 4900
+    # patches, 1225 tokens
+    kw = ["--mm-processor-kwargs", '{"max_pixels": 1003520}', "--limit-mm-per-prompt"]
+    new = _qwen([*kw, '{"video": 0}'], version="0.13.0").plan_input.model.vision_tower
+    old = _qwen([*kw, '{"video": 0}'], version="0.12.0").plan_input.model.vision_tower
+    assert (new.tokens_per_item, new.patches_per_crop) == (1280, 5120)
+    assert (old.tokens_per_item, old.patches_per_crop, old.image_size) == (1225, 4900, 980)
+
+
+def _qwen2_vl() -> Any:
+    """Qwen/Qwen2-VL-7B-Instruct's config.json: the Qwen2.5-VL-7B text model (the same Qwen2
+    7B decoder) with Qwen2-VL's vision_config."""
+    from inference_capacity.model import shape_from_config
+    from inference_capacity.model.catalog import load_config
+
+    cfg = dict(load_config(QWEN_VL)[1])
+    cfg["model_type"] = "qwen2_vl"
+    cfg["architectures"] = ["Qwen2VLForConditionalGeneration"]
+    cfg["vision_config"] = {
+        "depth": 32,
+        "embed_dim": 1280,
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "in_chans": 3,
+        "hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "spatial_patch_size": 14,
+        "temporal_patch_size": 2,
+    }
+    return shape_from_config(cfg, name="Qwen2-VL-7B")
+
+
+def test_qwen2_vl_tower_and_profile() -> None:
+    # Qwen2VisionTransformer (models/qwen2_vl.py): h = 1280, i = 4·1280 = 5120; per block
+    # LayerNorms 4h + qkv 3h² + 3h + proj h² + h + fc1/fc2 2hi + i + h = 19,677,440, × 32 =
+    # 629,678,080; patch embed 1,505,280; merger 2h + (4h)² + 4h = 26,222,080 and
+    # 3584 × (4h + 1) = 18,353,664: 675,759,104 parameters, × 2 B not loaded at limit 0
+    m = _qwen2_vl()
+    s = EngineSettings(version="0.19.0", max_model_len=32768)
+    built = predict_startup(m, H100, "H100-SXM-80GB", 1, 1, replace(s, skip_mm_profiling=True))
+    zero = predict_startup(
+        m, H100, "H100-SXM-80GB", 1, 1, replace(s, mm_limits=(("image", 0), ("video", 0)))
+    )
+    assert built.ranks[0].weights.total - zero.ranks[0].weights.total == 675_759_104 * 2
+    # the profile at max_pixels 1,003,520: 6 items of 5120 patches (test above); QuickGELU MLP
+    # 2·1280 + 2·5120 = 12,800 = the attention's 2·1280 + 8·1280
+    from inference_capacity.engines.versions import parse_version
+    from inference_capacity.engines.vllm_mm import ImagePixels, size_dynamic_tower
+
+    assert m.vision_tower is not None
+    tower = size_dynamic_tower(
+        m.vision_tower, ImagePixels(1003520, 3136, None, None, "test"), parse_version("0.19.0")
+    )
+    p = predict_startup(
+        replace(m, vision_tower=tower),
+        H100,
+        "H100-SXM-80GB",
+        1,
+        1,
+        replace(s, mm_limits=(("video", 0),)),
+    )
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and prof.items == 6
+    assert prof.tower_peak == 6 * 5120 * 12_800 * 2
+
+
+def test_operator_path_sizes_from_the_resolved_model_preprocessor() -> None:
+    # controller/reconcile.py hands resolve() the model it resolved (model_source): a Hub
+    # model's preprocessor_config.json sizes the profile there as in plan --model
+    from inference_capacity.model.catalog import load_config
+    from inference_capacity.model.source import ResolvedModel
+
+    icap, dep = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = ["--port", "8000", "--max-model-len", "32768"]
+    c["args"] += ["--limit-mm-per-prompt", '{"video": 0}']
+    icap["spec"]["model"]["name"] = "acme/qwen2.5-vl-7b-small-images"
+    icap["spec"]["engine"]["version"] = "0.19.0"
+    spec = InferenceCapacity.from_manifest(icap, ignore_status=True).spec
+    cfg = load_config(QWEN_VL)[1]
+    src = ResolvedModel("hub", "acme/qwen2.5-vl-7b-small-images", "0" * 40, None, cfg)
+    bare = resolve(spec, dep, model_source=src)
+    assert not bare.supported and "preprocessor_config.json" in bare.unsupported[0].why
+    r = resolve(spec, dep, model_source=replace(src, preprocessor=QWEN_PRE))
+    assert r.supported, r.unsupported_message()
+    tower = r.plan_input.model.vision_tower
+    assert tower is not None and (tower.tokens_per_item, tower.patches_per_crop) == (1280, 5120)

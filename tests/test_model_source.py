@@ -407,6 +407,36 @@ def test_cache_by_commit_and_single_flight(published: dict[str, Any], hub: HubSe
     )
 
 
+def test_preprocessor_config_kept_with_the_headers(
+    published: dict[str, Any], hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a repository with a preprocessor_config.json (the image processor's settings, which size
+    # a Qwen2-VL dummy image): read once with the config, kept in the header cache with the
+    # headers, so neither a later resolution of the commit nor HF_HUB_OFFLINE reads it again
+    pre = {"image_processor_type": "Qwen2VLImageProcessor", "max_pixels": 1003520}
+    files = ck.write_checkpoint(tmp_path / "repo", ck.dense(LLAMA_1B), LLAMA_1B, None)
+    commit = hub.add(
+        "acme/with-processor", {**dict(files), "preprocessor_config.json": json.dumps(pre).encode()}
+    )
+    m = resolve_model_ref("acme/with-processor")
+    assert (m.revision, m.preprocessor) == (commit, pre)
+    assert hub.count("GET", "preprocessor_config.json") == 1
+    clear_cache()  # the in-memory cache; the header cache on disk stays
+    blobs = hub.count("GET", "_blobs")
+    again = resolve_model_ref("acme/with-processor")
+    assert again.preprocessor == pre and not again.cached
+    assert hub.count("GET", "preprocessor_config.json") == 1
+    assert hub.count("GET", "_blobs") == blobs  # headers from the cache too
+    clear_cache()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.fail_with = 503
+    assert resolve_model_ref("acme/with-processor").preprocessor == pre
+    # a repository without one has none
+    hub.fail_with = None
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert resolve_model_ref("acme/llama-3.2-1b-support").preprocessor is None
+
+
 # --------------------------------------------------------------------------------------------
 # the CLI
 

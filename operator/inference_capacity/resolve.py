@@ -35,17 +35,22 @@ from .engines.vllm_flags import (
     parse_speculative_config,
 )
 from .engines.vllm_mm import (
+    DEFAULT_MM_LIMIT,
     LIMIT_OPTIONS_FROM,
     MM_PROFILE_ERAS,
+    PIXEL_KWARGS,
     ProfileSizing,
     calibration,
+    image_options,
     parse_limit_mm_per_prompt,
+    processor_pixels,
     profile_sizing,
+    size_dynamic_tower,
     text_only,
     uses_options,
 )
 from .hardware import Gpu, custom_gpu, get_gpu
-from .model import ModelConfigError, ModelShape, model_from_dict
+from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
 from .model.limits import parse_config_json
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
@@ -199,14 +204,19 @@ def multimodal_profile(
     running: Mapping[str, str],
     bad: list[Unsupported],
     notes: list[str],
-) -> tuple[tuple[tuple[str, int], ...] | None, bool]:
+    preprocessor: Mapping[str, Any] | None = None,
+) -> tuple[tuple[tuple[str, int], ...] | None, bool, ModelShape]:
     """The encoder-profile inputs (``--limit-mm-per-prompt`` counts, ``--skip-mm-profiling``),
     by the class :func:`~.engines.vllm_mm.profile_sizing` gives the architecture: sized (the
     ledger adds it), calibrated (inside a fitted constant: a note in ``notes`` names it and the
     log) or unknown (a refusal in ``bad``). Refused as well: any multimodal profile of a vLLM
     before 0.11, and ``--mm-processor-kwargs`` on a sized or calibrated profile (it can change
     the dummy item: pan-and-scan crops, max pixels, tiles). Text-only profiles (every modality
-    0, or skipped) are exact for sized and unknown towers: nothing is added."""
+    0, or skipped) are exact for sized and unknown towers: nothing is added.
+
+    A Qwen2(.5)-VL tower is sized here (:func:`_size_dynamic`) from ``preprocessor`` (the
+    repository's preprocessor_config.json), ``--mm-processor-kwargs`` max_pixels/min_pixels and
+    the options form's image width/height; the shape returned carries the sized tower."""
     limits: dict[str, int] | None = None
     if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
         limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])
@@ -226,11 +236,19 @@ def multimodal_profile(
                 '({"image": {"count": ...}}) came with 0.11.1',
             )
         )
-        return counts, skip
+        return counts, skip, shape
+    tower = shape.vision_tower
+    if tower is not None and not tower.sized and profiled and not skip:
+        if not text_only(limits, shape.mm_modalities):
+            got = _size_dynamic(shape, version, running, limits, preprocessor, notes)
+            if isinstance(got, tuple):
+                bad.append(Unsupported(*got))
+                return counts, skip, shape
+            return counts, skip, replace(shape, vision_tower=got)
     sizing = profile_sizing(shape)
     cal = calibration(shape)
     if sizing is None:
-        return counts, skip
+        return counts, skip, shape
     if text_only(limits, shape.mm_modalities) or (skip and profiled):
         if cal is not None:
             # the constant cannot be split: what it holds of the profile stays (over-predicts)
@@ -239,7 +257,7 @@ def multimodal_profile(
                 f"{cal.log}, which ran it) still holds it: the activation peak may be "
                 "over-predicted"
             )
-        return counts, skip
+        return counts, skip, shape
     if skip:
         bad.append(
             Unsupported(
@@ -248,7 +266,7 @@ def multimodal_profile(
                 "with every modality 0 instead",
             )
         )
-        return counts, skip
+        return counts, skip, shape
     fix = (
         "--limit-mm-per-prompt with every modality at 0 ("
         + json.dumps(dict.fromkeys(shape.mm_modalities, 0))
@@ -271,13 +289,76 @@ def multimodal_profile(
                 f"the encoder profile is {sizing.value} on; {fix}",
             )
         )
-        return counts, skip
+        return counts, skip, shape
     else:
         if cal is not None:
             notes.append(cal.note(shape.architecture))
-        return counts, skip
+        return counts, skip, shape
     bad.append(Unsupported("--limit-mm-per-prompt", f"{why}; {fix}"))
-    return counts, skip
+    return counts, skip, shape
+
+
+#: the three ways to give a Qwen2(.5)-VL dummy image's size
+PIXEL_WAYS = (
+    "give the image processor's max_pixels: --mm-processor-kwargs '{\"max_pixels\": N}', "
+    "the model's preprocessor_config.json (a Hub or local model that has one), or the "
+    "--limit-mm-per-prompt options form's image width/height with max_pixels"
+)
+
+
+def _size_dynamic(
+    shape: ModelShape,
+    version: str,
+    running: Mapping[str, str],
+    limits: Mapping[str, int] | None,
+    preprocessor: Mapping[str, Any] | None,
+    notes: list[str],
+) -> tuple[str, str] | VisionTower:
+    """A Qwen2(.5)-VL tower with its dummy image sized, or the refusal (flag, why)."""
+    arch = shape.architecture
+    if (limits or {}).get("video", DEFAULT_MM_LIMIT) != 0:
+        # 0.20 encoder_budget.py::get_modality_with_max_tokens (ties go to "video") and
+        # get_num_frames_with_most_features: an active video's dummy (up to 14 frames) has at
+        # least an image's tokens, and goes through the video processor, not modelled here
+        return (
+            "--limit-mm-per-prompt",
+            f"the multimodal encoder profile of {arch} runs its dummy video (video is active, "
+            "and has at least an image's tokens), which is not sized; "
+            '"video": 0 in --limit-mm-per-prompt sizes the image profile; every modality at 0 ('
+            + json.dumps(dict.fromkeys(shape.mm_modalities, 0))
+            + ") or --skip-mm-profiling makes it text-only",
+        )
+    kwargs: dict[str, Any] = {}
+    if "mm-processor-kwargs" in running:
+        try:
+            kwargs = json.loads(running["mm-processor-kwargs"])
+        except json.JSONDecodeError:
+            kwargs = {"": None}
+        if not isinstance(kwargs, dict) or set(kwargs) - PIXEL_KWARGS:
+            return (
+                "--mm-processor-kwargs",
+                f"only {', '.join(sorted(PIXEL_KWARGS))} are modelled for {arch}'s dummy image",
+            )
+    try:
+        px = processor_pixels(
+            preprocessor, kwargs, image_options(running.get("limit-mm-per-prompt"))
+        )
+        if px is None:
+            return (
+                "--limit-mm-per-prompt",
+                f"the multimodal encoder profile of {arch} is not sized: its dummy image "
+                f"follows the image processor's max_pixels, which is not known; {PIXEL_WAYS}",
+            )
+        assert shape.vision_tower is not None
+        tower = size_dynamic_tower(shape.vision_tower, px, parse_version(version))
+    except ValueError as exc:
+        return ("--mm-processor-kwargs", f"{arch}'s dummy image: {exc}")
+    notes.append(
+        f"{arch}'s dummy image from {px.source} (max_pixels {px.max_pixels}): "
+        f"{tower.tokens_per_item} tokens per image in the encoder budget, "
+        f"{tower.patches_per_crop} patches per dummy item"
+    )
+    return tower
 
 
 def resolve_model(
@@ -574,7 +655,14 @@ def resolve(
                 + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
             )
         prefix = spec.engine.enable_prefix_caching
-    mm_limits, skip_mm = multimodal_profile(shape, version, running, bad, notes)
+    mm_limits, skip_mm, shape = multimodal_profile(
+        shape,
+        version,
+        running,
+        bad,
+        notes,
+        model_source.preprocessor if model_source is not None else None,
+    )
     settings = EngineSettings(
         version=version,
         engine="v0" if use_v1 == "0" else None,

@@ -56,9 +56,13 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         mm_flags["limit-mm-per-prompt"] = a.limit_mm_per_prompt
     if a.skip_mm_profiling:
         mm_flags["skip-mm-profiling"] = "true"
-    refused = classify(mm_flags, {})
     mm_notes: list[str] = []
-    mm_limits, skip_mm = multimodal_profile(shape, version, mm_flags, refused, mm_notes)
+    if a.mm_processor_kwargs is not None:
+        mm_flags["mm-processor-kwargs"] = a.mm_processor_kwargs
+    refused = classify(mm_flags, {})
+    mm_limits, skip_mm, shape = multimodal_profile(
+        shape, version, mm_flags, refused, mm_notes, source.preprocessor
+    )
     unsupported = None
     if refused:
         # a what-if still shows numbers: those of the text-only profile, labelled (a manifest's

@@ -162,6 +162,13 @@ def _add_plan(sub: Any) -> None:
         "at 0 makes the encoder profile text-only",
     )
     plan.add_argument(
+        "--mm-processor-kwargs",
+        default=None,
+        metavar="JSON",
+        help="vLLM --mm-processor-kwargs (Qwen2-VL / Qwen2.5-VL: max_pixels, min_pixels size "
+        "the encoder profile's dummy image)",
+    )
+    plan.add_argument(
         "--skip-mm-profiling",
         action="store_true",
         help="vLLM --skip-mm-profiling: no multimodal encoder profile (from 0.11)",

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field, replace
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
+from ..model.shapes import Group
 from ..units import GiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
-from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile
+from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -847,6 +848,16 @@ def _mm_profile(
     )
 
 
+def _built_weights(shape: ModelShape, settings: EngineSettings, era: Era) -> ModelShape:
+    """``shape`` less its vision tensors where vLLM builds no tower (every modality at 0,
+    vllm_mm.tower_built). With safetensors headers the tower stays counted (the headers'
+    loaded bytes hold it; over-predicted, the safe side)."""
+    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    if shape.header is not None or tower_built(shape, limits, era):
+        return shape
+    return replace(shape, tensors=tuple(t for t in shape.tensors if t.group is not Group.VISION))
+
+
 def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
@@ -901,9 +912,10 @@ def predict_startup(
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
     requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
+    weighed = _built_weights(shape, settings, era)
     for stage in range(pp):
         w = weight_breakdown(
-            shape,
+            weighed,
             tp,
             pp,
             stage,

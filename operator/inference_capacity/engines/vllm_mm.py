@@ -3,7 +3,9 @@ do to the activation peak that vLLM subtracts from the KV budget.
 
 Each multimodal architecture's profile is in one of three classes (:func:`profile_sizing`,
 the one place that decides): **sized** by the formula below from its :class:`VisionTower`
-(Gemma 3's SigLIP), **calibrated** inside a constant fitted on a startup log that ran the profile
+(Gemma 3's SigLIP; Qwen2-VL / Qwen2.5-VL once the image processor's ``max_pixels`` sizes the
+dummy image, :func:`size_dynamic_tower`), **calibrated** inside a constant fitted on a startup
+log that ran the profile
 (:data:`CALIBRATED_PROFILES`: Llama 4, inside ``MOE_WORKSPACE_HIDDEN_COPIES`` fitted on
 ``vllm-startup-041``), or **unknown** (every other tower): resolve.py refuses the last unless
 the profile is text-only. The formula is derived from vLLM's code (0.11–0.33), not calibrated
@@ -35,13 +37,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..model import ModelShape, VisionTower
 from ..units import GiB
-from .versions import Era
+from .versions import Era, Version
 
 #: the eras whose encoder profile is modelled: the V1 runner's profile_run with MultiModalBudget
 #: (0.11–0.33); before, a multimodal plan is refused unless the profile is text-only
@@ -115,7 +118,7 @@ def profile_sizing(shape: ModelShape) -> ProfileSizing | None:
         return None
     if calibration(shape) is not None:
         return ProfileSizing.CALIBRATED
-    if shape.vision_tower is not None:
+    if shape.vision_tower is not None and shape.vision_tower.sized:
         return ProfileSizing.SIZED
     return ProfileSizing.UNKNOWN
 
@@ -125,8 +128,9 @@ def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
     ``MultiModalConfig._validate_limit_per_prompt`` reads it: ``{"image": 2}``, or
     ``{"video": {"count": 1, "num_frames": 32, "width": 512, "height": 512}}``, or both mixed.
     ValueError naming the flag for anything vLLM would refuse. The size options only shrink the
-    dummy item (``_get_dummy_images`` clips to the processor's largest size); the towers sized
-    here resize every image to a fixed resolution, so only the count matters."""
+    dummy item (``_get_dummy_images`` clips to the processor's largest size): Gemma 3 resizes
+    every image to a fixed resolution, so only the count matters there; for Qwen2(.5)-VL
+    :func:`image_options` hands the image width/height to :func:`size_dynamic_tower`."""
     try:
         value: Any = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -239,8 +243,8 @@ def vit_layer_peak_per_patch(tower: VisionTower, tp: int) -> int:
     smaller whenever intermediate > 2·hidden. Attention runs through vLLM's
     ``MultiHeadAttention`` (flash-attention / memory-efficient SDPA): no patches² scores."""
     shard = tp if tower.tp_sharded else 1
-    mlp = 2 * tower.hidden + 2 * -(-tower.intermediate // shard)
-    attn = 2 * tower.hidden + 4 * -(-tower.hidden // shard)
+    mlp = 2 * tower.hidden + tower.mlp_copies * -(-tower.intermediate // shard)
+    attn = 2 * tower.hidden + tower.attn_copies * -(-tower.hidden // shard)
     return max(mlp, attn)
 
 
@@ -279,9 +283,9 @@ def encoder_profile(
     if items == 0:
         return None
     crops = items * tower.crops_per_item
-    pixels = crops * tower.channels * tower.image_size**2 * dtype_bytes
+    pixels = crops * tower.pixels_per_crop * dtype_bytes
     peak = crops * tower.patches_per_crop * vit_layer_peak_per_patch(tower, tp) * dtype_bytes
-    outputs = items * tower.tokens_per_item * tower.output_hidden * dtype_bytes
+    outputs = items * tower.output_tokens_per_item * tower.output_hidden * dtype_bytes
     return EncoderProfile(
         tower.modality,
         items,
@@ -291,3 +295,151 @@ def encoder_profile(
         peak,
         outputs,
     )
+
+
+# --- Qwen2-VL / Qwen2.5-VL: the dummy image of a dynamic-resolution processor ------------------
+
+#: Qwen2VLProcessingInfo.get_image_size_with_most_features factorises the patch count from
+#: 0.13 (closest_factor_pair, aspect ratio <= 200); 0.11–0.12 resize a 9999999² square
+FACTORISED_DUMMY_FROM: Final = (0, 13, 0)
+_MAX_ASPECT: Final = 200
+#: --mm-processor-kwargs keys that only move the processor's pixel bounds (_get_vision_info:
+#: size | {"shortest_edge": min_pixels, "longest_edge": max_pixels})
+PIXEL_KWARGS: Final = frozenset({"min_pixels", "max_pixels"})
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePixels:
+    """What bounds a Qwen2(.5)-VL dummy image: the processor's pixel bounds (min_pixels may be
+    unknown) and the options form's width/height caps (``_get_dummy_images`` takes
+    ``min(target, override)``, multimodal/processing/dummy_inputs.py 0.15, 0.20)."""
+
+    max_pixels: int
+    min_pixels: int | None
+    width: int | None
+    height: int | None
+    source: str
+
+
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """The Qwen2-VL image processor's resize (transformers image_processing_qwen2_vl.py
+    ``smart_resize``, which vLLM's ``_get_vision_info`` calls): round each side to ``factor``,
+    then scale down into ``max_pixels`` or up to ``min_pixels``. ValueError past 200:1."""
+    if max(height, width) / min(height, width) > _MAX_ASPECT:
+        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.0f} > 200")
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def most_features_size(max_pixels: int, unit: int, version: Version) -> tuple[int, int]:
+    """(height, width) of ``get_image_size_with_most_features`` (models/qwen2_vl.py): from 0.13
+    the patch count ``max_pixels // unit²`` factorised into the closest pair with an aspect
+    ratio <= 200 (fewer patches until one is); 0.11–0.12 ``_get_vision_info`` of a 9999999²
+    image, i.e. smart_resize's square (min_pixels cannot bind at that size)."""
+    if version.key < FACTORISED_DUMMY_FROM:
+        return smart_resize(9_999_999, 9_999_999, unit, 0, max_pixels)
+    for n in range(max_pixels // (unit * unit), 0, -1):
+        d = math.isqrt(n)
+        while n % d:
+            d -= 1
+        if (n // d) / d <= _MAX_ASPECT:
+            return unit * d, unit * (n // d)
+    raise ValueError(f"max_pixels {max_pixels} is below one {unit}x{unit} unit")
+
+
+def size_dynamic_tower(tower: VisionTower, px: ImagePixels, version: Version) -> VisionTower:
+    """The tower with its dummy image sized. ``tokens_per_item`` is ``get_max_image_tokens``
+    (the largest image: the unit of ``_get_max_items``, options ignored, 0.15/0.20 read);
+    the item the profile batches is ``_get_dummy_images``'s, capped by the options' width and
+    height, then smart_resize'd: its patches (``grid_h × grid_w``, grid_t 1: an image is one
+    temporal patch), pixels (patches × c·t·p², the processor's flattened patches) and
+    embeddings (patches / merge²). ValueError where the capped image needs an unknown
+    min_pixels."""
+    unit = tower.patch_size * tower.merge_size
+    h, w = most_features_size(px.max_pixels, unit, version)
+    tokens = (h // tower.patch_size) * (w // tower.patch_size) // tower.merge_size**2
+    ch, cw = min(h, px.height or h), min(w, px.width or w)
+    if (ch, cw) != (h, w) and px.min_pixels is None:
+        raise ValueError(
+            "the options form shrinks the dummy image, and the processor's min_pixels is not "
+            "known (give it in --mm-processor-kwargs)"
+        )
+    rh, rw = smart_resize(ch, cw, unit, px.min_pixels or 0, px.max_pixels)
+    patches = (rh // tower.patch_size) * (rw // tower.patch_size)
+    return replace(
+        tower,
+        tokens_per_item=tokens,
+        patches_per_crop=patches,
+        pixels_per_crop=patches * tower.channels * tower.temporal_patch_size * tower.patch_size**2,
+        output_tokens_per_item=patches // tower.merge_size**2,
+        image_size=max(rh, rw),
+    )
+
+
+def processor_pixels(
+    preprocessor: Mapping[str, Any] | None, kwargs: Mapping[str, Any], options: Mapping[str, Any]
+) -> ImagePixels | None:
+    """The pixel bounds vLLM's Qwen2(.5)-VL processor uses: the repository's
+    ``preprocessor_config.json`` (``max_pixels``/``min_pixels``, else ``size.longest_edge``/
+    ``shortest_edge``), overridden by ``--mm-processor-kwargs`` (``_get_vision_info``),
+    with the options form's image width/height; None when max_pixels is unknown."""
+    hi: Any = None
+    lo: Any = None
+    where = []
+    if preprocessor is not None:
+        size = preprocessor.get("size")
+        size = size if isinstance(size, Mapping) else {}
+        # Qwen2VLImageProcessor.__init__ (transformers): max_pixels/min_pixels, when given,
+        # override size; vLLM 0.13 reads ``image_processor.max_pixels or size["longest_edge"]``
+        hi = preprocessor.get("max_pixels", size.get("longest_edge"))
+        lo = preprocessor.get("min_pixels", size.get("shortest_edge"))
+        if hi is not None:
+            where.append("preprocessor_config.json")
+    if kwargs.get("max_pixels") is not None:
+        hi = kwargs["max_pixels"]
+        where.append("--mm-processor-kwargs")
+    if kwargs.get("min_pixels") is not None:
+        lo = kwargs["min_pixels"]
+    for v in (hi, lo):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ValueError(f"pixel bound {v!r} is not a positive integer")
+    if hi is None:
+        return None
+    width, height = options.get("width"), options.get("height")
+    return ImagePixels(int(hi), lo, width, height, " and ".join(where))
+
+
+def image_options(text: str | None) -> dict[str, Any]:
+    """The image options object of ``--limit-mm-per-prompt`` ({} for a count or unset)."""
+    if text is None:
+        return {}
+    value = json.loads(text).get("image")
+    return dict(value) if isinstance(value, dict) else {}
+
+
+#: architectures whose vision tower vLLM does not build when every modality's limit is 0, so
+#: its weights are not loaded: models/qwen2_vl.py, qwen2_5_vl.py, qwen3_vl.py
+#: ``__init__`` (0.11–0.14: ``self.visual = None`` unless the image or video limit is
+#: non-zero; 0.15–0.33: ``_mark_tower_model(vllm_config, {"image", "video"})``, whose
+#: ``no_init_weights`` swaps the children for ``StageMissingLayer`` when every limit is 0,
+#: models/interfaces.py). From 0.15 most other wrappers use _mark_tower_model too; those are
+#: not modelled here (their weights stay counted: over-predicted, the safe side).
+TOWER_SKIPPED_AT_ZERO: Final = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+
+
+def tower_built(shape: ModelShape, limits: Mapping[str, int] | None, era: Era) -> bool:
+    """Whether vLLM builds (and loads) ``shape``'s vision tower (see TOWER_SKIPPED_AT_ZERO)."""
+    if shape.model_type not in TOWER_SKIPPED_AT_ZERO or era not in MM_PROFILE_ERAS:
+        return True
+    return not text_only(limits, shape.mm_modalities)

@@ -287,6 +287,20 @@ class VisionTower:
     heads: int
     output_hidden: int
     tp_sharded: bool
+    pixels_per_crop: int  # pixel elements of one crop (channels × its pixels)
+    mlp_copies: int  # intermediate-wide (per TP rank) copies live at a block's MLP peak
+    attn_copies: int  # hidden-wide (per TP rank) copies live at a block's attention peak
+    output_tokens_per_item: int  # embeddings one dummy item hands on (kept in encoder_cache)
+    #: a dynamic-resolution tower (Qwen2-VL / Qwen2.5-VL): the patch, merge and temporal patch
+    #: sizes; its item is sized (tokens, patches, pixels non-zero) only once the processor's
+    #: pixel bounds are known (engines/vllm_mm.py::size_dynamic_tower); 0 for a fixed resolution
+    patch_size: int = 0
+    merge_size: int = 0
+    temporal_patch_size: int = 0
+
+    @property
+    def sized(self) -> bool:
+        return self.patches_per_crop > 0 and self.tokens_per_item > 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,8 @@ class ResolvedModel:
     notes: tuple[str, ...] = field(default=())
     seconds: float = 0.0
     cached: bool = False
+    #: the repository's preprocessor_config.json (the image processor's settings), if any
+    preprocessor: Mapping[str, Any] | None = None
 
     @property
     def checkpoint_bytes(self) -> int | None:
@@ -240,7 +242,20 @@ def _resolve_local(path: Path) -> ResolvedModel:
             raise ModelSourceError(str(exc), "InvalidCheckpoint") from None
         disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     name = str(cfg.get("_name_or_path") or path)
-    return ResolvedModel("local", name, None, None, cfg, inventory, disk)
+    pre = folder / PREPROCESSOR
+    preprocessor = _preprocessor(_read_json(pre), str(pre)) if pre.is_file() else None
+    return ResolvedModel("local", name, None, None, cfg, inventory, disk, preprocessor=preprocessor)
+
+
+#: the image processor's settings in a model repository (vLLM's HF processor reads them; the
+#: Qwen2-VL family's max_pixels/min_pixels size its dummy image)
+PREPROCESSOR = "preprocessor_config.json"
+
+
+def _preprocessor(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ModelSourceError(f"{where}: expected a JSON object", "InvalidModelConfig")
+    return value
 
 
 def _gguf_message(repo: str, ggufs: list[str]) -> str:
@@ -502,6 +517,26 @@ def _fetch_hub(
         except Exception as exc:
             raise _hub_error(exc, repo_id, revision, token) from None
     cached = _read_header_cache(repo_id, commit)
+    preprocessor: dict[str, Any] | None = None
+    rewrite = False  # a header cache written without the preprocessor this commit has
+    if PREPROCESSOR in siblings:
+        if cached is not None and cached[2] is not None:
+            preprocessor = cached[2]
+        else:
+            try:
+                pre_path = hf_hub_download(
+                    repo_id,
+                    PREPROCESSOR,
+                    revision=commit,
+                    token=token,
+                    endpoint=_endpoint(),
+                    cache_dir=str(_hub_cache()),
+                    etag_timeout=timeout,
+                )
+            except Exception as exc:
+                raise _hub_error(exc, repo_id, revision, token) from None
+            preprocessor = _preprocessor(_read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}")
+            rewrite = cached is not None
     try:
         # by the revision asked for, so the Hub cache records branch/tag -> commit (offline
         # mode resolves the same name later); if it moved since model_info, by the commit
@@ -539,11 +574,15 @@ def _fetch_hub(
         except Exception as exc:
             raise _hub_error(exc, repo_id, revision, token) from None
         if inventory is not None:
-            _write_header_cache(repo_id, commit, inventory, disk)
+            _write_header_cache(repo_id, commit, inventory, disk, preprocessor)
+    elif rewrite:
+        _write_header_cache(repo_id, commit, inventory, disk, preprocessor)
     notes: tuple[str, ...] = ()
     if inventory is None:
         notes = (f"{repo_id} has no *.safetensors files: weights from config.json only",)
-    return ResolvedModel("hub", repo_id, commit, revision, cfg, inventory, disk, notes)
+    return ResolvedModel(
+        "hub", repo_id, commit, revision, cfg, inventory, disk, notes, preprocessor=preprocessor
+    )
 
 
 def _hub_inventory(
@@ -592,12 +631,19 @@ def _hub_inventory(
     return build_inventory(per_file, {n: int(siblings.get(n) or 0) for n in names})
 
 
-def _write_header_cache(repo_id: str, commit: str, inv: Inventory, disk: int | None) -> None:
+def _write_header_cache(
+    repo_id: str,
+    commit: str,
+    inv: Inventory,
+    disk: int | None,
+    preprocessor: Mapping[str, Any] | None = None,
+) -> None:
     path = _header_cache_file(repo_id, commit)
     record = {
         "repo_id": repo_id,
         "commit": commit,
         "disk_bytes": disk,
+        "preprocessor": preprocessor,
         "files": {
             f: {
                 "size": inv.file_sizes.get(f, 0),
@@ -619,7 +665,9 @@ def _write_header_cache(repo_id: str, commit: str, inv: Inventory, disk: int | N
         pass  # a read-only cache only costs the next resolution a few range requests
 
 
-def _read_header_cache(repo_id: str, commit: str) -> tuple[Inventory, int | None] | None:
+def _read_header_cache(
+    repo_id: str, commit: str
+) -> tuple[Inventory, int | None, dict[str, Any] | None] | None:
     path = _header_cache_file(repo_id, commit)
     if not path.is_file():
         return None
@@ -639,7 +687,12 @@ def _read_header_cache(repo_id: str, commit: str) -> tuple[Inventory, int | None
             per_file.append((f, parse_header(header, f)))
             sizes[f] = int(entry["size"])
         disk = record.get("disk_bytes")
-        return build_inventory(per_file, sizes), int(disk) if disk is not None else None
+        pre = record.get("preprocessor")
+        return (
+            build_inventory(per_file, sizes),
+            int(disk) if disk is not None else None,
+            dict(pre) if isinstance(pre, dict) else None,
+        )
     except (OSError, KeyError, TypeError, ValueError):
         return None  # a damaged cache entry is read again from the Hub
 
@@ -666,7 +719,20 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
         )
     cfg = _read_json(cfg_path)
     cached = _read_header_cache(repo_id, commit)
-    inventory, disk = cached if cached is not None else (None, None)
+    inventory, disk, preprocessor = cached if cached is not None else (None, None, None)
+    if preprocessor is None:
+        try:
+            pre_path = download(
+                repo_id,
+                PREPROCESSOR,
+                revision=commit,
+                cache_dir=str(_hub_cache()),
+                local_files_only=True,
+            )
+        except Exception:
+            pre_path = None  # not cached (or the repository has none)
+        if pre_path is not None:
+            preprocessor = _preprocessor(_read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}")
     notes: list[str] = ["HF_HUB_OFFLINE: resolved from the local cache"]
     if inventory is None:
         try:
@@ -675,7 +741,17 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
             inventory = None
         if inventory is None:
             notes.append("no cached safetensors headers: weights from config.json only")
-    return ResolvedModel("hub", repo_id, commit, revision, cfg, inventory, disk, tuple(notes))
+    return ResolvedModel(
+        "hub",
+        repo_id,
+        commit,
+        revision,
+        cfg,
+        inventory,
+        disk,
+        tuple(notes),
+        preprocessor=preprocessor,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,7 +54,12 @@ def shape_from_config(
     else:
         family_type = model_type
         multimodal = bool(config.get("vision_config"))
-        vision = _vision_tensors(config.get("vision_config"))
+        vc = config.get("vision_config")
+        vision = (
+            _vision_for(model_type, vc, text)
+            if model_type in ("qwen2_vl", "qwen2_5_vl")
+            else _vision_tensors(vc)
+        )
     builder = FAMILIES.get(family_type)
     if builder is None:
         raise ModelConfigError(

@@ -117,6 +117,8 @@ def _vision_for(model_type: str, vc: Any, text: _Cfg) -> list[Tensor]:
         return []
     if model_type in ("qwen3_5", "qwen3_5_moe"):
         return _qwen3_vl_vision(vc)
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+        return _qwen_vl_vision(model_type, vc)
     if model_type == "gemma4":
         return _gemma4_vision(vc, text.integer("hidden_size", 0))
     if model_type == "kimi_vl":
@@ -166,6 +168,8 @@ def encoder_tower(
     vc = config.get("vision_config")
     if model_type == "gemma3" and isinstance(vc, Mapping):
         return _gemma3_siglip(arch, config, vc, text_hidden)
+    if model_type in ("qwen2_vl", "qwen2_5_vl") and isinstance(vc, Mapping):
+        return _qwen_vl_tower(model_type, arch, vc, text_hidden)
     return None
 
 
@@ -206,6 +210,125 @@ def _gemma3_siglip(
         heads=heads,
         output_hidden=text_hidden,
         tp_sharded=True,
+        pixels_per_crop=int(vc.get("num_channels", 3) or 3) * size * size,
+        # SiglipMLP: fc1's output and the activation's; SiglipAttention: qkv (3) and its output
+        mlp_copies=2,
+        attn_copies=4,
+        output_tokens_per_item=tokens,
+    )
+
+
+def _qwen_vl_dims(model_type: str, vc: Mapping[str, Any]) -> tuple[int, int, int, int, int] | None:
+    """(hidden, intermediate, depth, heads, out) of a Qwen2-VL / Qwen2.5-VL vision config.
+    Qwen2-VL (``Qwen2VLVisionConfig``): ``embed_dim``, ``mlp_ratio`` × embed_dim, ``hidden_size``
+    is the merger's output; Qwen2.5-VL (``Qwen2_5_VLVisionConfig``): ``hidden_size``,
+    ``intermediate_size``, ``out_hidden_size``."""
+    if model_type == "qwen2_vl":
+        h = int(vc.get("embed_dim", 0) or 0)
+        inter = int(h * float(vc.get("mlp_ratio", 0) or 0))
+        out = int(vc.get("hidden_size", 0) or 0)
+    else:
+        h = int(vc.get("hidden_size", 0) or 0)
+        inter = int(vc.get("intermediate_size", 0) or 0)
+        out = int(vc.get("out_hidden_size", 0) or 0)
+    depth = int(vc.get("depth", 0) or 0)
+    heads = int(vc.get("num_heads", 0) or 0)
+    if not (h and inter and out and depth and heads):
+        return None
+    return h, inter, depth, heads, out
+
+
+def _qwen_vl_grid(vc: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(patch, spatial merge, temporal patch, channels) of a Qwen2(.5)-VL vision config."""
+    return (
+        int(vc.get("patch_size", vc.get("spatial_patch_size", 14)) or 14),
+        int(vc.get("spatial_merge_size", 2) or 2),
+        int(vc.get("temporal_patch_size", 2) or 2),
+        int(vc.get("in_channels", vc.get("in_chans", 3)) or 3),
+    )
+
+
+def _qwen_vl_vision(model_type: str, vc: Mapping[str, Any]) -> list[Tensor]:
+    """Qwen2-VL / Qwen2.5-VL vision tower, ``visual`` (vllm models/qwen2_vl.py
+    ``Qwen2VisionTransformer``, qwen2_5_vl.py ``Qwen2_5_VisionTransformer``; 0.11–0.33):
+    Conv3d patch embed without bias (h × c·t·p²); per block two norms (LayerNorm with bias in
+    Qwen2-VL: 4h; RMSNorm in Qwen2.5-VL: 2h), ``qkv`` (3h² + 3h, bias) and ``proj`` (h² + h,
+    RowParallelLinear's bias), the MLP (Qwen2-VL fc1/fc2 with biases: 2hi + i + h; Qwen2.5-VL
+    gate_up/down with biases: 3hi + 2i + h); the patch merger: ``ln_q`` (LayerNorm 2h /
+    RMSNorm h), ``mlp.0`` (4h)² + 4h and ``mlp.2`` out·4h + out (m = merge² = 4). Sharded over
+    TP (QKVParallelLinear, Merged/ColumnParallelLinear, RowParallelLinear)."""
+    dims = _qwen_vl_dims(model_type, vc)
+    if dims is None:
+        return []
+    h, inter, depth, _, out = dims
+    patch, merge, tps, chans = _qwen_vl_grid(vc)
+    qwen2 = model_type == "qwen2_vl"
+    norms = 4 * h if qwen2 else 2 * h
+    mlp = 2 * h * inter + inter + h if qwen2 else 3 * h * inter + 2 * inter + h
+    per_block = norms + 3 * h * h + 3 * h + h * h + h + mlp
+    hm = h * merge * merge
+    enc = Stage.ENCODER
+    return [
+        Tensor("vision.blocks", Group.VISION, per_block, depth, Split.COLUMN, stage=enc),
+        Tensor(
+            "vision.patch_embed",
+            Group.VISION,
+            h,
+            chans * tps * patch * patch,
+            Split.REPLICATED,
+            stage=enc,
+        ),
+        Tensor(
+            "vision.merger",
+            Group.VISION,
+            1,
+            (2 if qwen2 else 1) * h + hm * hm + hm,
+            Split.COLUMN,
+            stage=enc,
+        ),
+        Tensor("vision.merger.out", Group.VISION, out, hm + 1, Split.ROW, stage=enc),
+    ]
+
+
+def _qwen_vl_tower(
+    model_type: str, arch: str, vc: Mapping[str, Any], text_hidden: int
+) -> VisionTower | None:
+    """Qwen2-VL / Qwen2.5-VL's tower, not yet sized: its dummy image follows from the image
+    processor's pixel bounds (``Qwen2VLProcessingInfo.get_image_size_with_most_features``),
+    which the config does not hold; engines/vllm_mm.py::size_dynamic_tower sizes it.
+    The block's MLP peak: Qwen2.5-VL's gate_up output (2i) and SiluAndMul's (i), 3 copies;
+    Qwen2-VL's fc1 output and QuickGELU's, 2. The attention peak: qkv (3h), the contiguous
+    q/k copy and its rotated copy (2h each, ``Qwen2_5_VisionAttention.forward``) and the
+    attention output (h): 8 copies. Attention is ``MMEncoderAttention`` (flash-attention
+    varlen over ``cu_seqlens``; the window/full split of ``fullatt_block_indexes`` changes
+    only the sequence boundaries): no patches² scores."""
+    dims = _qwen_vl_dims(model_type, vc)
+    if dims is None or not text_hidden:
+        return None
+    h, inter, depth, heads, out = dims
+    patch, merge, tps, chans = _qwen_vl_grid(vc)
+    return VisionTower(
+        architecture=arch,
+        tower=model_type,
+        modality="image",
+        tokens_per_item=0,
+        crops_per_item=1,
+        image_size=0,
+        channels=chans,
+        patches_per_crop=0,
+        hidden=h,
+        intermediate=inter,
+        layers=depth,
+        heads=heads,
+        output_hidden=out,
+        tp_sharded=True,
+        pixels_per_crop=0,
+        mlp_copies=2 if model_type == "qwen2_vl" else 3,
+        attn_copies=8,
+        output_tokens_per_item=0,
+        patch_size=patch,
+        merge_size=merge,
+        temporal_patch_size=tps,
     )
 
 
