@@ -728,6 +728,23 @@ def test_the_async_hub_path_gives_the_sync_result(
         assert hub.count("GET", "_blobs") == n
 
 
+def test_the_async_path_offline_reads_the_same_warm_cache(
+    published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF_HUB_OFFLINE=1 in the operator: the async path reads the cache the CLI filled (no
+    request; the Hub would answer 503) and gives the sync path's offline result."""
+    resolve_model_ref("acme/Qwen2.5-72B-Instruct-AWQ")  # fills HF_HOME
+    clear_cache()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.fail_with = 503
+    before = len(hub.requests)
+    want = _outcome(lambda: resolve_model_ref("acme/Qwen2.5-72B-Instruct-AWQ"))
+    clear_cache()
+    got = _outcome(lambda: _async_resolve("acme/Qwen2.5-72B-Instruct-AWQ", None, False))
+    assert got == want and got.checkpoint_bytes is not None
+    assert len(hub.requests) == before
+
+
 def test_a_hub_request_past_its_timeout_is_a_network_error(
     published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

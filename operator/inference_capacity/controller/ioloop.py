@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_lock = threading.Lock()
 
 #: the name of the loop's thread (tests count threads by name)
 THREAD_NAME = "operator-io"
@@ -78,10 +79,13 @@ class IoLoop:
         except Exception:  # noqa: BLE001 - shutting down: the process exits next
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
+        with _lock:
+            _by_loop.pop(self.loop, None)
 
 
 _loop: IoLoop | None = None
-_lock = threading.Lock()
+#: every loop not yet stopped (one, but for a shutdown racing a coroutine still on the old one)
+_by_loop: dict[asyncio.AbstractEventLoop, IoLoop] = {}
 
 
 def get() -> IoLoop:
@@ -90,14 +94,15 @@ def get() -> IoLoop:
     with _lock:
         if _loop is None:
             _loop = IoLoop()
+            _by_loop[_loop.loop] = _loop
         return _loop
 
 
 def current() -> IoLoop:
     """The running I/O loop, from a coroutine on it (its resources are this loop's)."""
     with _lock:
-        loop = _loop
-    if loop is None or loop.loop is not asyncio.get_running_loop():
+        loop = _by_loop.get(asyncio.get_running_loop())
+    if loop is None:
         raise RuntimeError("not on the operator's I/O loop")
     return loop
 
