@@ -10,6 +10,9 @@ One resolution order for the CLI and the operator:
    commit) resolves to a commit; the config and every shard's safetensors header (a few KB by
    HTTP range request per shard, never the weights) are read at that commit.
 
+The operator makes the same Hub requests as coroutines (:mod:`.hub_async`, on
+huggingface_hub's async client); the steps between the requests are this module's, for both.
+
 The headers read from the Hub are also kept on disk next to the Hub cache
 (``$HF_HOME/inference-capacity/``), so ``HF_HUB_OFFLINE=1`` with a warm cache resolves the same
 model, commit and bytes without the network.
