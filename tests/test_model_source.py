@@ -759,6 +759,58 @@ def test_a_hub_request_past_its_timeout_is_a_network_error(
     assert "cannot reach the Hub" in str(err.value)
 
 
+def test_the_hub_client_bounds_open_requests_over_all_resolutions(
+    hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six resolutions of six slow repositories (model info after 1.5 s) through a client of
+    2 connections: while the first two wait on the Hub, it has seen only those two; never more
+    than 2 are open, and all six resolve."""
+    import asyncio
+
+    from inference_capacity.model.hub_async import HubClient, resolve_model_ref_async
+
+    names = [f"bounded/m{i}" for i in range(6)]
+    for name in names:
+        hub.add(name, {"config.json": json.dumps(LLAMA_1B).encode()})
+        monkeypatch.setitem(hub.delays, name, 1.5)
+    seen: list[int] = []
+
+    async def go() -> list[Any]:
+        client = HubClient(connections=2, shard_parallel=8)
+        tasks = [
+            asyncio.ensure_future(resolve_model_ref_async(n, None, False, 5.0, client))
+            for n in names
+        ]
+        for _ in range(100):  # the first two reach the Hub (and wait there 1.5 s)
+            if hub.count("GET", r"^/api/models/bounded/") >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # room for more, were they not bounded
+        seen.append(hub.count("GET", r"^/api/models/bounded/"))
+        out = await asyncio.gather(*tasks)
+        seen.append(client.peak_open)
+        await client.close()
+        return out
+
+    results = asyncio.run(go())
+    assert seen == [2, 2]
+    assert [r.id for r in results] == names
+    assert hub.count("GET", r"^/api/models/bounded/") == 6
+
+
+def test_an_answer_over_the_cap_is_refused_unparsed(hub: HubServer) -> None:
+    """A config.json of 17 MiB: the async path stops reading at hub_async.MAX_JSON_BYTES
+    (16 MiB) and fails closed with HubError instead of holding it all."""
+    from inference_capacity.model.hub_async import MAX_JSON_BYTES
+
+    assert MAX_JSON_BYTES == 16 << 20
+    hub.add("acme/huge-config", {"config.json": b"{" + b" " * (17 << 20) + b"}"})
+    with pytest.raises(ModelSourceError) as err:
+        _async_resolve("acme/huge-config", None, False)
+    assert err.value.reason == "HubError"
+    assert f"answered with more than {MAX_JSON_BYTES} B" in str(err.value)
+
+
 def test_slow_resolutions_are_in_flight_at_once_without_a_thread_each(
     hub: HubServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
