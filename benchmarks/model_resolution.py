@@ -7,14 +7,16 @@ formats (tests/checkpoints.py), so it needs no network. Prints two tables:
 1. per model: bytes from the safetensors headers (what vLLM loads), bytes the config-derived
    tensors give, and the difference the ledger now applies (the header wins);
 2. per model: resolution time cold (empty caches: model info, config.json, one or two range
-   requests per shard), with the on-disk header cache only (a restarted process), and from the
-   in-memory cache by (id, commit).
+   requests per shard) on the CLI's huggingface_hub path and on the operator's async path
+   (model/hub_async.py, 8 header reads at once), with the on-disk header cache only (a
+   restarted process), and from the in-memory cache by (id, commit).
 
     python -m benchmarks.model_resolution
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -60,7 +62,20 @@ def main() -> int:
     os.environ["HF_ENDPOINT"] = hub.url
     os.environ["HF_HOME"] = str(tmp / "hf")
     os.environ.pop("HF_HUB_OFFLINE", None)
-    from inference_capacity.model.source import clear_cache, resolve_model_ref
+    from inference_capacity.model.hub_async import HubClient, resolve_model_ref_async
+    from inference_capacity.model.source import HEADER_WORKERS, clear_cache, resolve_model_ref
+
+    # as in the operator: one loop and one client for every resolution (a new client's first
+    # request pays for its TLS context and connections, ~1 s here)
+    loop = asyncio.new_event_loop()
+
+    async def make_client() -> HubClient:
+        return HubClient(connections=32, shard_parallel=HEADER_WORKERS)
+
+    client = loop.run_until_complete(make_client())
+
+    def resolve_async(repo: str) -> None:
+        loop.run_until_complete(resolve_model_ref_async(repo, None, False, None, client))
 
     try:
         repos = []
@@ -84,6 +99,11 @@ def main() -> int:
             assert h is not None and m.inventory is not None
             print(f"| {name} | {fmt} | {h.loaded_bytes:,} | {h.config_bytes:,} | {h.delta:+,} |")
             clear_cache()
+            shutil.rmtree(tmp / "hf", ignore_errors=True)
+            t = time.perf_counter()
+            resolve_async(repo)
+            cold_async = time.perf_counter() - t
+            clear_cache()
             t = time.perf_counter()
             resolve_model_ref(repo)
             disk = time.perf_counter() - t
@@ -93,17 +113,30 @@ def main() -> int:
                 resolve_model_ref(repo)
                 hits.append(time.perf_counter() - t)
             timings.append(
-                (name, len(m.inventory.files), len(m.inventory.tensors), cold, disk, hits)
+                (
+                    name,
+                    len(m.inventory.files),
+                    len(m.inventory.tensors),
+                    cold,
+                    cold_async,
+                    disk,
+                    hits,
+                )
             )
         print()
-        print("| model | shards | tensors | cold ms | header cache on disk ms | in memory µs |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for name, shards, tensors, cold, disk, hits in timings:
+        print(
+            "| model | shards | tensors | cold ms (sync) | cold ms (async) | "
+            "header cache on disk ms | in memory µs |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for name, shards, tensors, cold, cold_async, disk, hits in timings:
             print(
-                f"| {name} | {shards} | {tensors} | {cold * 1e3:.0f} | {disk * 1e3:.0f} | "
-                f"{statistics.median(hits) * 1e6:.0f} |"
+                f"| {name} | {shards} | {tensors} | {cold * 1e3:.0f} | {cold_async * 1e3:.0f} | "
+                f"{disk * 1e3:.0f} | {statistics.median(hits) * 1e6:.0f} |"
             )
     finally:
+        loop.run_until_complete(client.close())
+        loop.close()
         hub.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -632,8 +632,9 @@ def test_operator_retries_join_the_resolution_in_flight(
 
 
 def test_one_namespace_cannot_take_the_resolution_pool() -> None:
-    """Issue 13: at most models.PER_NAMESPACE resolutions of a namespace hold a pool thread;
-    its other ones wait in the namespace's own queue, and another namespace still gets one."""
+    """Issue 13: at most models.PER_NAMESPACE resolutions of a namespace run at once; its
+    other ones wait their turn in order, and another namespace still gets one."""
+    import asyncio
     import threading
 
     from inference_capacity.controller import models
@@ -642,28 +643,263 @@ def test_one_namespace_cannot_take_the_resolution_pool() -> None:
     started: list[str] = []
 
     def slow(name: str) -> Any:
-        def work() -> None:
+        async def work(client: Any) -> None:
             started.append(name)
-            release.wait(10)
+            while not release.is_set():
+                await asyncio.sleep(0.01)
 
         return work
 
+    n = models.PER_NAMESPACE
     futures = [models._submit(("greedy", f"m{i}", None, ""), slow(f"g{i}")) for i in range(8)]
     other = models._submit(("polite", "m", None, ""), slow("p"))
     try:
         wait_for(lambda: "p" in started, timeout=5, interval=0.01, message="the other namespace")
-        assert models.in_flight() == {
-            "greedy": (models.PER_NAMESPACE, 8 - models.PER_NAMESPACE),
-            "polite": (1, 0),
-        }
-        assert [n for n in started if n.startswith("g")] == ["g0"]
+        wait_for(
+            lambda: models.in_flight().get("greedy") == (n, 8 - n),
+            timeout=5,
+            interval=0.01,
+            message="the greedy namespace at its bound",
+        )
+        assert models.in_flight()["polite"] == (1, 0)
+        assert [x for x in started if x.startswith("g")] == [f"g{i}" for i in range(n)]
     finally:
         release.set()
     for f in [*futures, other]:
         f.result(timeout=10)
-    # the greedy namespace's queue ran in order, one at a time
-    assert [n for n in started if n.startswith("g")] == [f"g{i}" for i in range(8)]
+    # the greedy namespace's queue ran in order
+    assert [x for x in started if x.startswith("g")] == [f"g{i}" for i in range(8)]
     assert models.in_flight() == {}
+
+
+# every model the test Hub publishes, and the credentials / revisions that change the answer
+_BOTH_PATHS = [
+    ("acme/llama-3.2-1b-support", None, False),
+    ("acme/Qwen2.5-72B-Instruct-AWQ", None, False),  # 10 shards and an index
+    ("acme/llama-3.2-1b-gptq", None, False),
+    ("acme/llama-3-8b-bnb-4bit", None, False),
+    ("acme/Qwen3-32B-FP8", None, False),
+    ("gated/llama-3.2-1b", None, False),
+    ("gated/llama-3.2-1b", None, "hf_someone_else"),
+    ("gated/llama-3.2-1b", None, "hf_granted"),
+    ("acme/moving", None, False),
+    ("acme/moving", "v1", False),
+    ("acme/moving", "v9", False),
+    ("acme/does-not-exist", None, False),
+    ("acme/does-not-exist", None, "hf_granted"),
+    ("acme/just-a-readme", None, False),
+    ("acme/tiny-GGUF", None, False),
+    ("acme/no-weights", None, False),
+    ("acme/odd-dtype", None, False),
+    ("meta-llama/Llama-3.1-8B-Instruct", None, False),  # the catalog: no request at all
+]
+
+
+def _async_resolve(ref: str, revision: str | None, token: Any, timeout: float | None = None) -> Any:
+    import asyncio
+
+    from inference_capacity.model.hub_async import HubClient, resolve_model_ref_async
+
+    async def go() -> Any:
+        client = HubClient(connections=8, shard_parallel=4)
+        try:
+            return await resolve_model_ref_async(ref, revision, token, timeout, client)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def _outcome(call: Any) -> Any:
+    from dataclasses import replace
+
+    try:
+        got = call()
+    except ModelSourceError as exc:
+        return ("error", exc.reason, str(exc))
+    return replace(got, seconds=0.0, cached=False)
+
+
+@pytest.mark.parametrize("ref,revision,token", _BOTH_PATHS)
+def test_the_async_hub_path_gives_the_sync_result(
+    published: dict[str, Any],
+    hub: HubServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ref: str,
+    revision: str | None,
+    token: Any,
+) -> None:
+    """Issue 13: the operator's async fetch (model/hub_async.py) and the CLI's huggingface_hub
+    path resolve every published model to the same ResolvedModel (commit, config, inventory,
+    disk bytes, notes), or fail with the same reason and message; each with its own empty
+    HF_HOME, so the async one reads every header itself."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "sync"))
+    want = _outcome(lambda: resolve_model_ref(ref, revision=revision, token=token))
+    clear_cache()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "async"))
+    before = len(hub.requests)
+    got = _outcome(lambda: _async_resolve(ref, revision, token))
+    assert got == want
+    if ref.startswith("meta-llama/"):
+        assert len(hub.requests) == before
+    if isinstance(want, tuple):
+        assert want[1] in {"Gated", "NotFound", "RevisionNotFound", "NoModelConfig"} | {
+            "GgufOnly",
+            "InvalidCheckpoint",
+        }
+        return
+    if want.inventory is not None:  # the async path wrote the same on-disk header cache
+        assert (tmp_path / "async" / "inference-capacity").is_dir()
+        # a second resolution, cold in memory, takes the headers from that disk cache
+        clear_cache()
+        n = hub.count("GET", "_blobs")
+        assert _outcome(lambda: _async_resolve(ref, revision, token)) == want
+        assert hub.count("GET", "_blobs") == n
+
+
+def test_the_async_path_reads_the_preprocessor_config_as_the_sync_one(
+    published: dict[str, Any], hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's async fetch also reads a repository's preprocessor_config.json (it sizes
+    a Qwen2-VL dummy image), keeps it with the headers, and gives the sync path's result."""
+    pre = {"image_processor_type": "Qwen2VLImageProcessor", "max_pixels": 1003520}
+    files = ck.write_checkpoint(tmp_path / "repo", ck.dense(LLAMA_1B), LLAMA_1B, None)
+    hub.add(
+        "acme/with-processor-async",
+        {**dict(files), "preprocessor_config.json": json.dumps(pre).encode()},
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "sync"))
+    want = _outcome(lambda: resolve_model_ref("acme/with-processor-async"))
+    clear_cache()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "async"))
+    got = _outcome(lambda: _async_resolve("acme/with-processor-async", None, False))
+    assert got == want and got.preprocessor == pre
+    # from the async path's own header cache the second time: no request for it
+    clear_cache()
+    n = hub.count("GET", "preprocessor_config.json")
+    assert _async_resolve("acme/with-processor-async", None, False).preprocessor == pre
+    assert hub.count("GET", "preprocessor_config.json") == n
+
+
+def test_the_async_path_offline_reads_the_same_warm_cache(
+    published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF_HUB_OFFLINE=1 in the operator: the async path reads the cache the CLI filled (no
+    request; the Hub would answer 503) and gives the sync path's offline result."""
+    resolve_model_ref("acme/Qwen2.5-72B-Instruct-AWQ")  # fills HF_HOME
+    clear_cache()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.fail_with = 503
+    before = len(hub.requests)
+    want = _outcome(lambda: resolve_model_ref("acme/Qwen2.5-72B-Instruct-AWQ"))
+    clear_cache()
+    got = _outcome(lambda: _async_resolve("acme/Qwen2.5-72B-Instruct-AWQ", None, False))
+    assert got == want and got.checkpoint_bytes is not None
+    assert len(hub.requests) == before
+
+
+def test_a_hub_request_past_its_timeout_is_a_network_error(
+    published: dict[str, Any], hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model info answers after 3 s; the async fetch gives up at its 0.4 s per-request
+    timeout with the Network reason (the same mapping, source.hub_error, as the sync path)."""
+    monkeypatch.setitem(hub.delays, "acme/llama-3.2-1b-gptq", 3.0)
+    t0 = time.monotonic()
+    with pytest.raises(ModelSourceError) as err:
+        _async_resolve("acme/llama-3.2-1b-gptq", None, False, timeout=0.4)
+    assert time.monotonic() - t0 < 2.5
+    assert err.value.reason == "Network"
+    assert "cannot reach the Hub" in str(err.value)
+
+
+def test_the_hub_client_bounds_open_requests_over_all_resolutions(
+    hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six resolutions of six slow repositories (model info after 1.5 s) through a client of
+    2 connections: while the first two wait on the Hub, it has seen only those two; never more
+    than 2 are open, and all six resolve."""
+    import asyncio
+
+    from inference_capacity.model.hub_async import HubClient, resolve_model_ref_async
+
+    names = [f"bounded/m{i}" for i in range(6)]
+    for name in names:
+        hub.add(name, {"config.json": json.dumps(LLAMA_1B).encode()})
+        monkeypatch.setitem(hub.delays, name, 1.5)
+    seen: list[int] = []
+
+    async def go() -> list[Any]:
+        client = HubClient(connections=2, shard_parallel=8)
+        tasks = [
+            asyncio.ensure_future(resolve_model_ref_async(n, None, False, 5.0, client))
+            for n in names
+        ]
+        for _ in range(100):  # the first two reach the Hub (and wait there 1.5 s)
+            if hub.count("GET", r"^/api/models/bounded/") >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # room for more, were they not bounded
+        seen.append(hub.count("GET", r"^/api/models/bounded/"))
+        out = await asyncio.gather(*tasks)
+        seen.append(client.peak_open)
+        await client.close()
+        return out
+
+    results = asyncio.run(go())
+    assert seen == [2, 2]
+    assert [r.id for r in results] == names
+    assert hub.count("GET", r"^/api/models/bounded/") == 6
+
+
+def test_an_answer_over_the_cap_is_refused_unparsed(hub: HubServer) -> None:
+    """A config.json of 17 MiB: the async path stops reading at hub_async.MAX_JSON_BYTES
+    (16 MiB) and fails closed with HubError instead of holding it all."""
+    from inference_capacity.model.hub_async import MAX_JSON_BYTES
+
+    assert MAX_JSON_BYTES == 16 << 20
+    hub.add("acme/huge-config", {"config.json": b"{" + b" " * (17 << 20) + b"}"})
+    with pytest.raises(ModelSourceError) as err:
+        _async_resolve("acme/huge-config", None, False)
+    assert err.value.reason == "HubError"
+    assert f"answered with more than {MAX_JSON_BYTES} B" in str(err.value)
+
+
+def test_slow_resolutions_are_in_flight_at_once_without_a_thread_each(
+    hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: twelve resolutions of twelve namespaces, their Hub answering after 2 s: all
+    twelve model-info requests are open at the Hub at once, and the operator holds no thread
+    more than before (the old pool held one per resolution, four at most)."""
+    import threading
+
+    from inference_capacity.controller import ioloop, models
+
+    def threads() -> set[str]:  # less the test Hub's request threads
+        return {t.name for t in threading.enumerate() if "process_request" not in t.name}
+
+    names = [f"slow/m{i}" for i in range(12)]
+    for name in names:
+        hub.add(name, {"config.json": json.dumps(LLAMA_1B).encode()})
+        monkeypatch.setitem(hub.delays, name, 2.0)
+    monkeypatch.setattr(models, "MODEL_RESOLVE_DEADLINE_SECONDS", 0.01)
+    ioloop.get()
+    before = threads()
+    outs = [models.resolve_spec_model(f"ns{i}", _spec(n)) for i, n in enumerate(names)]
+    assert {o.reason for o in outs} == {"Resolving"}
+    wait_for(
+        lambda: hub.count("GET", r"^/api/models/slow/") == 12,
+        timeout=1.5,
+        interval=0.01,
+        message="all twelve at the Hub at once",
+    )
+    during = threads()
+    assert during == before
+    assert sum(r for r, _ in models.in_flight().values()) == 12
+    wait_for(lambda: not models.in_flight(), timeout=10, interval=0.05, message="the fetches")
+    again = [models.resolve_spec_model(f"ns{i}", _spec(n)) for i, n in enumerate(names)]
+    assert all(o.ok for o in again)
+    assert hub.count("GET", r"^/api/models/slow/") == 12  # cache hits
 
 
 def test_operator_token_only_from_the_resources_secret(

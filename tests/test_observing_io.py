@@ -69,3 +69,39 @@ def test_the_observation_lands_in_the_cache(io: None, slow_stub: Callable[..., S
     assert obs is not None and obs.reason == "NoSeries"
     assert observing._observe_cached("uid-d", src, refresh_s=60) is obs  # fresh: no query
     assert srv.total == 3
+
+
+def test_one_io_loop_for_prometheus_and_the_hub_stopped_at_shutdown(
+    io: None, slow_stub: Callable[..., SlowServer]
+) -> None:
+    """controller/ioloop.py: an observation and a Hub resolution run on the same loop thread
+    (operator-io); shutdown cancels what is in flight, stops that thread, and the next use
+    starts a fresh loop."""
+    import asyncio
+    import threading
+
+    from inference_capacity.controller import ioloop, models
+
+    def io_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == ioloop.THREAD_NAME]
+
+    srv = slow_stub(30.0)
+    assert observing._observe_cached("uid-e", PromSource(srv.url), refresh_s=60) is None
+    loops: list[object] = []
+
+    async def work(client: object) -> None:
+        loops.append(ioloop.current())
+        await asyncio.sleep(30)
+
+    fut = models._submit(("ns-io", "m", None, ""), work)
+    _wait(lambda: bool(loops))
+    assert loops == [ioloop.get()] and len(io_threads()) == 1
+    first = io_threads()[0]
+    observing.shutdown()
+    _wait(lambda: fut.cancelled() and srv.open == 0 and not first.is_alive())
+    assert models.in_flight() == {} and observing.inflight() == 0
+    assert io_threads() == []
+    # a later use starts a fresh loop
+    obs = observing._observe_cached("uid-f", PromSource(slow_stub(0.1).url), refresh_s=60)
+    assert obs is not None and obs.reason == "NoSeries"
+    assert len(io_threads()) == 1 and io_threads()[0] is not first

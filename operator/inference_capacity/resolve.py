@@ -51,6 +51,7 @@ from .engines.vllm_mm import (
 )
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
+from .model.hub_async import HubClient, resolve_model_ref_async
 from .model.limits import parse_config_json
 from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
@@ -116,6 +117,23 @@ def resolve_model_source(
         return resolve_model_ref(
             m.name, revision=m.revision, token=token, timeout=timeout, allow_local=allow_local
         )
+    except ModelSourceError as exc:
+        raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
+
+
+async def resolve_model_source_async(
+    spec: InferenceCapacitySpec,
+    token: str | bool | None,
+    timeout: float | None,
+    client: HubClient,
+) -> ResolvedModel | None:
+    """:func:`resolve_model_source` for the operator: never a path, the Hub fetched on
+    ``client`` (:mod:`inference_capacity.model.hub_async`)."""
+    m = spec.model
+    if m.name is None:
+        return None
+    try:
+        return await resolve_model_ref_async(m.name, m.revision, token, timeout, client)
     except ModelSourceError as exc:
         raise ResolveError("spec.model.name", str(exc), exc.reason) from exc
 

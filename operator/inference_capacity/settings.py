@@ -57,12 +57,17 @@ class Settings:
     #: URL prefixes spec.workload.fromPrometheus.url may start with; empty: all refused
     prometheus_allowed_url_prefixes: tuple[str, ...] = ()
     # --- the Hub (model/source.py, controller/models.py) -------------------------------------
-    #: per Hub request, connect and read (seconds)
+    #: per Hub request, from its start to its last byte (seconds)
     hub_timeout: float = 10.0
     #: how long a reconcile waits for a model resolution before reporting Resolving (seconds)
     model_resolve_deadline_seconds: float = 2.0
-    #: threads resolving models from the Hub
-    model_workers: int = 4
+    #: Hub requests open at once over all resolutions (async, on the operator's I/O loop;
+    #: never a thread per request); each resolution reads at most 8 headers at once
+    hub_connections: int = 32
+    #: model resolutions running at once over all namespaces
+    model_resolutions: int = 16
+    #: model resolutions of one namespace running at once (the rest wait their turn)
+    model_resolutions_per_namespace: int = 2
     #: resolved models kept in memory
     model_cache: int = 64
     #: how long a moving revision (a branch) resolves to the same commit (seconds)

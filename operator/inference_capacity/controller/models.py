@@ -1,22 +1,21 @@
 """spec.model in the cluster: resolve a Hub id with the resource's own token, under a deadline.
 
-Kopf runs the handlers in worker threads, so a Hub request never blocks the event loop; it must
-not hold a handler worker either, nor let one tenant fill the threads that fetch. So:
+No thread waits on the Hub: a resolution is a coroutine (:mod:`inference_capacity.model.
+hub_async`, on huggingface_hub's ``httpx2.AsyncClient``) on the operator's I/O loop
+(:mod:`.ioloop`, shared with the Prometheus queries). A reconcile (a sync Kopf handler in Kopf's
+executor) submits it and waits at most ``MODEL_RESOLVE_DEADLINE_SECONDS`` for it: past it, the
+reconcile reports ``ModelResolved=False`` (reason ``Resolving``) and is retried, while the fetch
+finishes on the loop and fills the cache (:mod:`inference_capacity.model.source`: in memory by
+(id, commit), bounded), so the retry is a cache hit. Bounds, so one tenant cannot take the
+fetching from the others:
 
-- resolutions run in a small pool of their own (``INFERENCE_CAPACITY_MODEL_WORKERS``), never in
-  a handler worker; a reconcile waits at most ``MODEL_RESOLVE_DEADLINE_SECONDS`` for one: past
-  it, the reconcile reports ``ModelResolved=False`` (reason ``Resolving``) and is retried, while
-  the fetch finishes in the background and fills the cache (:mod:`inference_capacity.model.source`:
-  in memory by (id, commit), bounded), so the retry is a cache hit;
 - one resolution per (namespace, model, revision, token) is in flight: a retry, or a second
-  resource of the namespace naming the same model, joins it instead of queueing another;
-- at most ``PER_NAMESPACE`` resolutions of one namespace hold a pool thread at a time; the rest
-  of that namespace waits in its own queue, so one namespace naming many slow models cannot
-  take the pool from the others;
-- each Hub request times out after ``HUB_TIMEOUT_SECONDS``.
-
-huggingface_hub's API is synchronous (revisions, gated access, its disk cache, offline mode), so
-the fetch itself runs in a thread; these bounds are what keep it from being shared.
+  resource of the namespace naming the same model, joins it instead of starting another;
+- at most ``PER_NAMESPACE`` resolutions of one namespace run at a time (the rest of that
+  namespace waits its turn, in order), at most ``RESOLUTIONS`` over all namespaces;
+- at most ``source.HEADER_WORKERS`` header reads of one resolution at once, at most
+  ``hub_connections`` Hub requests open over all of them, each within ``HUB_TIMEOUT_SECONDS``
+  from its start to its last byte.
 
 The token comes only from ``spec.model.tokenSecretRef``, a Secret in the resource's own
 namespace; without one the request carries no token at all (the operator's own environment
@@ -25,96 +24,122 @@ never lends its credentials to a resource).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
-from collections import deque
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
 from ..api import InferenceCapacitySpec
-from ..model.source import ModelSourceError, ResolvedModel
-from ..resolve import ResolveError, draft_model_ref, resolve_draft_source, resolve_model_source
-from . import k8s
+from ..model.hub_async import HubClient, resolve_model_ref_async
+from ..model.source import HEADER_WORKERS, ModelSourceError, ResolvedModel
+from ..resolve import ResolveError, draft_model_ref, resolve_model_source_async
+from . import ioloop, k8s
 
 MODEL_RESOLVE_DEADLINE_SECONDS = settings.current().model_resolve_deadline_seconds
-#: per Hub request (connect / read)
+#: per Hub request (connect to last byte)
 HUB_TIMEOUT_SECONDS = settings.current().hub_timeout
-_pool = ThreadPoolExecutor(
-    max_workers=max(1, settings.current().model_workers),
-    thread_name_prefix="model-resolve",
-)
-#: resolutions of one namespace that may hold a pool thread at the same time
-PER_NAMESPACE = 1
+#: resolutions of one namespace that run at the same time
+PER_NAMESPACE = max(1, settings.current().model_resolutions_per_namespace)
+#: resolutions that run at the same time over all namespaces
+RESOLUTIONS = max(1, settings.current().model_resolutions)
 
 _Key = tuple[str, str, str | None, str]
+Work = Callable[[HubClient], Awaitable[ResolvedModel | None]]
 _lock = threading.Lock()
 #: resolutions queued or running, by (namespace, model, revision, token digest)
 _inflight: dict[_Key, Future[ResolvedModel | None]] = {}
-#: per namespace: how many hold a pool thread, and the ones waiting for their turn
+#: per namespace: how many run, and how many wait for their turn
 _running: dict[str, int] = {}
-_waiting: dict[str, deque[tuple[_Key, Callable[[], ResolvedModel | None]]]] = {}
+_waiting: dict[str, int] = {}
 
 
-def _start_locked(key: _Key, work: Callable[[], ResolvedModel | None]) -> None:
-    """Hand ``work`` to the pool (caller holds _lock and has counted it as running)."""
-    fut = _inflight[key]
+class _Hub:
+    """What the Hub fetches keep on the I/O loop: the client, the bounds (asyncio objects are
+    bound to the loop, so a new loop after a shutdown gets new ones)."""
 
-    def run() -> None:
-        if fut.set_running_or_notify_cancel():
-            try:
-                fut.set_result(work())
-            except BaseException as exc:  # carried to the waiting reconcile
-                fut.set_exception(exc)
-        _finished(key)
+    def __init__(self) -> None:
+        self.client = HubClient(max(1, settings.current().hub_connections), HEADER_WORKERS)
+        self.all = asyncio.Semaphore(RESOLUTIONS)
+        self.namespaces: dict[str, asyncio.Semaphore] = {}
 
-    _pool.submit(run)
+    async def close(self) -> None:
+        await self.client.close()
 
 
-def _finished(key: _Key) -> None:
-    ns = key[0]
+def _hub() -> _Hub:
+    return ioloop.current().resource("hub", _Hub, _Hub.close)
+
+
+def _count(table: dict[str, int], ns: str, delta: int) -> None:
     with _lock:
-        _inflight.pop(key, None)
-        queue = _waiting.get(ns)
-        if queue:
-            nxt, work = queue.popleft()
-            if not queue:
-                del _waiting[ns]
-            _start_locked(nxt, work)
-            return
-        left = _running.get(ns, 1) - 1
+        left = table.get(ns, 0) + delta
         if left > 0:
-            _running[ns] = left
+            table[ns] = left
         else:
-            _running.pop(ns, None)
+            table.pop(ns, None)
 
 
-def _submit(key: _Key, work: Callable[[], ResolvedModel | None]) -> Future[ResolvedModel | None]:
-    """The resolution for ``key``: the one in flight, or a new one (queued behind the
-    namespace's running ones when it has PER_NAMESPACE of them)."""
+async def _run(key: _Key, work: Work) -> ResolvedModel | None:
+    hub = _hub()
+    ns = key[0]
+    sem = hub.namespaces.setdefault(ns, asyncio.Semaphore(PER_NAMESPACE))
+    _count(_waiting, ns, 1)
+    waiting = True
+    try:
+        async with sem, hub.all:  # FIFO: a namespace's resolutions run in the order they came
+            _count(_waiting, ns, -1)
+            waiting = False
+            _count(_running, ns, 1)
+            try:
+                return await work(hub.client)
+            finally:
+                _count(_running, ns, -1)
+    finally:
+        if waiting:
+            _count(_waiting, ns, -1)
+        with _lock:  # all of these run on the one loop thread: no other is between here
+            idle = ns not in _running and ns not in _waiting
+        if idle:
+            hub.namespaces.pop(ns, None)
+
+
+def _submit(key: _Key, work: Work) -> Future[ResolvedModel | None]:
+    """The resolution for ``key``: the one in flight, or a new one on the I/O loop (waiting
+    behind the namespace's running ones when it has PER_NAMESPACE of them)."""
     with _lock:
         fut = _inflight.get(key)
         if fut is not None:
             return fut
-        fut = Future()
+        fut = ioloop.submit(_run(key, work))
         _inflight[key] = fut
-        ns = key[0]
-        if _running.get(ns, 0) < PER_NAMESPACE:
-            _running[ns] = _running.get(ns, 0) + 1
-            _start_locked(key, work)
-        else:
-            _waiting.setdefault(ns, deque()).append((key, work))
-        return fut
+
+    def done(f: Future[ResolvedModel | None]) -> None:
+        with _lock:
+            if _inflight.get(key) is f:
+                del _inflight[key]
+
+    fut.add_done_callback(done)
+    return fut
 
 
 def in_flight() -> dict[str, tuple[int, int]]:
-    """Per namespace: (resolutions holding a thread, resolutions waiting their turn)."""
+    """Per namespace: (resolutions running, resolutions waiting their turn)."""
     with _lock:
         names = set(_running) | set(_waiting)
-        return {ns: (_running.get(ns, 0), len(_waiting.get(ns, ()))) for ns in names}
+        return {ns: (_running.get(ns, 0), _waiting.get(ns, 0)) for ns in names}
+
+
+def _wait(future: Future[ResolvedModel | None]) -> ResolvedModel | None:
+    """The resolution within the deadline; FutureTimeout past it (or when the loop stopped)."""
+    try:
+        return future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
+    except CancelledError:
+        raise FutureTimeout() from None
 
 
 @dataclass(frozen=True)
@@ -157,9 +182,11 @@ def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutc
     if isinstance(token, ModelOutcome):
         return token
     key: _Key = (namespace, m.name, m.revision, _token_key(token))
-    future = _submit(key, lambda: resolve_model_source(spec, token, HUB_TIMEOUT_SECONDS, False))
+    future = _submit(
+        key, lambda hub: resolve_model_source_async(spec, token, HUB_TIMEOUT_SECONDS, hub)
+    )
     try:
-        source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
+        source = _wait(future)
     except FutureTimeout:
         return ModelOutcome(
             None,
@@ -178,7 +205,7 @@ def resolve_spec_model(namespace: str, spec: InferenceCapacitySpec) -> ModelOutc
 def resolve_draft_model(
     namespace: str, spec: InferenceCapacitySpec, deployment: Mapping[str, Any]
 ) -> tuple[dict[tuple[str, str | None], ResolvedModel], ModelOutcome | None]:
-    """The target's ``--speculative-config`` drafter, resolved as spec.model is: the same pool
+    """The target's ``--speculative-config`` drafter, resolved as spec.model is: the same loop,
     and deadline, spec.model.tokenSecretRef's token or none, never a local path. Returns the
     drafters for :func:`~inference_capacity.resolve.resolve` and None, or the refusal."""
     ref = draft_model_ref(spec, deployment)
@@ -190,10 +217,10 @@ def resolve_draft_model(
     model, revision = ref
     key: _Key = (namespace, f"draft:{model}", revision, _token_key(token))
     future = _submit(
-        key, lambda: resolve_draft_source(model, revision, token, HUB_TIMEOUT_SECONDS, False)
+        key, lambda hub: resolve_model_ref_async(model, revision, token, HUB_TIMEOUT_SECONDS, hub)
     )
     try:
-        source = future.result(timeout=MODEL_RESOLVE_DEADLINE_SECONDS)
+        source = _wait(future)
     except FutureTimeout:
         return {}, ModelOutcome(
             None,

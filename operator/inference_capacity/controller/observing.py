@@ -5,11 +5,12 @@ Prometheus failing never stops the operator: it keeps sizing from the spec and s
 ``Observed`` condition. A prediction drift is an Event and a ``Calibrated=False`` condition,
 never a silent change of the formulas.
 
-I/O: the queries are coroutines (``observe.observe_async``) on one event loop of this module's,
-in a daemon thread (``prom-io``) started at the first observation and stopped by ``shutdown``
-(Kopf's cleanup). A reconcile is a sync Kopf handler in Kopf's executor; it submits the
-observation to that loop (``run_coroutine_threadsafe``) and waits at most
-``observe_wait_seconds`` for it, then goes on with the last observation or ``Pending``. Not
+I/O: the queries are coroutines (``observe.observe_async``) on the operator's I/O loop
+(:mod:`.ioloop`, a daemon thread ``operator-io`` shared with the Hub fetches), started at the
+first observation and stopped by ``shutdown`` (Kopf's cleanup). A reconcile is a sync Kopf
+handler in Kopf's executor; it submits the observation to that loop
+(``run_coroutine_threadsafe``) and waits at most ``observe_wait_seconds`` for it, then goes on
+with the last observation or ``Pending``. Not
 Kopf's own loop: answers are parsed on the loop, and a large one there would stall Kopf's watch
 streams and the dispatch of every handler; on a loop of its own a hostile Prometheus delays only
 observations. Bounds: one observation in flight per resource (a new source cancels the old
@@ -21,7 +22,6 @@ those the admin's URL prefixes allow).
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import threading
 import time
@@ -54,7 +54,7 @@ from ..observe.observation import (
 )
 from ..planner import PlanInput
 from ..sizing import Workload
-from . import k8s
+from . import ioloop, k8s
 
 #: URL prefixes the cluster admin allows Prometheus queries to (``run
 #: --prometheus-allowed-url-prefix``, Helm ``prometheus.allowedUrlPrefixes``); empty (the
@@ -141,57 +141,24 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
 OBSERVE_WAIT_SECONDS = settings.current().observe_wait_seconds
 
 
-class _Loop:
-    """The operator's Prometheus I/O: one event loop in one daemon thread (``prom-io``), one
-    ``reader.Client`` on it bounding the connections open at once over all resources
-    (``prometheus_connections``). Each observation is a task there: while it waits on a slow
-    Prometheus it holds no thread, so any number of slow servers cost sockets and memory, not
-    workers. Kopf's own loop is not used: a reconcile is a sync handler in Kopf's executor, and
-    parsing a large answer on Kopf's loop would stall its watch streams and every handler's
-    dispatch; a loop of its own fails alone. Started at first use, stopped by ``shutdown``."""
-
-    def __init__(self, connections: int) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="prom-io", daemon=True)
-        self.thread.start()
-        self.client: Client = asyncio.run_coroutine_threadsafe(
-            self._client(connections), self.loop
-        ).result()
-
-    @staticmethod
-    async def _client(connections: int) -> Client:
-        return Client(connections)
-
-    def submit(self, source: PromSource) -> Future[Observation]:
-        return asyncio.run_coroutine_threadsafe(
-            observe_async(source, client=self.client), self.loop
-        )
-
-    def stop(self) -> None:
-        async def close() -> None:
-            me = asyncio.current_task()
-            for task in asyncio.all_tasks():
-                if task is not me:
-                    task.cancel()
-            await self.client.close()
-
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=2)
-        except Exception:  # noqa: BLE001 - shutting down: the process exits next
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
+PROMETHEUS_CLIENT = "prometheus"
 
 
-_loop: _Loop | None = None
-_loop_lock = threading.Lock()
+def _client() -> Client:
+    """The loop's one Prometheus client (made there at first use, closed by ``shutdown``)."""
+    return ioloop.current().resource(
+        PROMETHEUS_CLIENT,
+        lambda: Client(max(1, settings.current().prometheus_connections)),
+        Client.close,
+    )
 
 
-def _io() -> _Loop:
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = _Loop(max(1, settings.current().prometheus_connections))
-        return _loop
+async def _observe(source: PromSource) -> Observation:
+    return await observe_async(source, client=_client())
+
+
+def _submit(source: PromSource) -> Future[Observation]:
+    return ioloop.submit(_observe(source))
 
 
 #: at most one observation in flight per resource: resource key -> (source, its future)
@@ -214,7 +181,7 @@ def _observe_cached(key: str, source: PromSource, refresh_s: float) -> Observati
         if running is not None and started:
             running[1].cancel()
         if started:
-            fut = _io().submit(source)
+            fut = _submit(source)
             _inflight[key] = (source, fut)
         else:
             assert running is not None
@@ -359,9 +326,6 @@ def forget(key: str) -> None:
 
 
 def shutdown() -> None:
-    """Cancel the observations in flight and stop the I/O loop (operator shutdown)."""
-    global _loop
-    with _loop_lock:
-        loop, _loop = _loop, None
-    if loop is not None:
-        loop.stop()
+    """Cancel the observations in flight and stop the operator's I/O loop (operator shutdown;
+    the Hub fetches on it stop too)."""
+    ioloop.shutdown()

@@ -10,6 +10,9 @@ One resolution order for the CLI and the operator:
    commit) resolves to a commit; the config and every shard's safetensors header (a few KB by
    HTTP range request per shard, never the weights) are read at that commit.
 
+The operator makes the same Hub requests as coroutines (:mod:`.hub_async`, on
+huggingface_hub's async client); the steps between the requests are this module's, for both.
+
 The headers read from the Hub are also kept on disk next to the Hub cache
 (``$HF_HOME/inference-capacity/``), so ``HF_HUB_OFFLINE=1`` with a warm cache resolves the same
 model, commit and bytes without the network.
@@ -44,6 +47,7 @@ from .checkpoint import (
     Inventory,
     TensorEntry,
     build_inventory,
+    index_files,
     local_inventory,
     parse_header,
 )
@@ -160,6 +164,15 @@ def resolve_model_ref(
     at all, ``None`` for huggingface_hub's own (``HF_TOKEN`` or the saved login).
     ``allow_local=False`` (the operator): a path is never read, only catalog keys and Hub ids."""
     started = time.monotonic()
+    out = route_model_ref(ref, revision, allow_local)
+    if isinstance(out, str):
+        return resolve_hub(out, revision, token, timeout)
+    return replace(out, seconds=time.monotonic() - started)
+
+
+def route_model_ref(ref: str, revision: str | None, allow_local: bool) -> ResolvedModel | str:
+    """The resolution order without the Hub's I/O: a local or catalog model resolved, or the
+    Hub id to fetch (the sync and the async Hub paths both start here)."""
     path = Path(ref).expanduser()
     if allow_local and path.exists():
         out = _resolve_local(path)
@@ -168,9 +181,9 @@ def resolve_model_ref(
         out = ResolvedModel("catalog", name, None, None, cfg)
     elif resolve_catalog_key(ref) is not None:
         # a catalog model at a given revision: the Hub repository of that name
-        return resolve_hub(str(resolve_catalog_key(ref)), revision, token, timeout)
+        return str(resolve_catalog_key(ref))
     elif HUB_ID.match(ref):
-        return resolve_hub(ref, revision, token, timeout)
+        return ref
     else:
         looks_like_path = (
             ref.endswith(".json")
@@ -192,7 +205,7 @@ def resolve_model_ref(
             "model",
             "InvalidRevision",
         )
-    return replace(out, seconds=time.monotonic() - started)
+    return out
 
 
 def _unknown_message(ref: str) -> str:
@@ -243,7 +256,7 @@ def _resolve_local(path: Path) -> ResolvedModel:
         disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     name = str(cfg.get("_name_or_path") or path)
     pre = folder / PREPROCESSOR
-    preprocessor = _preprocessor(_read_json(pre), str(pre)) if pre.is_file() else None
+    preprocessor = preprocessor_object(_read_json(pre), str(pre)) if pre.is_file() else None
     return ResolvedModel("local", name, None, None, cfg, inventory, disk, preprocessor=preprocessor)
 
 
@@ -252,7 +265,7 @@ def _resolve_local(path: Path) -> ResolvedModel:
 PREPROCESSOR = "preprocessor_config.json"
 
 
-def _preprocessor(value: Any, where: str) -> dict[str, Any]:
+def preprocessor_object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ModelSourceError(f"{where}: expected a JSON object", "InvalidModelConfig")
     return value
@@ -318,7 +331,7 @@ def _cache_put(value: ResolvedModel, token_key: str) -> None:
             _access.pop(old, None)
 
 
-def _token_key(token: str | bool | None) -> str:
+def token_key(token: str | bool | None) -> str:
     if token is None or token is True:
         return "ambient"
     if token is False:
@@ -349,37 +362,51 @@ def resolve_hub(
     callers wait for it and share its result."""
     started = time.monotonic()
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    tk = _token_key(token)
-    rev_key = (repo_id, revision, tk)
+    tk = token_key(token)
     with _cache_lock:
-        seen = _revisions.get(rev_key)
         lock = _inflight.setdefault((repo_id, revision), threading.Lock())
+    hit = cached_resolution(repo_id, revision, tk, started)
+    if hit is not None:
+        return hit
+    with lock:
+        hit = cached_resolution(repo_id, revision, tk, started)
+        if hit is not None:
+            return hit
+        out = _fetch_hub(repo_id, revision, token, timeout)
+        remember(out, revision, tk)
+    return replace(out, seconds=time.monotonic() - started)
+
+
+def cached_resolution(
+    repo_id: str, revision: str | None, token_key: str, started: float
+) -> ResolvedModel | None:
+    """The cached resolution of (id, revision) for this caller's credentials: a commit is
+    cached for good, a branch or tag for ``REVISION_TTL_SECONDS``."""
+    with _cache_lock:
+        seen = _revisions.get((repo_id, revision, token_key))
     if revision is not None and COMMIT.match(revision):
         seen = (time.monotonic(), revision)
-    if seen is not None and time.monotonic() - seen[0] < REVISION_TTL_SECONDS:
-        hit = _cache_get(repo_id, seen[1], tk)
-        if hit is not None:
-            return replace(hit, cached=True, seconds=time.monotonic() - started)
-    with lock:
-        with _cache_lock:
-            seen = _revisions.get(rev_key)
-        if seen is not None and time.monotonic() - seen[0] < REVISION_TTL_SECONDS:
-            hit = _cache_get(repo_id, seen[1], tk)
-            if hit is not None:
-                return replace(hit, cached=True, seconds=time.monotonic() - started)
-        out = _fetch_hub(repo_id, revision, token, timeout)
-        _cache_put(out, tk)
-        with _cache_lock:
-            _revisions[rev_key] = (time.monotonic(), out.revision or "")
-            _prune_locked()
-    return replace(out, seconds=time.monotonic() - started)
+    if seen is None or time.monotonic() - seen[0] >= REVISION_TTL_SECONDS:
+        return None
+    hit = _cache_get(repo_id, seen[1], token_key)
+    if hit is None:
+        return None
+    return replace(hit, cached=True, seconds=time.monotonic() - started)
+
+
+def remember(out: ResolvedModel, revision: str | None, token_key: str) -> None:
+    """Cache a fresh resolution by (id, commit), and (id, revision) -> commit for this caller."""
+    _cache_put(out, token_key)
+    with _cache_lock:
+        _revisions[(out.id, revision, token_key)] = (time.monotonic(), out.revision or "")
+        _prune_locked()
 
 
 def _describe_revision(revision: str | None) -> str:
     return f"revision {revision!r}" if revision else "the main branch"
 
 
-def _hub_error(exc: BaseException, repo_id: str, revision: str | None, token: Any) -> Exception:
+def hub_error(exc: BaseException, repo_id: str, revision: str | None, token: Any) -> Exception:
     """A huggingface_hub / transport exception as a ModelSourceError users can act on."""
     from huggingface_hub import errors as hf_errors
 
@@ -486,25 +513,17 @@ def _fetch_hub(
             f"{repo_id!r} is not a Hub model id: {exc}", "UnknownModel"
         ) from None
     if hub_offline():
-        return _offline(repo_id, revision, hf_hub_download)
+        return resolve_offline(repo_id, revision)
     api = HfApi(endpoint=_endpoint(), token=token)
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True, timeout=timeout)
     except Exception as exc:
-        raise _hub_error(exc, repo_id, revision, token) from None
+        raise hub_error(exc, repo_id, revision, token) from None
     commit = info.sha
     if not commit:
         raise ModelSourceError(f"{repo_id}: the Hub did not say which commit it serves", "HubError")
     siblings = {s.rfilename: s.size for s in (info.siblings or [])}
-    if "config.json" not in siblings:
-        ggufs = sorted(n for n in siblings if n.endswith(".gguf"))
-        if ggufs:
-            raise ModelSourceError(_gguf_message(repo_id, ggufs), "GgufOnly")
-        raise ModelSourceError(
-            f"{repo_id} at {commit[:12]} has no config.json (is it a model repository for "
-            "transformers/vLLM? adapters need their base model)",
-            "NoModelConfig",
-        )
+    check_siblings(repo_id, commit, siblings)
     if info.gated or info.private:
         # the Hub shows a gated repository's info to anyone; its files only to those granted
         # access. Check this caller's access before anything cached (by another caller) is used
@@ -515,8 +534,8 @@ def _fetch_hub(
                 timeout=timeout,
             )
         except Exception as exc:
-            raise _hub_error(exc, repo_id, revision, token) from None
-    cached = _read_header_cache(repo_id, commit)
+            raise hub_error(exc, repo_id, revision, token) from None
+    cached = read_header_cache(repo_id, commit)
     preprocessor: dict[str, Any] | None = None
     rewrite = False  # a header cache written without the preprocessor this commit has
     if PREPROCESSOR in siblings:
@@ -534,8 +553,10 @@ def _fetch_hub(
                     etag_timeout=timeout,
                 )
             except Exception as exc:
-                raise _hub_error(exc, repo_id, revision, token) from None
-            preprocessor = _preprocessor(_read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}")
+                raise hub_error(exc, repo_id, revision, token) from None
+            preprocessor = preprocessor_object(
+                _read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}"
+            )
             rewrite = cached is not None
     try:
         # by the revision asked for, so the Hub cache records branch/tag -> commit (offline
@@ -560,11 +581,8 @@ def _fetch_hub(
                 etag_timeout=timeout,
             )
     except Exception as exc:
-        raise _hub_error(exc, repo_id, revision, token) from None
-    cfg = _read_json(Path(cfg_path))
-    if not isinstance(cfg, dict):
-        raise ModelSourceError(f"{repo_id}: config.json is not a JSON object", "InvalidModelConfig")
-    disk = sum(int(s or 0) for s in siblings.values())
+        raise hub_error(exc, repo_id, revision, token) from None
+    cfg = config_object(repo_id, _read_json(Path(cfg_path)))
     inventory: Inventory | None = cached[0] if cached is not None else None
     if inventory is None:
         try:
@@ -572,16 +590,91 @@ def _fetch_hub(
         except ModelSourceError:
             raise
         except Exception as exc:
-            raise _hub_error(exc, repo_id, revision, token) from None
+            raise hub_error(exc, repo_id, revision, token) from None
         if inventory is not None:
-            _write_header_cache(repo_id, commit, inventory, disk, preprocessor)
+            write_header_cache(repo_id, commit, inventory, disk_bytes(siblings), preprocessor)
     elif rewrite:
-        _write_header_cache(repo_id, commit, inventory, disk, preprocessor)
+        write_header_cache(repo_id, commit, inventory, disk_bytes(siblings), preprocessor)
+    return hub_result(repo_id, commit, revision, cfg, siblings, inventory, preprocessor)
+
+
+# the pure steps of a Hub resolution, shared by the synchronous path above (the CLI) and the
+# operator's async one (:mod:`.hub_async`)
+
+
+def check_siblings(repo_id: str, commit: str, siblings: Mapping[str, int | None]) -> None:
+    """A repository vLLM can load: a config.json (GGUF-only repositories are named as such)."""
+    if "config.json" not in siblings:
+        ggufs = sorted(n for n in siblings if n.endswith(".gguf"))
+        if ggufs:
+            raise ModelSourceError(_gguf_message(repo_id, ggufs), "GgufOnly")
+        raise ModelSourceError(
+            f"{repo_id} at {commit[:12]} has no config.json (is it a model repository for "
+            "transformers/vLLM? adapters need their base model)",
+            "NoModelConfig",
+        )
+
+
+def config_object(repo_id: str, cfg: Any) -> dict[str, Any]:
+    if not isinstance(cfg, dict):
+        raise ModelSourceError(f"{repo_id}: config.json is not a JSON object", "InvalidModelConfig")
+    return cfg
+
+
+def disk_bytes(siblings: Mapping[str, int | None]) -> int:
+    return sum(int(s or 0) for s in siblings.values())
+
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def shard_names(
+    repo_id: str, commit: str, siblings: Mapping[str, int | None], index: Any | None
+) -> list[str]:
+    """The safetensors shards to read: the index's (``index``: the parsed
+    model.safetensors.index.json, when the repository has one), else every top-level
+    ``*.safetensors`` file."""
+    if index is None:
+        return sorted(n for n in siblings if n.endswith(".safetensors") and "/" not in n)
+    names = index_files(index, INDEX_FILE)
+    missing = [n for n in names if n not in siblings]
+    if missing:
+        raise ModelSourceError(
+            f"{repo_id} at {commit[:12]}: the index lists shards that are not in the "
+            f"repository, e.g. {missing[0]}",
+            "InvalidCheckpoint",
+        )
+    return names
+
+
+def shards_inventory(
+    per_file: list[tuple[str, list[TensorEntry]]], siblings: Mapping[str, int | None]
+) -> Inventory:
+    return build_inventory(per_file, {n: int(siblings.get(n) or 0) for n, _ in per_file})
+
+
+def hub_result(
+    repo_id: str,
+    commit: str,
+    revision: str | None,
+    cfg: Mapping[str, Any],
+    siblings: Mapping[str, int | None],
+    inventory: Inventory | None,
+    preprocessor: Mapping[str, Any] | None = None,
+) -> ResolvedModel:
     notes: tuple[str, ...] = ()
     if inventory is None:
         notes = (f"{repo_id} has no *.safetensors files: weights from config.json only",)
     return ResolvedModel(
-        "hub", repo_id, commit, revision, cfg, inventory, disk, notes, preprocessor=preprocessor
+        "hub",
+        repo_id,
+        commit,
+        revision,
+        cfg,
+        inventory,
+        disk_bytes(siblings),
+        notes,
+        preprocessor=preprocessor,
     )
 
 
@@ -593,28 +686,19 @@ def _hub_inventory(
     timeout: float,
     download: Any,
 ) -> Inventory | None:
-    if "model.safetensors.index.json" in siblings:
-        from .checkpoint import index_files
-
+    index = None
+    if INDEX_FILE in siblings:
         index_path = download(
             repo_id,
-            "model.safetensors.index.json",
+            INDEX_FILE,
             revision=commit,
             token=api.token,
             endpoint=_endpoint(),
             cache_dir=str(_hub_cache()),
             etag_timeout=timeout,
         )
-        names = index_files(_read_json(Path(index_path)), "model.safetensors.index.json")
-        missing = [n for n in names if n not in siblings]
-        if missing:
-            raise ModelSourceError(
-                f"{repo_id} at {commit[:12]}: the index lists shards that are not in the "
-                f"repository, e.g. {missing[0]}",
-                "InvalidCheckpoint",
-            )
-    else:
-        names = sorted(n for n in siblings if n.endswith(".safetensors") and "/" not in n)
+        index = _read_json(Path(index_path))
+    names = shard_names(repo_id, commit, siblings, index)
     if not names:
         return None
 
@@ -628,10 +712,10 @@ def _hub_inventory(
 
     with ThreadPoolExecutor(max_workers=min(HEADER_WORKERS, len(names))) as pool:
         per_file = list(pool.map(one, names))
-    return build_inventory(per_file, {n: int(siblings.get(n) or 0) for n in names})
+    return shards_inventory(per_file, siblings)
 
 
-def _write_header_cache(
+def write_header_cache(
     repo_id: str,
     commit: str,
     inv: Inventory,
@@ -665,7 +749,7 @@ def _write_header_cache(
         pass  # a read-only cache only costs the next resolution a few range requests
 
 
-def _read_header_cache(
+def read_header_cache(
     repo_id: str, commit: str
 ) -> tuple[Inventory, int | None, dict[str, Any] | None] | None:
     path = _header_cache_file(repo_id, commit)
@@ -697,9 +781,12 @@ def _read_header_cache(
         return None  # a damaged cache entry is read again from the Hub
 
 
-def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel:
+def resolve_offline(repo_id: str, revision: str | None) -> ResolvedModel:
     """HF_HUB_OFFLINE=1: the config from huggingface_hub's cache (which also maps a branch or
-    tag to its commit), the headers from our header cache or the cached shards themselves."""
+    tag to its commit), the headers from our header cache or the cached shards themselves.
+    Local files only (both Hub paths)."""
+    from huggingface_hub import hf_hub_download as download
+
     try:
         cfg_path = Path(
             download(
@@ -711,14 +798,14 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
             )
         )
     except Exception as exc:
-        raise _hub_error(exc, repo_id, revision, None) from None
+        raise hub_error(exc, repo_id, revision, None) from None
     commit = cfg_path.parent.name
     if not COMMIT.match(commit):
         raise ModelSourceError(
             f"{repo_id}: cannot tell the cached commit from {cfg_path}", "Offline"
         )
     cfg = _read_json(cfg_path)
-    cached = _read_header_cache(repo_id, commit)
+    cached = read_header_cache(repo_id, commit)
     inventory, disk, preprocessor = cached if cached is not None else (None, None, None)
     if preprocessor is None:
         try:
@@ -732,7 +819,9 @@ def _offline(repo_id: str, revision: str | None, download: Any) -> ResolvedModel
         except Exception:
             pre_path = None  # not cached (or the repository has none)
         if pre_path is not None:
-            preprocessor = _preprocessor(_read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}")
+            preprocessor = preprocessor_object(
+                _read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}"
+            )
     notes: list[str] = ["HF_HUB_OFFLINE: resolved from the local cache"]
     if inventory is None:
         try:
