@@ -215,9 +215,18 @@ def test_a_large_inline_config_is_handled_and_kopf_state_stays_under_the_annotat
     c.api.apply(dep)
     c.api.apply(icap, extra=("--server-side",))
     c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
-    annotations = c.icap(ns, "llama-8b")["metadata"].get("annotations") or {}
-    assert DIFFBASE_ANNOTATION in annotations, "Kopf's last-handled state was never stored"
-    assert sum(len(k) + len(v) for k, v in annotations.items()) < 256 * 1024
+
+    def annotations() -> dict[str, str]:
+        return dict(c.icap(ns, "llama-8b")["metadata"].get("annotations") or {})
+
+    # Kopf stores it right after the handler that patched the Deployment returns
+    wait_for(
+        lambda: DIFFBASE_ANNOTATION in annotations(),
+        timeout=30,
+        interval=0.5,
+        message="Kopf's last-handled state stored (on the old storage: never, a 422 each time)",
+    )
+    assert sum(len(k) + len(v) for k, v in annotations().items()) < 256 * 1024
     fits = c.wait_condition(ns, "llama-8b", "Fits", "True", "Fits")["message"]
     # an edit inside the digested config is still seen: half the KV heads, another pool
     merge(c, ns, "llama-8b", {"spec": {"model": {"config": {"num_key_value_heads": 4}}}})
