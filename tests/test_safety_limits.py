@@ -361,7 +361,10 @@ class _Reply(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", self.location)
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
-        self.wfile.write(self.body)
+        try:
+            self.wfile.write(self.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the reader stops reading an answer it refuses (a redirect, over its cap)
 
     def log_message(self, *_: Any) -> None:
         pass
