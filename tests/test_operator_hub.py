@@ -15,6 +15,7 @@ import pytest
 from tests import checkpoints as ck
 from tests.hubserver import HubServer
 from tests.operator_harness import Cluster, cluster, load_example
+from tests.realk8s.fixtures import wait_for
 from tests.test_model_source import LLAMA_1B
 
 __all__ = ["cluster"]
@@ -105,8 +106,15 @@ def test_gated_model_needs_the_resources_own_token(cluster: Cluster, hub: dict[s
     c.api.apply({**secret, "metadata": {"name": "hf", "namespace": ns}})
     _apply(c, ns, GATED, {"tokenSecretRef": {"name": "hf"}, "revision": "main"})
     c.wait_condition(ns, "llama-8b", "ModelResolved", "True", "Resolved", timeout=40)
-    st = c.icap(ns, "llama-8b")["status"]
-    assert st["model"]["revision"] == commit and st["model"]["requestedRevision"] == "main"
+
+    # a refresh of the previous spec (no revision) may resolve first, now that the Secret
+    # exists: wait for the status of this one
+    def resolved_at_main() -> dict[str, Any] | None:
+        model = (c.icap(ns, "llama-8b").get("status") or {}).get("model") or {}
+        return model if model.get("requestedRevision") == "main" else None
+
+    model = wait_for(resolved_at_main, timeout=40, interval=0.5, message="status of revision main")
+    assert model["revision"] == commit
 
 
 def test_unknown_hub_model_is_a_condition(cluster: Cluster) -> None:

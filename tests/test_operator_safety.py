@@ -594,8 +594,11 @@ def _load_test(c: Cluster, load_config: Any) -> None:
         assert patched() >= 191, f"only {patched()} of 191 plain resources patched"
         cond = c.wait_condition(ns, "m-0", "Ready", "False", "InvalidModelConfig")
         assert "num_hidden_layers" in cond["message"]
-        # Edits of an unrelated resource: one now, then others while the refresh timers of all
-        # 200 fire (each resource's first refresh is 60 s after the operator first saw it).
+        # Edits of an unrelated resource: one once the creation wave is handled (the 200
+        # creations, ~1,000 Deployment events and their status writes: up to ~3 s more on the
+        # CI machine after the last patch), then others while the refresh timers of all 200
+        # fire (each resource's first refresh is 60 s after the operator first saw it).
+        _operator_quiet(c, seconds=2.0, until=applied + 50)
         took: list[float] = []
         for k, at in ((100, 0.0), (101, 62.0), (102, 70.0), (103, 78.0)):
             time.sleep(max(0.0, applied + at - time.monotonic()))
@@ -615,6 +618,18 @@ def _load_test(c: Cluster, load_config: Any) -> None:
         c.operator.assert_alive()
     # 200 resources would keep this module's operator busy for the tests after this one
     c.api.delete_namespaces([ns], wait=True, timeout=180)
+
+
+def _operator_quiet(c: Cluster, seconds: float, until: float) -> None:
+    """Wait until the operator's log has had no new line for ``seconds`` (or ``until``)."""
+    size, since = len(c.operator.log()), time.monotonic()
+    while time.monotonic() < until:
+        time.sleep(0.25)
+        now = len(c.operator.log())
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
 
 
 def _edit_and_wait(c: Cluster, ns: str, name: str) -> float:
