@@ -43,6 +43,7 @@ from .source import (
     ResolvedModel,
     _endpoint,
     cached_resolution,
+    check_repo_id,
     check_siblings,
     config_object,
     disk_bytes,
@@ -200,14 +201,7 @@ async def fetch_hub_async(
     repo_id: str, revision: str | None, token: str | bool | None, timeout: float, client: HubClient
 ) -> ResolvedModel:
     """One resolution from the Hub, uncached (see the module's docstring for the requests)."""
-    from huggingface_hub.utils._validators import validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-    except ValueError as exc:
-        raise ModelSourceError(
-            f"{repo_id!r} is not a Hub model id: {exc}", "UnknownModel"
-        ) from None
+    check_repo_id(repo_id)
     if hub_offline():
         # local files only, in the loop's executor (the disk, never the network)
         return await asyncio.to_thread(resolve_offline, repo_id, revision)

@@ -495,23 +495,29 @@ def _is_transport_error(exc: BaseException) -> bool:
     return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError"})
 
 
-def _fetch_hub(
-    repo_id: str, revision: str | None, token: str | bool | None, timeout: float
-) -> ResolvedModel:
-    try:
-        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
-        from huggingface_hub.utils._validators import validate_repo_id
-    except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise ModelSourceError(
-            f"huggingface_hub is not installed ({exc}); install it or pass a local model folder",
-            "HubError",
-        ) from None
+def check_repo_id(repo_id: str) -> None:
+    """A Hub model id as huggingface_hub validates it (both Hub paths, before any request)."""
+    from huggingface_hub.utils._validators import validate_repo_id
+
     try:
         validate_repo_id(repo_id)
     except ValueError as exc:
         raise ModelSourceError(
             f"{repo_id!r} is not a Hub model id: {exc}", "UnknownModel"
         ) from None
+
+
+def _fetch_hub(
+    repo_id: str, revision: str | None, token: str | bool | None, timeout: float
+) -> ResolvedModel:
+    try:
+        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise ModelSourceError(
+            f"huggingface_hub is not installed ({exc}); install it or pass a local model folder",
+            "HubError",
+        ) from None
+    check_repo_id(repo_id)
     if hub_offline():
         return resolve_offline(repo_id, revision)
     api = HfApi(endpoint=_endpoint(), token=token)
@@ -535,6 +541,20 @@ def _fetch_hub(
             )
         except Exception as exc:
             raise hub_error(exc, repo_id, revision, token) from None
+
+    def download(name: str, rev: str) -> str:
+        """One file of the repository, through huggingface_hub's disk cache."""
+        path: str = hf_hub_download(
+            repo_id,
+            name,
+            revision=rev,
+            token=token,
+            endpoint=_endpoint(),
+            cache_dir=str(_hub_cache()),
+            etag_timeout=timeout,
+        )
+        return path
+
     cached = read_header_cache(repo_id, commit)
     preprocessor: dict[str, Any] | None = None
     rewrite = False  # a header cache written without the preprocessor this commit has
@@ -543,15 +563,7 @@ def _fetch_hub(
             preprocessor = cached[2]
         else:
             try:
-                pre_path = hf_hub_download(
-                    repo_id,
-                    PREPROCESSOR,
-                    revision=commit,
-                    token=token,
-                    endpoint=_endpoint(),
-                    cache_dir=str(_hub_cache()),
-                    etag_timeout=timeout,
-                )
+                pre_path = download(PREPROCESSOR, commit)
             except Exception as exc:
                 raise hub_error(exc, repo_id, revision, token) from None
             preprocessor = preprocessor_object(
@@ -561,25 +573,9 @@ def _fetch_hub(
     try:
         # by the revision asked for, so the Hub cache records branch/tag -> commit (offline
         # mode resolves the same name later); if it moved since model_info, by the commit
-        cfg_path = hf_hub_download(
-            repo_id,
-            "config.json",
-            revision=revision or "main",
-            token=token,
-            endpoint=_endpoint(),
-            cache_dir=str(_hub_cache()),
-            etag_timeout=timeout,
-        )
+        cfg_path = download("config.json", revision or "main")
         if Path(cfg_path).parent.name != commit:
-            cfg_path = hf_hub_download(
-                repo_id,
-                "config.json",
-                revision=commit,
-                token=token,
-                endpoint=_endpoint(),
-                cache_dir=str(_hub_cache()),
-                etag_timeout=timeout,
-            )
+            cfg_path = download("config.json", commit)
     except Exception as exc:
         raise hub_error(exc, repo_id, revision, token) from None
     cfg = config_object(repo_id, _read_json(Path(cfg_path)))
