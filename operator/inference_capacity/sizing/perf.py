@@ -1,0 +1,36 @@
+"""The per-step cost constants of the latency model (sizing/latency.py), each in one place.
+
+The op terms of a step (GEMM bytes and FLOPs by dtype, attention, MoE experts touched, the TP
+all-reduce bytes) come from the model's shape, the ledger's per-rank weights and the GPU
+catalog's datasheet peaks (``catalog/gpus.json``, with sources). What a datasheet does not give
+is below: each constant was fitted by ``python -m benchmarks.latency_fit`` on the points marked
+``"set": "fit"`` of ``tests/data/latency-points.jsonl`` (aiconfigurator-core 0.12.0's measured
+vLLM runs, one row in four by a hash of its id; the other three in four are never fitted on and
+are what ``benchmarks.latency_accuracy`` scores as out-of-sample).
+"""
+
+from __future__ import annotations
+
+#: Fixed cost of one engine step, seconds: the scheduler, input preparation, sampling and the
+#: detokenizer/output processing on the CPU, CUDA-graph replay launch (fitted).
+STEP_OVERHEAD_S = 0.00157
+#: Fixed cost per decoder layer per step, seconds: kernel launches and the small kernels (norms,
+#: rotary, activation, KV-cache write) that no bytes/FLOPs bound sees (fitted).
+LAYER_OVERHEAD_S = 28.4e-6
+#: Latency of one TP all-reduce (NCCL / vLLM custom all-reduce), seconds, before its bytes over
+#: the link; two per layer at TP > 1 (fitted).
+ALLREDUCE_LATENCY_S = 8.56e-6
+#: Fraction of the dtype's dense tensor peak a dense GEMM sustains once compute-bound (fitted).
+GEMM_EFFICIENCY = 0.56
+#: The same for the grouped MoE expert GEMMs (fitted).
+MOE_EFFICIENCY = 0.089
+#: Fraction of the BF16 tensor peak prefill attention (FlashAttention) sustains (fitted).
+ATTENTION_EFFICIENCY = 0.915
+#: Per request, from arrival to the first scheduled step: HTTP, tokenization, the engine's input
+#: queue (fitted).
+REQUEST_OVERHEAD_S = 0.0759
+#: The datasheet NVLink/PCIe figure in the catalog is bidirectional; an all-reduce's bytes move
+#: at one direction's rate (NVLink 4: 900 GB/s total = 450 GB/s each way).
+LINK_DIRECTIONS = 2.0
+#: A ring all-reduce moves 2 (tp − 1) / tp of the message per rank; activations are BF16.
+ACTIVATION_BYTES = 2
