@@ -355,7 +355,10 @@ def serve(
         mean = (1.0 - f) * td + f * tm
         d = min(run, lam * dec_steps * mean)
     cap = max(budget - d, 1.0)
-    saturated = lam * prompt * mean > cap * (1.0 + 1e-6)
+    # the most the budget serves: every step a full chunk (D from the rate, as below)
+    d_sat = min(run, budget * dec_steps / (prompt + dec_steps))
+    lam_sat = max(budget - d_sat, 1.0) / (prompt * step(d_sat, max(budget - d_sat, 1.0)))
+    saturated = lam * prompt * mean > cap * (1.0 + 1e-6) or lam > lam_sat
     if saturated:
         # every step carries a full chunk: the budget sets the rate; D follows from it
         d = min(run, budget * dec_steps / (prompt + dec_steps))
