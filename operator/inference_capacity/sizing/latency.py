@@ -90,8 +90,8 @@ class StageModel:
     expert_params: float  # resident routed-expert parameters on the rank
     attn_flops_per_ctx: float  # 4 × heads_per_rank × head_dim × full layers
     layers: int
-    dense_flops: float  # achievable FLOP/s of the dense GEMMs (dtype peak × efficiency)
-    expert_flops: float  # achievable FLOP/s of the expert GEMMs
+    dense_flops: float  # dense tensor peak FLOP/s of the dense GEMMs' dtype
+    expert_flops: float  # the same for the expert GEMMs
     attn_flops: float  # achievable FLOP/s of prefill attention
     allreduce_s: float  # fixed all-reduce cost per step (latency × count)
     allreduce_s_per_token: float  # bytes-over-link cost per token per step
@@ -146,8 +146,12 @@ class LatencyModel:
             dense_mem = stage.dense_weight_bytes / bw
             t = stage.layers * perf.LAYER_OVERHEAD_S + kv_per_stage[s] / bw
             if flops:
-                dense_fl = 2.0 * (stage.dense_params * tokens + stage.lm_head_params * sampled)
-                t = t + np.maximum(dense_mem, dense_fl / stage.dense_flops)
+                dense_fl = 2.0 * stage.dense_params * tokens
+                head_fl = 2.0 * stage.lm_head_params * sampled
+                t = t + np.maximum(
+                    dense_mem, dense_fl / (stage.dense_flops * gemm_efficiency(tokens))
+                )
+                t = t + head_fl / (stage.dense_flops * gemm_efficiency(sampled))
                 t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
             else:
                 t = t + dense_mem
@@ -156,7 +160,10 @@ class LatencyModel:
                 mem = stage.expert_weight_bytes * share / self.num_experts / bw
                 if flops:
                     k = self.experts_per_token / self.num_experts
-                    fl = 2.0 * k * stage.expert_params * tokens / stage.expert_flops
+                    # each touched expert's grouped GEMM sees M = T × k / touched rows
+                    m = tokens * self.experts_per_token / np.maximum(share, 1e-9)
+                    eff = perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M)
+                    fl = 2.0 * k * stage.expert_params * tokens / (stage.expert_flops * eff)
                     mem = np.maximum(mem, fl)
                 t = t + mem
             t = t + stage.allreduce_s + stage.allreduce_s_per_token * tokens
@@ -211,6 +218,16 @@ def _stage_reads(
         return full, tuple(sorted(windowed.items())), state, attn_layers, layers
 
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)
+
+
+def gemm_efficiency(m: FloatArray | float) -> FloatArray:
+    """Fraction of the tensor peak a GEMM of M rows sustains: ``GEMM_EFFICIENCY × M / (M +
+    GEMM_HALF_M)`` (tiles of a small M leave the tensor cores idle; large M approaches the
+    plateau). Small-M GEMMs are bound by their weight bytes anyway (the max with the memory
+    term); this shapes the middle, where a step carries a prefill chunk."""
+    mm = np.maximum(np.asarray(m, dtype=np.float64), 1.0)
+    out: FloatArray = perf.GEMM_EFFICIENCY * mm / (mm + perf.GEMM_HALF_M)
+    return out
 
 
 def gemm_dtype(shape: ModelShape, experts: bool) -> str:
@@ -283,8 +300,8 @@ def build_latency_model(
                 expert_params=params.get("experts", 0.0) * share / tp,
                 attn_flops_per_ctx=4.0 * heads * shape.head_dim * attn_layers,
                 layers=layers,
-                dense_flops=dense_peak * perf.GEMM_EFFICIENCY,
-                expert_flops=expert_peak * perf.MOE_EFFICIENCY,
+                dense_flops=dense_peak,
+                expert_flops=expert_peak,
                 attn_flops=bf16 * perf.ATTENTION_EFFICIENCY,
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 #: Fixed cost of one engine step, seconds: the scheduler, input preparation, sampling and the
 #: detokenizer/output processing on the CPU, CUDA-graph replay launch (fitted).
-STEP_OVERHEAD_S = 0.00157
+STEP_OVERHEAD_S = 0.000899
 #: Fixed cost per decoder layer per step, seconds: kernel launches and the small kernels (norms,
 #: rotary, activation, KV-cache write) that no bytes/FLOPs bound sees (fitted).
-LAYER_OVERHEAD_S = 28.4e-6
+LAYER_OVERHEAD_S = 42.6e-6
 #: Latency of one TP all-reduce (NCCL / vLLM custom all-reduce), seconds, before its bytes over
 #: the link; two per layer at TP > 1 (fitted).
 ALLREDUCE_LATENCY_S = 8.56e-6
 #: Fraction of the dtype's dense tensor peak a dense GEMM sustains once compute-bound (fitted).
-GEMM_EFFICIENCY = 0.56
-#: The same for the grouped MoE expert GEMMs (fitted).
-MOE_EFFICIENCY = 0.089
+GEMM_EFFICIENCY = 0.612
+#: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
+#: (fitted): efficiency(M) = plateau × M / (M + GEMM_HALF_M).
+GEMM_HALF_M = 77.1
+#: The same plateau for the grouped MoE expert GEMMs (fitted).
+MOE_EFFICIENCY = 0.408
 #: Fraction of the BF16 tensor peak prefill attention (FlashAttention) sustains (fitted).
-ATTENTION_EFFICIENCY = 0.915
+ATTENTION_EFFICIENCY = 0.407
 #: Per request, from arrival to the first scheduled step: HTTP, tokenization, the engine's input
 #: queue (fitted).
 REQUEST_OVERHEAD_S = 0.0759
