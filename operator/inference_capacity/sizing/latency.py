@@ -80,13 +80,14 @@ def experts_touched(num_experts: int, per_token: int, tokens: FloatArray | float
 class StageModel:
     """What one step reads and computes on one rank of one PP stage."""
 
-    dense_weight_bytes: int  # read every step (all but routed experts and the embedding table)
+    dense_weight_bytes: int  # read every step (all but routed experts, embedding and lm_head)
     expert_weight_bytes: int  # resident routed experts (read as far as touched)
     full_bytes_per_token: int  # full attention + MLA
     windowed: tuple[tuple[int, int], ...]  # (window, bytes/token) of sliding/chunked layers
     state_bytes: int  # Mamba/GDN state per sequence
     dense_params: float  # dense parameters on the rank a token goes through (no lm_head)
     lm_head_params: float  # lm_head parameters on the rank (last stage only)
+    lm_head_bytes: int  # the lm_head's bytes on the rank (read every step, last stage)
     expert_params: float  # resident routed-expert parameters on the rank
     attn_flops_per_ctx: float  # 4 × heads_per_rank × head_dim × full layers
     layers: int
@@ -118,10 +119,11 @@ class LatencyModel:
     def weight_bytes(self, stage: StageModel, tokens: FloatArray | float) -> FloatArray:
         """Weight bytes a step of ``tokens`` reads on one rank of the stage."""
         t = np.asarray(tokens, dtype=np.float64)
+        dense = float(stage.dense_weight_bytes + stage.lm_head_bytes)
         if self.num_experts <= 0 or stage.expert_weight_bytes == 0:
-            return np.full_like(t, float(stage.dense_weight_bytes + stage.expert_weight_bytes))
+            return np.full_like(t, dense + stage.expert_weight_bytes)
         share = experts_touched(self.num_experts, self.experts_per_token, t) / self.num_experts
-        out: FloatArray = stage.dense_weight_bytes + stage.expert_weight_bytes * share
+        out: FloatArray = dense + stage.expert_weight_bytes * share
         return out
 
     def step_seconds(
@@ -151,10 +153,11 @@ class LatencyModel:
                 t = t + np.maximum(
                     dense_mem, dense_fl / (stage.dense_flops * gemm_efficiency(tokens))
                 )
-                t = t + head_fl / (stage.dense_flops * gemm_efficiency(sampled))
+                head_c = head_fl / (stage.dense_flops * gemm_efficiency(sampled))
+                t = t + np.maximum(stage.lm_head_bytes / bw, head_c)
                 t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
             else:
-                t = t + dense_mem
+                t = t + dense_mem + stage.lm_head_bytes / bw
             if stage.expert_weight_bytes:
                 share = experts_touched(self.num_experts, self.experts_per_token, tokens)
                 mem = stage.expert_weight_bytes * share / self.num_experts / bw
@@ -285,18 +288,25 @@ def build_latency_model(
                 ar_token = (
                     2 * layers * 2 * (tp - 1) / tp * shape.hidden_size * perf.ACTIVATION_BYTES
                 ) / one_way
+        head_bytes = r.weights.by_group.get("lm_head", 0)
+        if not head_bytes and shape.tie_word_embeddings and stage == pp - 1:
+            head_bytes = embedding  # tied: the embedding matrix is the head
         head_params = params.get("lm_head", 0.0) or (
             params.get("embedding", 0.0) if shape.tie_word_embeddings else 0.0
         )
         stages.append(
             StageModel(
-                dense_weight_bytes=r.weights.total - experts - embedding,
+                dense_weight_bytes=r.weights.total
+                - experts
+                - embedding
+                - r.weights.by_group.get("lm_head", 0),
                 expert_weight_bytes=experts,
                 full_bytes_per_token=full,
                 windowed=windowed,
                 state_bytes=state,
                 dense_params=dense_total * share / tp,
                 lm_head_params=head_params / tp if has_head else 0.0,
+                lm_head_bytes=head_bytes if has_head else 0,
                 expert_params=params.get("experts", 0.0) * share / tp,
                 attn_flops_per_ctx=4.0 * heads * shape.head_dim * attn_layers,
                 layers=layers,

@@ -19,7 +19,7 @@ STEP_OVERHEAD_S = 0.000899
 LAYER_OVERHEAD_S = 42.6e-6
 #: Latency of one TP all-reduce (NCCL / vLLM custom all-reduce), seconds, before its bytes over
 #: the link; two per layer at TP > 1 (fitted).
-ALLREDUCE_LATENCY_S = 8.56e-6
+ALLREDUCE_LATENCY_S = 9.01e-6
 #: Fraction of the dtype's dense tensor peak a dense GEMM sustains once compute-bound (fitted).
 GEMM_EFFICIENCY = 0.612
 #: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
