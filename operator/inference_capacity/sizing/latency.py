@@ -284,7 +284,7 @@ def build_latency_model(
         if tp > 1:
             ar_fixed = 2 * layers * perf.ALLREDUCE_LATENCY_S
             if link:
-                one_way = link / perf.LINK_DIRECTIONS
+                one_way = link / perf.LINK_DIRECTIONS * perf.LINK_EFFICIENCY
                 ar_token = (
                     2 * layers * 2 * (tp - 1) / tp * shape.hidden_size * perf.ACTIVATION_BYTES
                 ) / one_way
