@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -126,6 +126,44 @@ class LatencyModel:
         out: FloatArray = dense + stage.expert_weight_bytes * share
         return out
 
+    def _stage_seconds(
+        self,
+        stage: StageModel,
+        tokens: Any,
+        sampled: Any,
+        p: Any,
+        prefill_ctx: float,
+        kv: Any,
+        flops: bool,
+        mx: Callable[[Any, Any], Any],
+    ) -> Any:
+        """One stage's step (the module doc's terms) on floats or arrays alike: ``mx`` is
+        ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is)."""
+        bw = self.bandwidth
+        dense_mem = stage.dense_weight_bytes / bw
+        t = stage.layers * perf.LAYER_OVERHEAD_S + kv / bw
+        if flops:
+            dense_fl = 2.0 * stage.dense_params * tokens
+            t = t + mx(dense_mem, dense_fl / (stage.dense_flops * _gemm_eff(tokens, mx)))
+            head_fl = 2.0 * stage.lm_head_params * sampled
+            head_c = head_fl / (stage.dense_flops * _gemm_eff(sampled, mx))
+            t = t + mx(stage.lm_head_bytes / bw, head_c)
+            t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
+        else:
+            t = t + dense_mem + stage.lm_head_bytes / bw
+        if stage.expert_weight_bytes:
+            e, k = self.num_experts, self.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)
+            mem = stage.expert_weight_bytes * touched / e / bw
+            if flops:
+                # each touched expert's grouped GEMM sees M = T × k / touched rows
+                m = tokens * k / mx(touched, 1e-9)
+                eff = perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M)
+                fl = 2.0 * k / e * stage.expert_params * tokens / (stage.expert_flops * eff)
+                mem = mx(mem, fl)
+            t = t + mem
+        return t + stage.allreduce_s + stage.allreduce_s_per_token * tokens
+
     def step_seconds(
         self,
         n: FloatArray | float,
@@ -140,38 +178,27 @@ class LatencyModel:
         the memory terms only (what the step would be if nothing were compute-bound)."""
         d = np.asarray(n, dtype=np.float64)
         p = np.asarray(prefill_tokens, dtype=np.float64)
-        tokens = d + p
+        tokens = np.maximum(d + p, 0.0)
         sampled = d + (p > 0)
-        bw = self.bandwidth
         total: FloatArray = np.full(np.broadcast(d, p, kv_per_stage[0]).shape, perf.STEP_OVERHEAD_S)
         for s, stage in enumerate(self.stages):
-            dense_mem = stage.dense_weight_bytes / bw
-            t = stage.layers * perf.LAYER_OVERHEAD_S + kv_per_stage[s] / bw
-            if flops:
-                dense_fl = 2.0 * stage.dense_params * tokens
-                head_fl = 2.0 * stage.lm_head_params * sampled
-                t = t + np.maximum(
-                    dense_mem, dense_fl / (stage.dense_flops * gemm_efficiency(tokens))
-                )
-                head_c = head_fl / (stage.dense_flops * gemm_efficiency(sampled))
-                t = t + np.maximum(stage.lm_head_bytes / bw, head_c)
-                t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
-            else:
-                t = t + dense_mem + stage.lm_head_bytes / bw
-            if stage.expert_weight_bytes:
-                share = experts_touched(self.num_experts, self.experts_per_token, tokens)
-                mem = stage.expert_weight_bytes * share / self.num_experts / bw
-                if flops:
-                    k = self.experts_per_token / self.num_experts
-                    # each touched expert's grouped GEMM sees M = T × k / touched rows
-                    m = tokens * self.experts_per_token / np.maximum(share, 1e-9)
-                    eff = perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M)
-                    fl = 2.0 * k * stage.expert_params * tokens / (stage.expert_flops * eff)
-                    mem = np.maximum(mem, fl)
-                t = t + mem
-            t = t + stage.allreduce_s + stage.allreduce_s_per_token * tokens
-            total = total + t
+            total = total + self._stage_seconds(
+                stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, np.maximum
+            )
         return total
+
+    def step_scalar(
+        self, n: float, kv_per_stage: list[float], prefill_tokens: float, prefill_ctx: float
+    ) -> float:
+        """:meth:`step_seconds` for one step, on floats (the scheduler's many evaluations)."""
+        tokens = max(n + prefill_tokens, 0.0)
+        sampled = n + (1.0 if prefill_tokens > 0 else 0.0)
+        total = perf.STEP_OVERHEAD_S
+        for s, stage in enumerate(self.stages):
+            total += self._stage_seconds(
+                stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], True, max
+            )
+        return float(total)
 
 
 #: per model object (by identity: a sweep plans one model many times)
@@ -223,13 +250,17 @@ def _stage_reads(
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)
 
 
+def _gemm_eff(m: Any, mx: Callable[[Any, Any], Any]) -> Any:
+    mm = mx(m, 1.0)
+    return perf.GEMM_EFFICIENCY * mm / (mm + perf.GEMM_HALF_M)
+
+
 def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     """Fraction of the tensor peak a GEMM of M rows sustains: ``GEMM_EFFICIENCY × M / (M +
     GEMM_HALF_M)`` (tiles of a small M leave the tensor cores idle; large M approaches the
     plateau). Small-M GEMMs are bound by their weight bytes anyway (the max with the memory
     term); this shapes the middle, where a step carries a prefill chunk."""
-    mm = np.maximum(np.asarray(m, dtype=np.float64), 1.0)
-    out: FloatArray = perf.GEMM_EFFICIENCY * mm / (mm + perf.GEMM_HALF_M)
+    out: FloatArray = _gemm_eff(np.asarray(m, dtype=np.float64), np.maximum)
     return out
 
 
@@ -427,10 +458,22 @@ class LatencyPoint:
 def _weighted_quantiles(
     a: FloatArray, b: FloatArray, wb: float, qs: tuple[float, ...]
 ) -> list[float]:
-    """Quantiles of the mixture of samples ``a`` (weight 1 − wb) and ``b`` (weight wb)."""
-    if wb <= 0.0:
-        s = np.sort(a)
-        return [float(s[int(q * (len(s) - 1))]) for q in qs]
+    """Quantiles of the mixture of samples ``a`` (weight 1 − wb) and ``b`` (weight wb),
+    nearest rank. Where every b lies above every a (a step with a chunk outlasts any without),
+    the quantile is a's at q / (1 − wb) or b's at (q − 1 + wb) / wb (a partition, no sort)."""
+    n = len(a)
+    if wb <= 0.0 or float(b.min()) >= float(a.max()):
+        ka = sorted({int(min(q / (1.0 - wb), 1.0) * (n - 1)) for q in qs if q < 1.0 - wb})
+        kb = sorted({int((q - 1.0 + wb) / wb * (len(b) - 1)) for q in qs if q >= 1.0 - wb})
+        pa = np.partition(a, ka) if ka else a
+        pb = np.partition(b, kb) if kb else b
+        out_fast = []
+        for q in qs:
+            if q < 1.0 - wb:
+                out_fast.append(float(pa[int(min(q / (1.0 - wb), 1.0) * (n - 1))]))
+            else:
+                out_fast.append(float(pb[int((q - 1.0 + wb) / wb * (len(b) - 1))]))
+        return out_fast
     vals = np.concatenate([a, b])
     w = np.concatenate([np.full(len(a), (1.0 - wb) / len(a)), np.full(len(b), wb / len(b))])
     order = np.argsort(vals, kind="stable")
@@ -470,7 +513,8 @@ class BatchLatency:
         self.mean_ctx = float((ctx * seqs).sum() / seqs.sum())
         uncached = np.maximum(pool.prompt - pool.cached, 0).astype(np.float64)
         self.prompt = float(uncached.mean())
-        self.prompt_p95 = float(np.quantile(uncached, 0.95))
+        k95 = int(0.95 * (len(uncached) - 1))
+        self.prompt_p95 = float(np.partition(uncached, k95)[k95])
         self.output = float(pool.output.mean())
         # a prefill token attends to its causal position: cached prefix + half the uncached
         total = float(uncached.sum())
@@ -525,8 +569,7 @@ class BatchLatency:
         per_seq = [float(k.mean()) / n for k in kv]  # mean KV bytes per decoding sequence
 
         def step(d: float, p: float) -> float:
-            kv_d = np.array([[b * d] for b in per_seq])
-            return float(model.step_seconds(d, kv_d, p, self.prefill_ctx)[0])
+            return model.step_scalar(d, [b * d for b in per_seq], p, self.prefill_ctx)
 
         sv = serve(step, n, self.prompt, self.output, model.max_num_batched_tokens)
         # the batches' spread: decode steps of the D running sequences along the paths
@@ -536,8 +579,10 @@ class BatchLatency:
         mixed = dec + (sv.mixed_step_s - sv.decode_step_s)
         p50, p95, p99 = _weighted_quantiles(dec, mixed, sv.mixed_fraction, (0.5, 0.95, 0.99))
         mem = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx, flops=False)
-        d50 = float(np.median(dec))
-        bound = "compute" if float(np.median(mem)) < d50 * (1 - 1e-9) - 1e-12 else "memory"
+        k50 = (len(dec) - 1) // 2
+        d50 = float(np.partition(dec, k50)[k50])
+        m50 = float(np.partition(mem, k50)[k50])
+        bound = "compute" if m50 < d50 * (1 - 1e-9) - 1e-12 else "memory"
         tput = sv.requests_per_s * self.output
         cap = max(model.max_num_batched_tokens - sv.decode_seqs, 1.0)
         extra = max(math.ceil(self.prompt_p95 / cap) - math.ceil(self.prompt / cap), 0)
