@@ -8,11 +8,10 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
-
 from benchmarks.latency_accuracy import load_points, predict, regime
+
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu, tensor_flops
 from inference_capacity.model import load_model
@@ -242,9 +241,6 @@ def test_cli_rejects_a_bad_ttft_target() -> None:
     )
     assert r.returncode != 0
     assert "--ttft-target-ms must be > 0" in r.stderr and "Traceback" not in r.stderr
-
-
-_ = replace
 
 
 def test_sweep_ranks_only_options_meeting_both_targets() -> None:
