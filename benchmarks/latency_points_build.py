@@ -12,8 +12,9 @@ B200, models whose config is in the catalog and whose weight format the ledger m
 point keeps its row id, so it can be found again in the CSV.
 
 The split between the points constants were fitted on ("fit") and the validation points
-("validation") is fixed here, by a hash of the row id (one in four is "fit"), before any error
-was looked at; benchmarks.latency_accuracy reports the two apart.
+("validation") is fixed here, by a hash of the run (model, GPU, TP, lengths, concurrency and
+the measured numbers; one in four is "fit"), so a run the CSV lists twice under two ids is kept
+once and cannot land on both sides; benchmarks.latency_accuracy reports the two apart.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ MODELS = {
 }
 
 
-def split(row_id: str) -> str:
-    return "fit" if hashlib.sha256(row_id.encode()).digest()[0] % 4 == 0 else "validation"
+def split(key: str) -> str:
+    return "fit" if hashlib.sha256(key.encode()).digest()[0] % 4 == 0 else "validation"
 
 
 def main(argv: list[str]) -> int:
     rows = list(csv.DictReader(open(argv[0], newline="")))
     out = []
+    seen: set[tuple[object, ...]] = set()
     for r in rows:
         if r["backend"] != "vllm" or r["mode"] != "agg":
             continue
@@ -63,6 +65,11 @@ def main(argv: list[str]) -> int:
             continue
         ttft, tpot = float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])
         n, isl, osl, tp = int(r["batch_size"]), int(r["isl"]), int(r["osl"]), int(r["tp_size"])
+        # the CSV repeats some runs under two ids: one point each, split by the run itself
+        run = (model, gpu, tp, isl, osl, n, round(ttft, 3), round(tpot, 4))
+        if run in seen:
+            continue
+        seen.add(run)
         # closed loop at concurrency n (Little's law): n requests of E2E = TTFT + (osl-1) TPOT
         e2e = ttft + (osl - 1) * tpot
         tps = n * osl / (e2e / 1e3)
@@ -75,7 +82,7 @@ def main(argv: list[str]) -> int:
         out.append(
             {
                 "id": r["id"],
-                "set": split(r["id"]),
+                "set": split(repr(run)),
                 "source": SOURCE,
                 "source_row": r["silicon_data_source"],
                 "model": model[0],
