@@ -87,6 +87,7 @@ class PlanInput:
     sizing_rule: str = "distribution"  # one of SIZING_RULES
     preemption_target: float = DEFAULT_PREEMPTION_TARGET
     hbm_efficiency: float | None = None  # None: hardware.DEFAULT_HBM_EFFICIENCY
+    latency_curve: bool = True  # False: no batch curve (a sweep compares the chosen batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,9 +494,8 @@ def _latency(
         share = math.ceil(peak / replicas_for_peak(peak, chosen))  # ≤ chosen
         at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
-    return LatencyReport(
-        at, at_peak, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth
-    )
+    curve = batches.curve(extra) if inp.latency_curve else ()
+    return LatencyReport(at, at_peak, limit, curve, model.hbm_efficiency, model.bandwidth)
 
 
 def latency_binds(inp: PlanInput, p: StartupPrediction, d: DistributionSizing, n: int) -> str:

@@ -429,6 +429,7 @@ def sweep(
                     continue
                 inp = replace(
                     base,
+                    latency_curve=False,  # the options compare the chosen batch only
                     gpu=gpu,
                     tp=tp,
                     engine=replace(base.engine, kv_cache_dtype=kv),
