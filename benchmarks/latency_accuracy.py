@@ -20,7 +20,7 @@ import argparse
 import functools
 import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 POINTS = ROOT / "tests" / "data" / "latency-points.jsonl"
-#: versions older than the ledger's oldest modelled one are planned at this version
+#: the version a run is planned at when its row names none (or a nightly build)
 FALLBACK_VERSION = "0.11.0"
 
 
@@ -69,8 +69,8 @@ def predict(p: dict[str, Any]) -> Scored:
     """The model's point for one measured run."""
     shape = _shape(p["model"], p["quantization"])
     version = p["vllm_version"] or FALLBACK_VERSION
-    if version.startswith("0.11.") or version.startswith("nightly"):
-        version = FALLBACK_VERSION if version.startswith("nightly") else version
+    if version.startswith("nightly"):
+        version = FALLBACK_VERSION
     isl, osl, n = int(p["prompt_tokens"]), int(p["output_tokens"]), int(p["concurrency"])
     wl = Workload(
         (Cohort("bench", 1.0, Quantiles(isl, isl, isl), Quantiles(osl, osl, osl)),),
@@ -190,5 +190,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    _ = replace
     raise SystemExit(main())
