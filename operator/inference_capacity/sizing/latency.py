@@ -516,26 +516,49 @@ class BatchLatency:
         mix: MixSizing = sizing.binding
         sim = mix.paths.sim
         pool = sim.pool
-        seqs = pool.seqs.astype(np.float64)
-        ctx = sim.mid_context()
-        self.mean_ctx = float((ctx * seqs).sum() / seqs.sum())
-        uncached = np.maximum(pool.prompt - pool.cached, 0).astype(np.float64)
-        self.prompt = float(uncached.mean())
-        k95 = int(0.95 * (len(uncached) - 1))
-        self.prompt_p95 = float(np.partition(uncached, k95)[k95])
-        self.output = float(pool.output.mean())
-        # a prefill token attends to its causal position: cached prefix + half the uncached
-        total = float(uncached.sum())
-        self.prefill_ctx = (
-            float(((pool.cached + uncached / 2.0) * uncached).sum() / total) if total else 0.0
-        )
+
+        def features() -> tuple[float, float, float, float, float]:
+            seqs = pool.seqs.astype(np.float64)
+            ctx = sim.mid_context()
+            uncached = np.maximum(pool.prompt - pool.cached, 0).astype(np.float64)
+            k95 = int(0.95 * (len(uncached) - 1))
+            total = float(uncached.sum())
+            # a prefill token attends to its causal position: cached prefix + half the uncached
+            pctx = (
+                float(((pool.cached + uncached / 2.0) * uncached).sum() / total) if total else 0.0
+            )
+            return (
+                float((ctx * seqs).sum() / seqs.sum()),
+                float(uncached.mean()),
+                float(np.partition(uncached, k95)[k95]),
+                float(pool.output.mean()),
+                pctx,
+            )
+
+        # the pool's numbers do not depend on the model: once per simulation (a sweep)
+        f = sim.kept("latency-features", features)
+        self.mean_ctx, self.prompt, self.prompt_p95, self.output, self.prefill_ctx = f
         self.uniform_n = sim.uniform_n
+
+        def seqs() -> FloatArray:
+            out: FloatArray = pool.seqs.astype(np.float64)
+            return out
+
+        def ctx_seqs() -> FloatArray:
+            out: FloatArray = sim.mid_context() * seqs()
+            return out
+
+        def win_seqs(w: int) -> Callable[[], FloatArray]:
+            def make() -> FloatArray:
+                out: FloatArray = np.minimum(sim.mid_context(), w) * seqs()
+                return out
+
+            return make
+
         self.count = sim.kept_cumsum("seqs", seqs)
-        self.full = sim.kept_cumsum("ctx", ctx * seqs)
+        self.full = sim.kept_cumsum("ctx", ctx_seqs)
         windows = sorted({w for stage in model.stages for w, _ in stage.windowed})
-        self.windowed = {
-            w: sim.kept_cumsum(("window", w), np.minimum(ctx, w) * seqs) for w in windows
-        }
+        self.windowed = {w: sim.kept_cumsum(("window", w), win_seqs(w)) for w in windows}
         self._points: dict[int, LatencyPoint] = {}
 
     @property
