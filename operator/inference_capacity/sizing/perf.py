@@ -6,7 +6,9 @@ catalog's datasheet peaks (``catalog/gpus.json``, with sources). What a datashee
 is below: each constant was fitted by ``python -m benchmarks.latency_fit`` on the points marked
 ``"set": "fit"`` of ``tests/data/latency-points.jsonl`` (aiconfigurator-core 0.12.0's measured
 vLLM runs, one row in four by a hash of its id; the other three in four are never fitted on and
-are what ``benchmarks.latency_accuracy`` scores as out-of-sample).
+are what ``benchmarks.latency_accuracy`` scores as out-of-sample). The fit started from round
+priors (the fit script's doc) and minimises the mean over the fit runs of |log(pred/measured)|
+of TPOT and throughput plus half that of TTFT (each capped at 2): 0.58 at these values.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ GEMM_EFFICIENCY = 0.713
 GEMM_HALF_M = 40.4
 #: The same plateau for the grouped MoE expert GEMMs (fitted).
 MOE_EFFICIENCY = 0.209
-#: Fraction of the BF16 tensor peak prefill attention (FlashAttention) sustains (fitted).
+#: Fraction of the BF16 tensor peak prefill attention (FlashAttention) sustains (fitted; far
+#: below FlashAttention's own figures: it also absorbs TTFT the steady-state scheduler misses,
+#: e.g. a benchmark's first wave of requests arriving at once).
 ATTENTION_EFFICIENCY = 0.172
 #: Per request, from arrival to the first scheduled step: HTTP, tokenization, the engine's input
-#: queue (fitted).
+#: queue (fitted; 70 ms is more than those take alone: like ATTENTION_EFFICIENCY it absorbs the
+#: benchmarks' start-up burst, which the data does not describe).
 REQUEST_OVERHEAD_S = 0.0704
 #: The datasheet NVLink/PCIe figure in the catalog is bidirectional; an all-reduce's bytes move
 #: at one direction's rate (NVLink 4: 900 GB/s total = 450 GB/s each way).
