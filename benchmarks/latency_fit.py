@@ -2,8 +2,9 @@
 
     python -m benchmarks.latency_fit
 
-Starts from round priors (the values in perf.py's history: 0.9 ms per step, 12 µs per layer,
-9 µs per all-reduce, 75 % / 50 % / 45 % of peak, 10 ms per request, the datasheet link).
+Starts from perf.py's current values; the committed ones were reached from round priors (0.9 ms
+per step, 12 µs per layer, 9 µs per all-reduce, 75 % / 50 % / 45 % of peak, M½ = 128, 10 ms
+per request, the datasheet link): set those in perf.py to redo it.
 Coordinate descent (multiplicative steps) on the sum over the fit points of |log(pred/meas)|
 of TPOT and of throughput (TTFT at half weight). The plans (the memory ledger) are made once;
 each trial rebuilds only the latency model. Prints the constants to copy into perf.py.
@@ -13,11 +14,10 @@ from __future__ import annotations
 
 import math
 
-from inference_capacity.planner import make_plan
+import inference_capacity.planner as planner
 from inference_capacity.sizing import perf
-from inference_capacity.sizing.latency import BatchLatency, build_latency_model, queued
 
-from .latency_accuracy import load_points, predict
+from . import latency_accuracy as acc
 
 NAMES = (
     "STEP_OVERHEAD_S",
@@ -34,16 +34,9 @@ CAPPED = {"GEMM_EFFICIENCY", "MOE_EFFICIENCY", "ATTENTION_EFFICIENCY"}
 
 
 def main() -> int:
-    pts = [p for p in load_points() if p["set"] == "fit"]
-    cached = []
-    import inference_capacity.planner as planner
-
-    for p in pts:
-        s = predict(p)
-        if s.pred is None:
-            continue
-        cached.append(p)
-    # keep each point's plan: predict() re-plans; memoize make_plan by input
+    pts = [p for p in acc.load_points() if p["set"] == "fit"]  # never the validation runs
+    cached = [p for p in pts if acc.predict(p).pred is not None]
+    # the plans (the memory ledger) do not depend on perf.py: make each once
     memo: dict[int, object] = {}
     orig = planner.make_plan
 
@@ -53,10 +46,7 @@ def main() -> int:
             memo[key] = orig(inp)
         return memo[key]
 
-    import benchmarks.latency_accuracy as acc
-
     acc.make_plan = plan_once  # type: ignore[assignment]
-    _ = (make_plan, BatchLatency, build_latency_model, queued)
 
     def loss() -> float:
         total = 0.0
