@@ -86,7 +86,77 @@ def main(argv: list[str] | None = None) -> int:
         f"\nsweep of {len(points)} what-if plans (GPUs × TP × utilization): {dt:.2f} s "
         f"({dt / len(points) * 1e3:.2f} ms each)"
     )
+    latency_rows(a.repeat)
     return 0
+
+
+def latency_rows(repeat: int) -> None:
+    """Issue 19: the same with a workload, so the latency model (its step model, the
+    closed-loop scheduler at every curve point) runs. "cold": a new latency model each plan
+    (its memo and the planner's batch cache cleared; the workload's Monte Carlo, shared by
+    every plan of a workload, is kept, as in a sweep); 1,000 what-if plans of one workload
+    over GPUs × TP × KV-cache dtype × utilization."""
+    from inference_capacity.planner import _BATCHES
+    from inference_capacity.sizing import latency
+    from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    wl = Workload((chat,), peak_concurrency=256, itl_target_ms=40.0, ttft_target_ms=3000.0)
+    h200 = get_gpu("H200-SXM-141GB")
+    print(
+        f"\nwith a workload (latency model)\n{'model':<45} {'tp':>3} {'cold ms':>8} {'warm ms':>8}"
+    )
+    for name, tp in MODELS:
+        m = load_model(name)
+        inp = PlanInput(
+            model=m,
+            gpu=h200,
+            tp=tp,
+            engine=EngineSettings(version="0.19.0", max_model_len=8192),
+            workload=wl,
+            choose_max_num_seqs=False,
+        )
+        make_plan(inp)
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            latency._BY_MODEL.clear()
+            _BATCHES.clear()
+            weights._MEMO.clear()
+            make_plan(inp)
+        cold = (time.perf_counter() - t0) / repeat
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            make_plan(inp)
+        warm = (time.perf_counter() - t0) / repeat
+        print(f"{name:<45} {tp:>3} {cold * 1e3:>8.2f} {warm * 1e3:>8.2f}")
+    m = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    gpus = [get_gpu(g) for g in ("H100-SXM-80GB", "H200-SXM-141GB", "B200-180GB")]
+    utils = [0.85 + 0.005 * i for i in range(20)]
+    points = list(itertools.product(gpus, (2, 4, 8), ("auto", "fp8"), utils))
+    points = (points * 2)[:1000]
+    t0 = time.perf_counter()
+    for g, tp, kv, u in points:
+        make_plan(
+            PlanInput(
+                model=m,
+                gpu=g,
+                tp=tp,
+                engine=EngineSettings(
+                    version="0.19.0",
+                    max_model_len=8192,
+                    gpu_memory_utilization=u,
+                    kv_cache_dtype=kv,
+                ),
+                workload=wl,
+                choose_utilization=False,
+                choose_max_num_seqs=False,
+            )
+        )
+    dt = time.perf_counter() - t0
+    print(
+        f"sweep of {len(points)} what-if plans with the workload (GPUs × TP × KV dtype × "
+        f"utilization): {dt:.2f} s ({dt / len(points) * 1e3:.2f} ms each)"
+    )
 
 
 if __name__ == "__main__":

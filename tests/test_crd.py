@@ -331,7 +331,8 @@ workload.cohorts[].promptTokens.p50 workload.cohorts[].promptTokens.p95
 workload.cohorts[].promptTokens.p99 workload.cohorts[].outputTokens.p50
 workload.cohorts[].outputTokens.p95 workload.cohorts[].outputTokens.p99
 workload.cohorts[].sharedPrefixTokens workload.quantile workload.peakConcurrency
-workload.itlTargetMs workload.fromPrometheus.url workload.fromPrometheus.window
+workload.itlTargetMs workload.itlQuantile workload.ttftTargetMs workload.fromPrometheus.url
+workload.fromPrometheus.window
 workload.fromPrometheus.bearerTokenSecretRef.name workload.fromPrometheus.bearerTokenSecretRef.key
 workload.fromPrometheus.insecureSkipVerify workload.fromPrometheus.caConfigMapRef.name
 workload.fromPrometheus.caConfigMapRef.key workload.fromPrometheus.selector
@@ -371,7 +372,8 @@ model.checkpointBytes model.diskBytes
 observed.at sizing.rule sizing.maxNumSeqs sizing.preemptionProbability
 sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemptionTarget
 sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
-latency.itlLimit latency.hbmEfficiency
+latency.itlLimit latency.hbmEfficiency latency.itlMsP99 latency.ttftMsP50 latency.ttftMsP95
+latency.saturated
 """
 
 

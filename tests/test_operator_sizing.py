@@ -28,3 +28,7 @@ def test_status_has_sizing_and_latency(cluster: Cluster) -> None:  # noqa: F811
     lat = st["latency"]
     assert 0 < lat["itlMsP50"] <= lat["itlMsP95"]
     assert lat["outputTokensPerS"] > 0 and lat["hbmEfficiency"] == 0.8
+    # issue 19: the predicted TTFT and the ITL tail are in status too
+    assert lat["itlMsP95"] <= lat["itlMsP99"]
+    assert 0 < lat["ttftMsP50"] <= lat["ttftMsP95"]
+    assert lat["saturated"] in (True, False)

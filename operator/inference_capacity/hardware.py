@@ -28,7 +28,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, get_args
 
@@ -140,6 +140,10 @@ _OPTIONAL: dict[str, type | tuple[type, ...]] = {
     "total_bytes": int,
     "dense_bf16_flops": str,
     "dense_bf16_flops_source": str,
+    "dense_fp8_flops": str,
+    "dense_fp8_flops_source": str,
+    "dense_fp4_flops": str,
+    "dense_fp4_flops_source": str,
     "larger_memory_variant": str,
 }
 
@@ -156,6 +160,8 @@ class _Catalog:
     gpus: tuple[Gpu, ...]
     dense_flops: dict[str, float]
     larger_variant: dict[str, str]
+    #: dense FP8 / FP4 tensor peaks by GPU name (only where the datasheet gives one)
+    low_precision_flops: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _rate(where: str, text: str | None, units: tuple[str, ...]) -> float | None:
@@ -174,7 +180,7 @@ def _strings(where: str, value: list[Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _entry(raw: Any, index: int) -> tuple[Gpu, float | None, str | None]:
+def _entry(raw: Any, index: int) -> tuple[Gpu, float | None, str | None, dict[str, float]]:
     if not isinstance(raw, dict):
         raise GpuCatalogError(f"gpus[{index}]", "must be an object")
     name = raw.get("name")
@@ -229,7 +235,14 @@ def _entry(raw: Any, index: int) -> tuple[Gpu, float | None, str | None]:
         source=raw["source"],
     )
     flops = _rate(f"{at}.dense_bf16_flops", raw.get("dense_bf16_flops"), ("TFLOP/s",))
-    return gpu, flops, raw.get("larger_memory_variant")
+    low: dict[str, float] = {}
+    for dt in ("fp8", "fp4"):
+        peak = _rate(f"{at}.dense_{dt}_flops", raw.get(f"dense_{dt}_flops"), ("TFLOP/s",))
+        if peak is not None:
+            if not raw.get(f"dense_{dt}_flops_source", "").strip():
+                raise GpuCatalogError(at, f"dense_{dt}_flops needs dense_{dt}_flops_source")
+            low[dt] = peak
+    return gpu, flops, raw.get("larger_memory_variant"), low
 
 
 def _parse_catalog(doc: Any) -> _Catalog:
@@ -238,8 +251,11 @@ def _parse_catalog(doc: Any) -> _Catalog:
     gpus: list[Gpu] = []
     flops: dict[str, float] = {}
     larger: dict[str, str] = {}
+    low_flops: dict[str, dict[str, float]] = {}
     for i, raw in enumerate(doc["gpus"]):
-        gpu, peak, variant = _entry(raw, i)
+        gpu, peak, variant, low = _entry(raw, i)
+        if low:
+            low_flops[raw["name"]] = low
         if any(g.name == gpu.name for g in gpus):
             raise GpuCatalogError(f"gpus[{i}]", f"duplicate name {gpu.name!r}")
         gpus.append(gpu)
@@ -251,7 +267,7 @@ def _parse_catalog(doc: Any) -> _Catalog:
     for small, big in larger.items():
         if big not in names:
             raise GpuCatalogError(small, f"larger_memory_variant {big!r} is not in the catalog")
-    return _Catalog(tuple(gpus), flops, larger)
+    return _Catalog(tuple(gpus), flops, larger, low_flops)
 
 
 def _load_catalog() -> _Catalog:
@@ -416,3 +432,15 @@ _DENSE_BF16_FLOPS: dict[str, float] = _LOADED.dense_flops
 def dense_flops(gpu: Gpu) -> float | None:
     """Dense BF16 (or FP16) tensor peak in FLOP/s from the datasheet; None when unknown."""
     return _DENSE_BF16_FLOPS.get(gpu.name)
+
+
+def tensor_flops(gpu: Gpu, dtype: str) -> float | None:
+    """Dense tensor peak for GEMM inputs of ``dtype`` ("bf16", "fp8", "fp4"), FLOP/s; a dtype
+    the datasheet gives no peak for runs at the next wider one (FP4 → FP8 → BF16), as vLLM
+    then dequantizes to it (Marlin-style weight-only kernels)."""
+    low = _LOADED.low_precision_flops.get(gpu.name, {})
+    if dtype == "fp4" and "fp4" in low:
+        return low["fp4"]
+    if dtype in ("fp4", "fp8") and "fp8" in low:
+        return low["fp8"]
+    return dense_flops(gpu)

@@ -87,6 +87,7 @@ class PlanInput:
     sizing_rule: str = "distribution"  # one of SIZING_RULES
     preemption_target: float = DEFAULT_PREEMPTION_TARGET
     hbm_efficiency: float | None = None  # None: hardware.DEFAULT_HBM_EFFICIENCY
+    latency_curve: bool = True  # False: no batch curve (a sweep compares the chosen batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,10 +476,15 @@ def _latency(
     if model is None:
         return None
     batches = _batches(model, d)
-    target = inp.workload.itl_target_ms if inp.workload is not None else None
+    wl = inp.workload
+    target = wl.itl_target_ms if wl is not None else None
+    ttft = wl.ttft_target_ms if wl is not None else None
     limit = None
-    if target:
-        limit = batches.largest_meeting(target, max(d.max_num_seqs, chosen, 1))
+    if target or ttft:
+        assert wl is not None
+        limit = batches.largest_meeting(
+            target or None, max(d.max_num_seqs, chosen, 1), wl.itl_quantile, ttft or None
+        )
     if not full:
         return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth)
     at = batches.point(chosen) if 0 < chosen <= batches.max_n else None
@@ -488,9 +494,23 @@ def _latency(
         share = math.ceil(peak / replicas_for_peak(peak, chosen))  # ≤ chosen
         at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
-    return LatencyReport(
-        at, at_peak, limit, batches.curve(extra), model.hbm_efficiency, model.bandwidth
-    )
+    curve = batches.curve(extra) if inp.latency_curve else ()
+    return LatencyReport(at, at_peak, limit, curve, model.hbm_efficiency, model.bandwidth)
+
+
+def latency_binds(inp: PlanInput, p: StartupPrediction, d: DistributionSizing, n: int) -> str:
+    """Which latency target stops the batch at ``n``: "itl" or "ttft" (the one that one more
+    request in flight would miss)."""
+    wl = inp.workload
+    model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
+    if wl is None or model is None:
+        return "itl"
+    batches = _batches(model, d)
+    nxt = batches.point(min(n + 1, batches.max_n))
+    if wl.ttft_target_ms and nxt.ttft_ms_p95 > wl.ttft_target_ms:
+        if not wl.itl_target_ms or nxt.itl_ms(wl.itl_quantile) <= wl.itl_target_ms:
+            return "ttft"
+    return "itl"
 
 
 def _size_distribution(
@@ -511,11 +531,16 @@ def _size_distribution(
         )
         + ")"
     )
-    if workload.itl_target_ms:
+    if workload.itl_target_ms or workload.ttft_target_ms:
         lat = _latency(inp, p, d, min(n, cap), full=False)
         if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
-            n, limited = lat.itl_limit, "itl"
-            msg += f"; an ITL p95 of {workload.itl_target_ms} ms allows {n}"
+            n, limited = lat.itl_limit, latency_binds(inp, p, d, lat.itl_limit)
+            targets = []
+            if workload.itl_target_ms:
+                targets.append(f"an ITL {workload.itl_quantile} of {workload.itl_target_ms} ms")
+            if workload.ttft_target_ms:
+                targets.append(f"a TTFT p95 of {workload.ttft_target_ms} ms")
+            msg += f"; {' and '.join(targets)} allow {n} ({limited} binds)"
     if d.binding.paths.sim.truncated and n >= d.binding.paths.sim.seqs_at(MAX_REQUESTS).min():
         msg += f" (at least: the simulation stops at {MAX_REQUESTS:,} requests)"
     if n > cap:

@@ -729,6 +729,8 @@ def resolve(
             quantile=w.quantile,
             peak_concurrency=w.peak_concurrency,
             itl_target_ms=w.itl_target_ms,
+            itl_quantile=w.itl_quantile,
+            ttft_target_ms=w.ttft_target_ms,
             burst_weights=(
                 tuple(w.burst.weights.get(c.name, 0.0) for c in w.cohorts)
                 if w.burst is not None

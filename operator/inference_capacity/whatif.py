@@ -124,6 +124,8 @@ def workload_from_flags(
     shared_prefix: int = 0,
     n: int = 1,
     burst: str | None = None,
+    itl_quantile: str = "p95",
+    ttft_target_ms: float | None = None,
 ) -> Workload | None:
     """The flags form's workload, or None when no length distribution is given."""
     parsed: list[Cohort] = [parse_cohort(c) for c in cohorts]
@@ -146,19 +148,25 @@ def workload_from_flags(
         raise WhatIfError(f"--cohort: duplicate cohort names in {', '.join(names)}")
     if itl_target_ms is not None and not itl_target_ms > 0:
         raise WhatIfError(f"--itl-target-ms must be > 0, got {itl_target_ms}")
+    if ttft_target_ms is not None and not ttft_target_ms > 0:
+        raise WhatIfError(f"--ttft-target-ms must be > 0, got {ttft_target_ms}")
+    if itl_quantile not in ("p95", "p99"):
+        raise WhatIfError(f"--itl-quantile must be p95 or p99, got {itl_quantile!r}")
     if not parsed:
         if burst is not None:
             raise WhatIfError("--burst needs cohorts (--cohort or --prompt-tokens)")
-        if peak is None and itl_target_ms is None:
+        if peak is None and itl_target_ms is None and ttft_target_ms is None:
             return None
         raise WhatIfError(
-            "--peak-concurrency/--itl-target-ms need a length distribution: "
+            "--peak-concurrency/--itl-target-ms/--ttft-target-ms need a length distribution: "
             "--prompt-tokens and --output-tokens, or --cohort"
         )
     return Workload(
         tuple(parsed),
         peak_concurrency=peak,
         itl_target_ms=itl_target_ms,
+        itl_quantile=itl_quantile,
+        ttft_target_ms=ttft_target_ms,
         burst_weights=parse_burst(burst, parsed) if burst is not None else None,
     )
 
@@ -189,6 +197,7 @@ def summary(plan: Plan) -> dict[str, Any]:
             round(d.probability(rec.max_num_seqs), 5) if d is not None else None
         ),
         "itl_ms_p95": round(at.itl_ms_p95, 3) if at is not None else None,
+        "ttft_ms_p95": round(at.ttft_ms_p95, 1) if at is not None else None,
         "output_tokens_per_s": round(at.output_tokens_per_s, 1) if at is not None else None,
     }
 
@@ -311,7 +320,8 @@ class Option:
     cost_per_hour: float | None
     cost_per_million_output_tokens: float | None
     fleet_output_tokens_per_s: float | None
-    meets_itl: bool | None
+    meets_itl: bool | None  # meets every latency target given (ITL and TTFT)
+    binds: str | None = None  # the target that stops max-num-seqs: "itl", "ttft" or None
 
     def to_json(self) -> dict[str, Any]:
         s = summary(self.plan)
@@ -339,6 +349,9 @@ class Option:
                 else None
             ),
             "meets_itl": self.meets_itl,
+            "meets_latency_targets": self.meets_itl,
+            "ttft_ms_p95": s["ttft_ms_p95"],
+            "binding_target": self.binds,
         }
 
 
@@ -354,10 +367,17 @@ def option(plan: Plan, price: float | None) -> Option:
     per_million = cost / (fleet * 3600 / 1e6) if cost is not None and fleet else None
     wl = plan.input.workload
     meets = None
-    if wl is not None and wl.itl_target_ms is not None:
+    binds = None
+    if wl is not None and (wl.itl_target_ms is not None or wl.ttft_target_ms is not None):
         at = lat.at_max_num_seqs if lat is not None else None
-        meets = at is not None and at.itl_ms_p95 <= wl.itl_target_ms
-    return Option(plan, ro.replicas, gpus, cost, per_million, fleet, meets)
+        meets = at is not None
+        if at is not None and wl.itl_target_ms is not None:
+            meets = meets and at.itl_ms(wl.itl_quantile) <= wl.itl_target_ms
+        if at is not None and wl.ttft_target_ms is not None:
+            meets = meets and at.ttft_ms_p95 <= wl.ttft_target_ms
+        limited = plan.seqs.limited_by if plan.seqs is not None else None
+        binds = limited if limited in ("itl", "ttft") else None
+    return Option(plan, ro.replicas, gpus, cost, per_million, fleet, meets, binds)
 
 
 def rank(options: Sequence[Option], priced: bool) -> list[Option]:
@@ -409,6 +429,7 @@ def sweep(
                     continue
                 inp = replace(
                     base,
+                    latency_curve=False,  # the options compare the chosen batch only
                     gpu=gpu,
                     tp=tp,
                     engine=replace(base.engine, kv_cache_dtype=kv),
@@ -419,7 +440,10 @@ def sweep(
                 plan = _try(inp)
                 if plan is None or not plan.fits:
                     continue
-                out.append(option(plan, prices.get(gpu.name)))
+                o = option(plan, prices.get(gpu.name))
+                if o.meets_itl is False:
+                    continue  # ranks only options meeting the latency targets
+                out.append(o)
     return rank(out, bool(prices))
 
 

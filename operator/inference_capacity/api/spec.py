@@ -7,7 +7,7 @@ validator here, so ``plan FILE.yaml`` rejects what the cluster would reject.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -590,8 +590,19 @@ class WorkloadSpec(_Spec):
         gt=0,
         description=(
             "Target inter-token latency in milliseconds; caps max-num-seqs at the largest batch "
-            "whose decode step meets it (its p95 under the Distribution rule, the bandwidth "
+            "whose ITL (at itlQuantile) meets it under the Distribution rule (the bandwidth "
             "lower bound under Conservative). null: no latency cap."
+        ),
+    )
+    itl_quantile: Literal["p95", "p99"] = Field(
+        "p95", description="Which ITL quantile itlTargetMs bounds: p95 (default) or p99."
+    )
+    ttft_target_ms: SFloat | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Target time to first token (p95) in milliseconds; caps max-num-seqs with "
+            "itlTargetMs (the Distribution rule). null: no TTFT cap."
         ),
     )
     from_prometheus: PrometheusSource | None = Field(

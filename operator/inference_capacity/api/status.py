@@ -211,7 +211,7 @@ class Sizing(_Status):
     )
     default_max_num_seqs: int = Field(ge=0, description="vLLM's default --max-num-seqs here.")
     preemption_target: float = Field(ge=0, le=1, description="spec.policy.preemptionTarget.")
-    limited_by: str = Field(description="What bound maxNumSeqs: kv, itl or cap.")
+    limited_by: str = Field(description="What bound maxNumSeqs: kv, itl, ttft or cap.")
     binding_mix: str = Field(description="The cohort mix that bound it: steady or burst.")
 
 
@@ -230,11 +230,25 @@ class Latency(_Status):
 
     itl_ms_p50: float | None = Field(None, ge=0, description="ITL median (ms).")
     itl_ms_p95: float | None = Field(None, ge=0, description="ITL 95th percentile (ms).")
+    itl_ms_p99: float | None = Field(None, ge=0, description="ITL 99th percentile (ms).")
+    ttft_ms_p50: float | None = Field(
+        None, ge=0, description="Predicted time to first token, median (ms)."
+    )
+    ttft_ms_p95: float | None = Field(
+        None, ge=0, description="Predicted time to first token, 95th percentile (ms)."
+    )
+    saturated: bool | None = Field(
+        None,
+        description="Prefill demand exceeds the step budget (--max-num-batched-tokens): "
+        "throughput is flat and TTFT grows with more requests in flight.",
+    )
     output_tokens_per_s: float | None = Field(
         None, ge=0, description="Output tokens per second per replica."
     )
     itl_limit: int | None = Field(
-        None, ge=0, description="Largest batch meeting workload.itlTargetMs. null: no target."
+        None,
+        ge=0,
+        description="Largest batch meeting workload.itlTargetMs and ttftTargetMs. null: no target.",
     )
     hbm_efficiency: float = Field(gt=0, le=1, description="HBM bandwidth fraction assumed.")
 

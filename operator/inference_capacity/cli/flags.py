@@ -103,6 +103,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         a.shared_prefix_tokens or 0,
         a.samples or 1,
         a.burst,
+        itl_quantile=a.itl_quantile or "p95",
+        ttft_target_ms=a.ttft_target_ms,
     )
     base = _sizing_overrides(
         a,

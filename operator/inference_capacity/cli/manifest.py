@@ -60,6 +60,8 @@ MANIFEST_FIELDS: dict[str, str] = {
     "burst": "spec.workload.burst",
     "peak_concurrency": "spec.workload.peakConcurrency",
     "itl_target_ms": "spec.workload.itlTargetMs",
+    "itl_quantile": "spec.workload.itlQuantile",
+    "ttft_target_ms": "spec.workload.ttftTargetMs",
 }
 
 

@@ -212,6 +212,15 @@ def _add_plan(sub: Any) -> None:
         "--itl-target-ms", type=float, help="inter-token latency target: caps max-num-seqs"
     )
     w.add_argument(
+        "--itl-quantile",
+        choices=["p95", "p99"],
+        default=None,
+        help="the ITL quantile --itl-target-ms bounds (p95)",
+    )
+    w.add_argument(
+        "--ttft-target-ms", type=float, help="time-to-first-token p95 target: caps max-num-seqs"
+    )
+    w.add_argument(
         "--sizing",
         choices=["distribution", "conservative"],
         help="max-num-seqs rule (default: the manifest's spec.policy.sizing, else distribution)",

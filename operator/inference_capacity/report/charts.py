@@ -185,7 +185,8 @@ def _check_chart_path(path: str, flag: str) -> None:
 
 
 def latency_chart(plan: Plan, path: str) -> None:
-    """N → ITL p50/p95 (left axis) and output tokens/s (right), with P(preemption) marked."""
+    """N → ITL p50/p95 and TTFT p50/p95 (left axis, log) and output tokens/s (right), with
+    P(preemption) and saturation marked."""
     _check_chart_path(path, "--latency-chart")
     lat = plan.latency
     if lat is None or not lat.curve:
@@ -195,10 +196,23 @@ def latency_chart(plan: Plan, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.plot(xs, [p.itl_ms_p50 for p in lat.curve], "o-", color="#4C72B0", label="ITL p50")
     ax.plot(xs, [p.itl_ms_p95 for p in lat.curve], "s--", color="#4C72B0", label="ITL p95")
+    ax.plot(xs, [p.ttft_ms_p50 for p in lat.curve], "D-", color="#8172B2", label="TTFT p50")
+    ax.plot(xs, [p.ttft_ms_p95 for p in lat.curve], "d--", color="#8172B2", label="TTFT p95")
+    sat = [p for p in lat.curve if p.saturated]
+    if sat:
+        ax.plot(
+            [p.max_num_seqs for p in sat],
+            [p.ttft_ms_p50 for p in sat],
+            "x",
+            color="#C44E52",
+            markersize=9,
+            label="saturated (prefill budget)",
+        )
+    ax.set_yscale("log")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs], fontsize=7)
     ax.set_xlabel("running sequences per replica (max-num-seqs)")
-    ax.set_ylabel("inter-token latency (ms)", color="#4C72B0")
+    ax.set_ylabel("ITL and TTFT (ms, log)", color="#4C72B0")
     ax2 = ax.twinx()
     ax2.plot(
         xs, [p.output_tokens_per_s for p in lat.curve], "^-", color="#55A868", label="tokens/s"

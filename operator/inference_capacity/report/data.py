@@ -31,7 +31,28 @@ def _point_json(pt: LatencyPoint) -> dict[str, Any]:
         "preemption_probability": round(pt.preemption_probability, 5),
         "decode_only_ms_p50": round(pt.decode_only_ms_p50, 3),
         "bound": pt.bound,
+        "itl_ms_p99": round(pt.itl_ms_p99, 3),
+        "tpot_ms_mean": round(pt.tpot_ms_mean, 3),
+        "ttft_ms_p50": round(pt.ttft_ms_p50, 1),
+        "ttft_ms_p95": round(pt.ttft_ms_p95, 1),
+        "output_tokens_per_s_per_gpu": round(pt.output_tokens_per_s_per_gpu, 1),
+        "saturated": pt.saturated,
     }
+
+
+#: the point's keys ``latency`` of ``plan -o json`` repeats at the chosen max-num-seqs
+_AT_KEYS = (
+    "itl_ms_p50",
+    "itl_ms_p95",
+    "itl_ms_p99",
+    "tpot_ms_mean",
+    "ttft_ms_p50",
+    "ttft_ms_p95",
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "decode_only_ms_p50",
+    "saturated",
+)
 
 
 def _fit_json(q: Any) -> dict[str, Any]:
@@ -98,18 +119,15 @@ def latency_json(plan: Plan) -> dict[str, Any]:
         "itl_ms_p95": None,
         "output_tokens_per_s": None,
         "itl_target_ms": wl.itl_target_ms if wl is not None else None,
+        "itl_quantile": wl.itl_quantile if wl is not None else "p95",
+        "ttft_target_ms": wl.ttft_target_ms if wl is not None else None,
         "itl_limit": None,
     }
     if lat is None:
         return out
     if lat.at_max_num_seqs is not None:
         pt = _point_json(lat.at_max_num_seqs)
-        out.update(
-            {
-                k: pt[k]
-                for k in ("itl_ms_p50", "itl_ms_p95", "output_tokens_per_s", "decode_only_ms_p50")
-            }
-        )
+        out.update({k: pt[k] for k in _AT_KEYS})
         out["bound"] = pt["bound"]
     out["itl_limit"] = lat.itl_limit
     out["hbm_efficiency"] = lat.hbm_efficiency
@@ -145,6 +163,10 @@ def latency_status(plan: Plan) -> dict[str, Any] | None:
     return {
         "itlMsP50": round(at.itl_ms_p50, 3) if at else None,
         "itlMsP95": round(at.itl_ms_p95, 3) if at else None,
+        "itlMsP99": round(at.itl_ms_p99, 3) if at else None,
+        "ttftMsP50": round(at.ttft_ms_p50, 1) if at else None,
+        "ttftMsP95": round(at.ttft_ms_p95, 1) if at else None,
+        "saturated": at.saturated if at else None,
         "outputTokensPerS": round(at.output_tokens_per_s, 1) if at else None,
         "itlLimit": lat.itl_limit,
         "hbmEfficiency": lat.hbm_efficiency,

@@ -178,26 +178,31 @@ def _sizing_lines(plan: Plan) -> list[str]:
         at = lat.at_max_num_seqs
         lines.append(
             f"  latency: ITL p50 {at.itl_ms_p50:.1f} ms, p95 {at.itl_ms_p95:.1f} ms, "
-            f"{at.output_tokens_per_s:,.0f} output tokens/s per replica (HBM at "
-            f"{lat.hbm_efficiency:.0%} of peak)"
+            f"p99 {at.itl_ms_p99:.1f} ms; TTFT p50 {at.ttft_ms_p50:,.0f} ms, p95 "
+            f"{at.ttft_ms_p95:,.0f} ms; {at.output_tokens_per_s:,.0f} output tokens/s per "
+            f"replica (HBM at {lat.hbm_efficiency:.0%} of peak)"
+            + (" — SATURATED: prefill demand exceeds the step budget" if at.saturated else "")
             + (f"; ITL target allows {lat.itl_limit}" if lat.itl_limit is not None else "")
         )
     lines.append("")
     lines.append("Batch curve (per replica)")
     lines.append(
-        f"  {'max-num-seqs':>12} {'ITL p50 ms':>11} {'ITL p95 ms':>11} "
-        f"{'decode-only':>11} {'bound':>8} {'tokens/s':>10} {'P(preempt)':>11}"
+        f"  {'max-num-seqs':>12} {'ITL p50 ms':>11} {'ITL p95 ms':>11} {'ITL p99 ms':>11} "
+        f"{'TTFT p50 ms':>11} {'TTFT p95 ms':>11} {'decode-only':>11} {'bound':>8} "
+        f"{'tokens/s':>10} {'P(preempt)':>11}"
     )
     for pt in lat.curve:
-        mark = " <" if pt.max_num_seqs == n else ""
+        mark = (" saturated" if pt.saturated else "") + (" <" if pt.max_num_seqs == n else "")
         lines.append(
             f"  {pt.max_num_seqs:>12} {pt.itl_ms_p50:>11.2f} {pt.itl_ms_p95:>11.2f} "
+            f"{pt.itl_ms_p99:>11.2f} {pt.ttft_ms_p50:>11,.0f} {pt.ttft_ms_p95:>11,.0f} "
             f"{pt.decode_only_ms_p50:>11.2f} {pt.bound:>8} "
             f"{pt.output_tokens_per_s:>10,.0f} {pt.preemption_probability:>11.2%}{mark}"
         )
     lines.append(
-        "  (ITL: a decode step carrying the steady-state prefill tokens, N × E[uncached "
-        "prompt] / E[output]; decode-only: without them; bound: what limits the step)"
+        "  (N requests in flight, closed loop; ITL: the mix of decode-only steps and steps "
+        "carrying a prefill chunk; decode-only: without one; saturated: prefill demand exceeds "
+        "--max-num-batched-tokens, so throughput stays flat and TTFT grows with N)"
     )
     return lines
 
@@ -208,7 +213,7 @@ def sweep_table(options: list[dict[str, Any]], priced: bool) -> str:
     lines.append(
         f"  {'#':>3} {'gpu':<16} {'tp':>2} {'kv':<5} {'replicas':>8} {'gpus':>5} "
         f"{'seqs':>5} {'P(pre)':>7} {'ITL p95':>8} {'tok/s fleet':>11} {'$/h':>8} "
-        f"{'$/Mtok':>8} {'ITL ok':>6}"
+        f"{'$/Mtok':>8} {'ITL ok':>6} {'binds':>5}"
     )
     for i, o in enumerate(options, 1):
         itl = f"{o['itl_ms_p95']:.1f}" if o["itl_ms_p95"] is not None else "-"
@@ -223,7 +228,8 @@ def sweep_table(options: list[dict[str, Any]], priced: bool) -> str:
             f"{(f'{tput:,.0f}' if tput is not None else '-'):>11} "
             f"{(f'{cost:.2f}' if cost is not None else '-'):>8} "
             f"{(f'{per_m:.3f}' if per_m is not None else '-'):>8} "
-            f"{ ({True: 'yes', False: 'NO', None: '-'}[o['meets_itl']]):>6}"
+            f"{ ({True: 'yes', False: 'NO', None: '-'}[o['meets_itl']]):>6} "
+            f"{o.get('binding_target') or '-':>5}"
         )
     if not priced:
         lines.append("  (no prices: ranked by GPUs; give --gpu-price NAME=PRICE to rank by cost)")

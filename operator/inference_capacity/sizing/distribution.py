@@ -45,8 +45,9 @@ resampled along the paths (a bootstrap of the request distribution).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +55,8 @@ import numpy.typing as npt
 from ..ledger.kv import KvLayout
 from ..model.shapes import AttnKind, cdiv
 from .workload import Cohort, Quantiles
+
+T = TypeVar("T")
 
 #: Standard normal quantiles: Φ⁻¹(0.95), Φ⁻¹(0.99).
 Z95 = 1.6448536269514722
@@ -243,7 +246,7 @@ class Simulation:
         self.end_blocks = np.zeros((0, paths), dtype=np.int32)
         self.end_seqs = np.zeros((0, paths), dtype=np.int64)
         self._index: npt.NDArray[np.uint16] | None = None
-        self._kept: dict[object, FloatArray] = {}
+        self._kept: dict[object, object] = {}
         self._fits: dict[tuple[float, int], IntArray] = {}
         self._mid: FloatArray | None = None
         self._per_seq: tuple[float, float] | None = None
@@ -374,14 +377,21 @@ class Simulation:
             self._mid = self.pool.prompt + u * self.pool.output
         return self._mid
 
-    def kept_cumsum(self, key: object, values: FloatArray) -> FloatArray:
-        """Prefix sums of a per-request ``values`` along the kept paths (memoised by ``key``
-        until the simulation grows)."""
+    def kept_cumsum(self, key: object, values: FloatArray | Callable[[], FloatArray]) -> FloatArray:
+        """Prefix sums of a per-request ``values`` (or of what it makes) along the kept paths
+        (memoised by ``key`` until the simulation grows)."""
         out = self._kept.get(key)
         if out is None:
-            out = np.cumsum(values[self.index], axis=1)
+            v = values() if callable(values) else values
+            out = np.cumsum(v[self.index], axis=1)
             self._kept[key] = out
-        return out
+        return cast(FloatArray, out)
+
+    def kept(self, key: object, make: Callable[[], T]) -> T:
+        """Any value derived from the pool, memoised by ``key`` until the simulation grows."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return cast(T, self._kept[key])
 
 
 def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:

@@ -1,49 +1,61 @@
-"""Decode-step latency and throughput of one replica (seed 003 §decode, issue 14).
+"""Step latency, TTFT and throughput of one replica, from operations (issue 19).
 
-A decode step reads, on every rank, the weights it uses and the KV cache (or recurrent state) of
-every running sequence, so its lower bound is bytes / bandwidth (seed 003):
+**One step, per rank and PP stage** (TP ranks are symmetric; a token passes every stage, so a
+replica's step is the sum over stages), for D decode sequences and a prefill chunk of P tokens
+(T = D + P tokens through the layers, S = D + 1 sampled when a chunk rides along):
 
-    step ≥ (weight bytes read + Σ_seq KV bytes read) / (HBM peak × efficiency)
+* **dense GEMMs**: ``max(weight bytes / BW, FLOPs / (peak[dtype] × GEMM_EFFICIENCY))`` with
+  ``FLOPs = 2 × dense parameters × T + 2 × lm_head parameters × S``: the embedding is a row
+  gather (no FLOPs, only the batch's rows read) and the lm_head runs only for sampled tokens.
+  ``peak[dtype]``: the catalog's dense FP8/FP4 tensor peak where the checkpoint's weights are
+  FP8/FP4 and the GPU has one, else BF16 (weight-only kernels dequantize to BF16).
+* **MoE experts**: a step touches ``E × (1 − (1 − k/E)^T)`` distinct experts (uniform routing);
+  ``max(touched bytes / BW, 2 × k/E × expert parameters × T / (peak × MOE_EFFICIENCY))``.
+* **attention**: decode reads each sequence's KV (full/MLA layers ``c × bytes/token``, sliding
+  and chunked layers ``min(c, window) ×``, Mamba/GDN ``2 × state``) at BW; a prefill chunk's
+  ``4 × heads × head_dim × context`` FLOPs per token and full layer at the BF16 peak ×
+  ATTENTION_EFFICIENCY (context: the mean causal position of a prompt token, windows capped).
+* **TP all-reduce**: two per layer, each ``ALLREDUCE_LATENCY_S + 2 (tp − 1)/tp × T × hidden ×
+  2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``).
+* **overheads**: ``STEP_OVERHEAD_S`` per step plus ``LAYER_OVERHEAD_S`` per layer.
 
-Term by term, per rank (TP ranks are symmetric; a token passes every PP stage, so the step of a
-replica is the sum over stages):
+BW is the datasheet HBM bandwidth × the HBM efficiency (0.80, overridable). The constants are in
+:mod:`.perf`, fitted on the "fit" points of ``tests/data/latency-points.jsonl`` only.
 
-* **weights read**: the rank's resident weights, except routed experts: a step of T tokens, each
-  routed to k of E experts, touches ``E × (1 − (1 − k/E)^T)`` distinct experts (uniform routing),
-  and only those are read. The embedding table is counted in full, as seed 003 does (it is read
-  only for the batch's rows; 1.05 GB of Llama-3.1-8B's 16.1 GB).
-* **KV read per sequence** at context c: full-attention and MLA layers ``c × bytes/token``;
-  sliding-window and chunked layers ``min(c, window) × bytes/token``; Mamba / GDN layers read and
-  write their state once (``2 × state bytes``).
-* **bandwidth**: the catalog's datasheet peak × :data:`~inference_capacity.hardware.
-  DEFAULT_HBM_EFFICIENCY` (overridable).
-* **compute bound**: ``2 × active parameters per rank`` FLOPs per token plus attention
-  ``4 × heads × head_dim × context`` per full-attention layer, for the decode tokens and the
-  steady-state prefill tokens that ride along (chunked prefill): with N running, requests
-  finish at ``N / E[output]`` per step (Little's law), each bringing its uncached prompt, so a
-  step carries ``min(maxNumBatchedTokens − N, N × E[uncached prompt] / E[output])`` prefill
-  tokens. Peak FLOP/s × :data:`~inference_capacity.hardware.DEFAULT_COMPUTE_EFFICIENCY`.
+**The scheduler** (vLLM V1, chunked prefill, ``--max-num-batched-tokens`` B): with N requests
+in a closed loop (each replaced when it ends), mean uncached prompt I and output O, a step runs
+D decoding sequences and, in a fraction f of steps, a prefill chunk of up to B − D tokens. The
+no-queueing point: TTFT₀ = ⌈I / (B − D)⌉ chunk steps + half a step + the request overhead,
+E2E = TTFT + (O − 1) × mean step, throughput λ = N / E2E (Little's law), D = λ (O − 1) × mean
+step, f = λ I × mean step / chunk; solved by a few fixed-point passes. When the prefill demand
+λ I × mean step exceeds the step's budget B − D, the replica is **saturated**: every step carries
+a full chunk, λ is the budget's (B − D) / (I × step) whatever N, and TTFT = N / λ − (O − 1) ×
+step grows with N (Little's law). ITL p50/p95/p99 are quantiles of the step mix: the Monte Carlo
+batches of :mod:`.distribution` (each sequence at a uniform point of its decode) as decode-only
+steps with weight 1 − f and the same batches with the chunk with weight f. TTFT p95 adds the
+spread of prompt lengths (a chunk step per B − D tokens of the p95 prompt).
 
-The step is the larger of the memory and compute bounds. ITL p50/p95 are quantiles over the
-Monte Carlo batches of :mod:`.distribution`, each sequence at a uniformly random point of its
-decode (context = prompt + U × output); output tokens/s per replica = N / mean step.
-Approximations: batches are drawn by request, not weighted by residence time; PP stages do not
-overlap micro-batches (an upper bound on ITL); FP8 weights use the BF16 compute peak.
+What the model does not know: per-kernel efficiencies by shape (one constant per op class),
+speculative decoding, CPU-bound detokenization at very high request rates, expert parallelism
+and data-parallel attention, PP micro-batch overlap (stages add up: an upper bound), preemption
+(the sizing keeps it below its target), and routing skew (uniform expert routing).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar, cast
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ..engines import StartupPrediction
-from ..hardware import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops
+from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
 from ..model import AttnKind, ModelShape
+from . import perf
 from .distribution import DistributionSizing, MixSizing
 
 FloatArray = npt.NDArray[np.float64]
@@ -66,15 +78,24 @@ def experts_touched(num_experts: int, per_token: int, tokens: FloatArray | float
 
 @dataclass(frozen=True, slots=True)
 class StageModel:
-    """What one decode step reads and computes on one rank of one PP stage."""
+    """What one step reads and computes on one rank of one PP stage."""
 
-    dense_weight_bytes: int  # read every step
+    dense_weight_bytes: int  # read every step (all but routed experts, embedding and lm_head)
     expert_weight_bytes: int  # resident routed experts (read as far as touched)
     full_bytes_per_token: int  # full attention + MLA
     windowed: tuple[tuple[int, int], ...]  # (window, bytes/token) of sliding/chunked layers
     state_bytes: int  # Mamba/GDN state per sequence
-    params: float  # active parameters on the rank per token (dense part + k experts)
+    dense_params: float  # dense parameters on the rank a token goes through (no lm_head)
+    lm_head_params: float  # lm_head parameters on the rank (last stage only)
+    lm_head_bytes: int  # the lm_head's bytes on the rank (read every step, last stage)
+    expert_params: float  # resident routed-expert parameters on the rank
     attn_flops_per_ctx: float  # 4 × heads_per_rank × head_dim × full layers
+    layers: int
+    dense_flops: float  # dense tensor peak FLOP/s of the dense GEMMs' dtype
+    expert_flops: float  # the same for the expert GEMMs
+    attn_flops: float  # achievable FLOP/s of prefill attention
+    allreduce_s: float  # fixed all-reduce cost per step (latency × count)
+    allreduce_s_per_token: float  # bytes-over-link cost per token per step
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -88,40 +109,96 @@ class StageModel:
 class LatencyModel:
     stages: tuple[StageModel, ...]
     bandwidth: float  # achievable bytes/s per GPU
-    flops: float | None  # achievable FLOP/s per GPU
+    flops: float | None  # achievable dense BF16 FLOP/s per GPU (reporting)
     num_experts: int
     experts_per_token: int
     hbm_efficiency: float
     max_num_batched_tokens: int
+    gpus: int = 1  # GPUs of one replica (TP × PP)
 
     def weight_bytes(self, stage: StageModel, tokens: FloatArray | float) -> FloatArray:
         """Weight bytes a step of ``tokens`` reads on one rank of the stage."""
         t = np.asarray(tokens, dtype=np.float64)
+        dense = float(stage.dense_weight_bytes + stage.lm_head_bytes)
         if self.num_experts <= 0 or stage.expert_weight_bytes == 0:
-            return np.full_like(t, float(stage.dense_weight_bytes + stage.expert_weight_bytes))
+            return np.full_like(t, dense + stage.expert_weight_bytes)
         share = experts_touched(self.num_experts, self.experts_per_token, t) / self.num_experts
-        out: FloatArray = stage.dense_weight_bytes + stage.expert_weight_bytes * share
+        out: FloatArray = dense + stage.expert_weight_bytes * share
         return out
+
+    def _stage_seconds(
+        self,
+        stage: StageModel,
+        tokens: Any,
+        sampled: Any,
+        p: Any,
+        prefill_ctx: float,
+        kv: Any,
+        flops: bool,
+        mx: Callable[[Any, Any], Any],
+    ) -> Any:
+        """One stage's step (the module doc's terms) on floats or arrays alike: ``mx`` is
+        ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is)."""
+        bw = self.bandwidth
+        dense_mem = stage.dense_weight_bytes / bw
+        t = stage.layers * perf.LAYER_OVERHEAD_S + kv / bw
+        if flops:
+            dense_fl = 2.0 * stage.dense_params * tokens
+            t = t + mx(dense_mem, dense_fl / (stage.dense_flops * _gemm_eff(tokens, mx)))
+            head_fl = 2.0 * stage.lm_head_params * sampled
+            head_c = head_fl / (stage.dense_flops * _gemm_eff(sampled, mx))
+            t = t + mx(stage.lm_head_bytes / bw, head_c)
+            t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
+        else:
+            t = t + dense_mem + stage.lm_head_bytes / bw
+        if stage.expert_weight_bytes:
+            e, k = self.num_experts, self.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)
+            mem = stage.expert_weight_bytes * touched / e / bw
+            if flops:
+                # each touched expert's grouped GEMM sees M = T × k / touched rows
+                m = tokens * k / mx(touched, 1e-9)
+                eff = perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M)
+                fl = 2.0 * k / e * stage.expert_params * tokens / (stage.expert_flops * eff)
+                mem = mx(mem, fl)
+            t = t + mem
+        return t + stage.allreduce_s + stage.allreduce_s_per_token * tokens
 
     def step_seconds(
         self,
-        n: FloatArray,
+        n: FloatArray | float,
         kv_per_stage: FloatArray,
-        prefill_tokens: FloatArray,
-        mean_ctx: float,
+        prefill_tokens: FloatArray | float,
+        prefill_ctx: float,
         flops: bool = True,
     ) -> FloatArray:
-        """Step times (batches × columns) for batches of ``n[c]`` sequences carrying
-        ``prefill_tokens[c]``; ``kv_per_stage[s, b, c]`` = KV bytes read on stage s."""
-        tokens = np.asarray(n, dtype=np.float64) + prefill_tokens
-        total = np.zeros(kv_per_stage.shape[1:], dtype=np.float64)
+        """Step times for ``n`` decoding sequences plus a chunk of ``prefill_tokens`` whose
+        tokens attend to ``prefill_ctx`` positions on average; ``kv_per_stage[s]`` = KV bytes
+        the decode sequences read on stage s (any shape broadcasting with n). ``flops`` False:
+        the memory terms only (what the step would be if nothing were compute-bound)."""
+        d = np.asarray(n, dtype=np.float64)
+        p = np.asarray(prefill_tokens, dtype=np.float64)
+        tokens = np.maximum(d + p, 0.0)
+        sampled = d + (p > 0)
+        total: FloatArray = np.full(np.broadcast(d, p, kv_per_stage[0]).shape, perf.STEP_OVERHEAD_S)
         for s, stage in enumerate(self.stages):
-            mem = (self.weight_bytes(stage, tokens) + kv_per_stage[s]) / self.bandwidth
-            if self.flops and flops:
-                fl = 2.0 * stage.params * tokens + stage.attn_flops_per_ctx * mean_ctx * tokens
-                mem = np.maximum(mem, fl / self.flops)
-            total = total + mem
+            total = total + self._stage_seconds(
+                stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, np.maximum
+            )
         return total
+
+    def step_scalar(
+        self, n: float, kv_per_stage: list[float], prefill_tokens: float, prefill_ctx: float
+    ) -> float:
+        """:meth:`step_seconds` for one step, on floats (the scheduler's many evaluations)."""
+        tokens = max(n + prefill_tokens, 0.0)
+        sampled = n + (1.0 if prefill_tokens > 0 else 0.0)
+        total = perf.STEP_OVERHEAD_S
+        for s, stage in enumerate(self.stages):
+            total += self._stage_seconds(
+                stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], True, max
+            )
+        return float(total)
 
 
 #: per model object (by identity: a sweep plans one model many times)
@@ -139,32 +216,27 @@ def _memo(shape: ModelShape, key: object, make: Callable[[], T]) -> T:
     return value
 
 
-def _active_parameters(shape: ModelShape) -> float:
-    """Parameters one token uses: all but the routed experts, plus k of E of them."""
-
-    def make() -> float:
-        by_group = shape.parameters_by_group()
-        experts = by_group.get("experts", 0)
-        active = float(sum(by_group.values()) - experts)
-        if shape.num_experts > 0:
-            active += experts * shape.experts_per_token / shape.num_experts
-        return active
-
-    return _memo(shape, "active", make)
+def _params(shape: ModelShape) -> dict[str, float]:
+    """Parameters by group (checkpoint tensors)."""
+    return _memo(
+        shape, "params", lambda: {k: float(v) for k, v in shape.parameters_by_group().items()}
+    )
 
 
 def _stage_reads(
     shape: ModelShape, tp: int, pp: int, stage: int, kv_bytes: int, dtype_bytes: int
-) -> tuple[int, tuple[tuple[int, int], ...], int, int]:
+) -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
     """(full-attention bytes/token, (window, bytes/token) of windowed layers, state bytes per
-    sequence, full-attention layers) of one rank of a stage."""
+    sequence, full-attention layers, layers) of one rank of a stage."""
 
-    def make() -> tuple[int, tuple[tuple[int, int], ...], int, int]:
+    def make() -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
         full = 0
         windowed: dict[int, int] = {}
         state = 0
         attn_layers = 0
+        layers = 0
         for layer, n in layers_on_rank(shape, pp, stage):
+            layers += n
             tb = n * layer.token_bytes(tp, kv_bytes)
             if layer.kind in (AttnKind.FULL, AttnKind.MLA):
                 full += tb
@@ -173,9 +245,34 @@ def _stage_reads(
                 windowed[layer.window] = windowed.get(layer.window, 0) + tb
             elif layer.mamba is not None:
                 state += n * layer.mamba.bytes_per_sequence(tp, dtype_bytes)
-        return full, tuple(sorted(windowed.items())), state, attn_layers
+        return full, tuple(sorted(windowed.items())), state, attn_layers, layers
 
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)
+
+
+def _gemm_eff(m: Any, mx: Callable[[Any, Any], Any]) -> Any:
+    mm = mx(m, 1.0)
+    return perf.GEMM_EFFICIENCY * mm / (mm + perf.GEMM_HALF_M)
+
+
+def gemm_efficiency(m: FloatArray | float) -> FloatArray:
+    """Fraction of the tensor peak a GEMM of M rows sustains: ``GEMM_EFFICIENCY × M / (M +
+    GEMM_HALF_M)`` (tiles of a small M leave the tensor cores idle; large M approaches the
+    plateau). Small-M GEMMs are bound by their weight bytes anyway (the max with the memory
+    term); this shapes the middle, where a step carries a prefill chunk."""
+    out: FloatArray = _gemm_eff(np.asarray(m, dtype=np.float64), np.maximum)
+    return out
+
+
+def gemm_dtype(shape: ModelShape, experts: bool) -> str:
+    """The tensor-core input dtype of the model's linear (or expert) GEMMs: FP8/FP4 where the
+    checkpoint's weights are float-quantized at that width and the scope covers them."""
+    q = shape.quantization
+    if q is None or not q.float_format:
+        return "bf16"
+    if q.scope == "experts" and not experts:
+        return "bf16"
+    return "fp8" if q.weight_bits == 8 else "fp4" if q.weight_bits == 4 else "bf16"
 
 
 def build_latency_model(
@@ -193,36 +290,149 @@ def build_latency_model(
         raise ValueError(f"hardware.hbmEfficiency must be in (0, 1], got {eff}")
     tp, pp = pred.tp, pred.pp
     rs = pred.settings
-    active = _active_parameters(shape)
+    params = _params(shape)
+    bf16 = dense_flops(gpu)
+    if not bf16:
+        return None
+    dense_peak = tensor_flops(gpu, gemm_dtype(shape, False)) or bf16
+    expert_peak = tensor_flops(gpu, gemm_dtype(shape, True)) or bf16
+    link = gpu.interconnect_bandwidth_bytes_per_s
     stages: list[StageModel] = []
+    dense_total = sum(v for g, v in params.items() if g not in ("embedding", "experts", "lm_head"))
     for stage in range(pp):
         r = next(x for x in pred.ranks if x.stage == stage)
         experts = r.weights.by_group.get("experts", 0)
-        full, windowed, state, attn_layers = _stage_reads(
+        embedding = r.weights.by_group.get("embedding", 0)
+        full, windowed, state, attn_layers, layers = _stage_reads(
             shape, tp, pp, stage, rs.kv_bytes, rs.dtype_bytes
         )
         heads = max(1, shape.num_attention_heads // tp)
+        share = layers / max(shape.num_layers, 1)
+        has_head = r.weights.by_group.get("lm_head", 0) > 0 or (
+            shape.tie_word_embeddings and stage == pp - 1
+        )
+        ar_fixed = ar_token = 0.0
+        if tp > 1:
+            ar_fixed = 2 * layers * perf.ALLREDUCE_LATENCY_S
+            if link:
+                one_way = link / perf.LINK_DIRECTIONS * perf.LINK_EFFICIENCY
+                ar_token = (
+                    2 * layers * 2 * (tp - 1) / tp * shape.hidden_size * perf.ACTIVATION_BYTES
+                ) / one_way
+        head_bytes = r.weights.by_group.get("lm_head", 0)
+        if not head_bytes and shape.tie_word_embeddings and stage == pp - 1:
+            head_bytes = embedding  # tied: the embedding matrix is the head
+        head_params = params.get("lm_head", 0.0) or (
+            params.get("embedding", 0.0) if shape.tie_word_embeddings else 0.0
+        )
         stages.append(
             StageModel(
-                dense_weight_bytes=r.weights.total - experts,
+                dense_weight_bytes=r.weights.total
+                - experts
+                - embedding
+                - r.weights.by_group.get("lm_head", 0),
                 expert_weight_bytes=experts,
                 full_bytes_per_token=full,
                 windowed=windowed,
                 state_bytes=state,
-                params=active / (tp * pp),
+                dense_params=dense_total * share / tp,
+                lm_head_params=head_params / tp if has_head else 0.0,
+                lm_head_bytes=head_bytes if has_head else 0,
+                expert_params=params.get("experts", 0.0) * share / tp,
                 attn_flops_per_ctx=4.0 * heads * shape.head_dim * attn_layers,
+                layers=layers,
+                dense_flops=dense_peak,
+                expert_flops=expert_peak,
+                attn_flops=bf16 * perf.ATTENTION_EFFICIENCY,
+                allreduce_s=ar_fixed,
+                allreduce_s_per_token=ar_token,
             )
         )
-    f = dense_flops(gpu)
     return LatencyModel(
         stages=tuple(stages),
         bandwidth=peak * eff,
-        flops=f * DEFAULT_COMPUTE_EFFICIENCY if f else None,
+        flops=bf16,
         num_experts=shape.num_experts,
         experts_per_token=shape.experts_per_token,
         hbm_efficiency=eff,
         max_num_batched_tokens=rs.max_num_batched_tokens,
+        gpus=tp * pp,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """The closed-loop steady state of one replica at N requests in flight (means)."""
+
+    decode_seqs: float  # D: sequences decoding in a step
+    step_s: float  # mean step (TPOT)
+    decode_step_s: float  # a step without a chunk
+    mixed_step_s: float  # a step with a chunk
+    chunk_tokens: float
+    mixed_fraction: float  # f: share of steps carrying a chunk
+    ttft_s: float
+    requests_per_s: float
+    saturated: bool
+
+
+#: fixed-point passes of :func:`serve` (the scores of 6 and 10 passes agree; 4 leave TTFT off)
+SERVE_PASSES = 6
+
+
+def serve(
+    step: Callable[[float, float], float],
+    n: int,
+    prompt: float,
+    output: float,
+    budget: int,
+    running_cap: int | None = None,
+) -> Serving:
+    """The steady state of ``n`` closed-loop clients (see the module doc). ``step(D, P)`` is
+    the mean step of D decoding sequences plus a chunk of P prefill tokens; ``prompt`` the mean
+    uncached prompt, ``output`` the mean output; ``running_cap`` the most sequences running at
+    once (KV pool / max-num-seqs; the rest queue)."""
+    run = float(min(n, running_cap) if running_cap else n)
+    dec_steps = max(output - 1.0, 0.0)
+    prompt = max(prompt, 1.0)
+    d = run * dec_steps / (dec_steps + 1.0)
+    td = tm = mean = step(d, 0.0)
+    lam = 0.0
+    f = 0.0
+    chunk = 0.0
+    ttft = 0.0
+    for _ in range(SERVE_PASSES):
+        cap = max(budget - d, 1.0)
+        one = min(prompt, cap)
+        chunks = math.ceil(prompt / cap)
+        td = step(d, 0.0)
+        tm = step(d, one)
+        ttft = chunks * tm + 0.5 * mean + perf.REQUEST_OVERHEAD_S
+        lam = run / (ttft + dec_steps * mean)
+        per_step = lam * prompt * mean  # prefill tokens a step must carry on average
+        if per_step <= one:
+            f, chunk = per_step / one, one
+        else:
+            f, chunk = 1.0, min(per_step, cap)
+            tm = step(d, chunk)
+        mean = (1.0 - f) * td + f * tm
+        d = min(run, lam * dec_steps * mean)
+    cap = max(budget - d, 1.0)
+    # the most the budget serves: every step a full chunk (D from the rate, as below)
+    d_sat = min(run, budget * dec_steps / (prompt + dec_steps))
+    lam_sat = max(budget - d_sat, 1.0) / (prompt * step(d_sat, max(budget - d_sat, 1.0)))
+    saturated = lam * prompt * mean > cap * (1.0 + 1e-6) or lam > lam_sat
+    if saturated:
+        # every step carries a full chunk: the budget sets the rate; D follows from it
+        d = min(run, budget * dec_steps / (prompt + dec_steps))
+        cap = max(budget - d, 1.0)
+        td = step(d, 0.0)
+        tm = mean = step(d, cap)
+        f, chunk = 1.0, cap
+        lam = cap / (prompt * tm)
+    ttft_total = n / lam - dec_steps * mean if lam > 0 else math.inf
+    if n > run and not saturated:
+        saturated = True  # requests queue for a running slot
+    return Serving(d, mean, td, tm, chunk, f, max(ttft_total, ttft), lam, saturated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +442,71 @@ class LatencyPoint:
     itl_ms_p95: float
     output_tokens_per_s: float
     preemption_probability: float
-    decode_only_ms_p50: float = 0.0  # the step without the prefill tokens riding along
-    bound: str = "memory"  # "memory": HBM bytes bind; "compute": FLOPs (decode + prefill) bind
+    decode_only_ms_p50: float = 0.0  # the step without a prefill chunk
+    bound: str = "memory"  # "memory": HBM bytes bind; "compute": FLOPs bind
+    itl_ms_p99: float = 0.0
+    tpot_ms_mean: float = 0.0
+    ttft_ms_p50: float = 0.0
+    ttft_ms_p95: float = 0.0
+    output_tokens_per_s_per_gpu: float = 0.0
+    saturated: bool = False
+
+    def itl_ms(self, quantile: str) -> float:
+        """ITL at ``quantile`` ("p50", "p95" or "p99")."""
+        if quantile not in ("p50", "p95", "p99"):
+            raise ValueError(f"ITL quantile must be p50, p95 or p99, got {quantile!r}")
+        value: float = getattr(self, f"itl_ms_{quantile}")
+        return value
+
+
+def _weighted_quantiles(
+    a: FloatArray, b: FloatArray, wb: float, qs: tuple[float, ...]
+) -> list[float]:
+    """Quantiles of the mixture of samples ``a`` (weight 1 − wb) and ``b`` (weight wb),
+    nearest rank. Where every b lies above every a (a step with a chunk outlasts any without),
+    the quantile is a's at q / (1 − wb) or b's at (q − 1 + wb) / wb (a partition, no sort)."""
+    n = len(a)
+    if wb <= 0.0 or float(b.min()) >= float(a.max()):
+        ka = sorted({int(min(q / (1.0 - wb), 1.0) * (n - 1)) for q in qs if q < 1.0 - wb})
+        kb = sorted({int((q - 1.0 + wb) / wb * (len(b) - 1)) for q in qs if q >= 1.0 - wb})
+        pa = np.partition(a, ka) if ka else a
+        pb = np.partition(b, kb) if kb else b
+        out_fast = []
+        for q in qs:
+            if q < 1.0 - wb:
+                out_fast.append(float(pa[int(min(q / (1.0 - wb), 1.0) * (n - 1))]))
+            else:
+                out_fast.append(float(pb[int((q - 1.0 + wb) / wb * (len(b) - 1))]))
+        return out_fast
+    vals = np.concatenate([a, b])
+    w = np.concatenate([np.full(len(a), (1.0 - wb) / len(a)), np.full(len(b), wb / len(b))])
+    order = np.argsort(vals, kind="stable")
+    cw = np.cumsum(w[order])
+    out = []
+    for q in qs:
+        i = int(np.searchsorted(cw, q * cw[-1] - 1e-12))
+        out.append(float(vals[order[min(i, len(vals) - 1)]]))
+    return out
+
+
+def queued(pt: LatencyPoint, n: int, output: float) -> LatencyPoint:
+    """``pt`` (the replica at its running limit) with ``n`` > that limit requests in flight:
+    the rest wait for a slot, so throughput stays and TTFT = n / λ − (O − 1) × TPOT."""
+    if n <= pt.max_num_seqs or pt.output_tokens_per_s <= 0:
+        return pt
+    lam = pt.output_tokens_per_s / output
+    ttft = n / lam - max(output - 1.0, 0.0) * pt.tpot_ms_mean / 1e3
+    grow = ttft * 1e3 - pt.ttft_ms_p50
+    return replace(pt, ttft_ms_p50=ttft * 1e3, ttft_ms_p95=pt.ttft_ms_p95 + grow, saturated=True)
+
+
+#: every how many Monte Carlo batches the ITL quantiles are taken from (speed; see point())
+QUANTILE_STRIDE = 4
 
 
 class BatchLatency:
-    """ITL of batches of N drawn along the sizing's Monte Carlo paths (binding mix). Per path,
-    the KV read of its first j requests is a prefix sum of per-request features (context,
+    """Latency of N requests in flight, along the sizing's Monte Carlo paths (binding mix). Per
+    path, the KV read of its first j requests is a prefix sum of per-request features (context,
     windowed context, sequences) that do not depend on the model, so the simulation keeps them
     for every plan of the same workload; a point combines one column of them."""
 
@@ -248,18 +516,50 @@ class BatchLatency:
         mix: MixSizing = sizing.binding
         sim = mix.paths.sim
         pool = sim.pool
-        seqs = pool.seqs.astype(np.float64)
-        ctx = sim.mid_context()
-        self.mean_ctx = float((ctx * seqs).sum() / seqs.sum())
-        uncached = np.maximum(pool.prompt - pool.cached, 0)  # a shared prefix is cached
-        self.prefill_per_seq = float(uncached.mean() / max(pool.output.mean(), 1.0))
+
+        def features() -> tuple[float, float, float, float, float]:
+            seqs = pool.seqs.astype(np.float64)
+            ctx = sim.mid_context()
+            uncached = np.maximum(pool.prompt - pool.cached, 0).astype(np.float64)
+            k95 = int(0.95 * (len(uncached) - 1))
+            total = float(uncached.sum())
+            # a prefill token attends to its causal position: cached prefix + half the uncached
+            pctx = (
+                float(((pool.cached + uncached / 2.0) * uncached).sum() / total) if total else 0.0
+            )
+            return (
+                float((ctx * seqs).sum() / seqs.sum()),
+                float(uncached.mean()),
+                float(np.partition(uncached, k95)[k95]),
+                float(pool.output.mean()),
+                pctx,
+            )
+
+        # the pool's numbers do not depend on the model: once per simulation (a sweep)
+        f = sim.kept("latency-features", features)
+        self.mean_ctx, self.prompt, self.prompt_p95, self.output, self.prefill_ctx = f
         self.uniform_n = sim.uniform_n
+
+        def seqs() -> FloatArray:
+            out: FloatArray = pool.seqs.astype(np.float64)
+            return out
+
+        def ctx_seqs() -> FloatArray:
+            out: FloatArray = sim.mid_context() * seqs()
+            return out
+
+        def win_seqs(w: int) -> Callable[[], FloatArray]:
+            def make() -> FloatArray:
+                out: FloatArray = np.minimum(sim.mid_context(), w) * seqs()
+                return out
+
+            return make
+
         self.count = sim.kept_cumsum("seqs", seqs)
-        self.full = sim.kept_cumsum("ctx", ctx * seqs)
+        self.full = sim.kept_cumsum("ctx", ctx_seqs)
         windows = sorted({w for stage in model.stages for w, _ in stage.windowed})
-        self.windowed = {
-            w: sim.kept_cumsum(("window", w), np.minimum(ctx, w) * seqs) for w in windows
-        }
+        self.windowed = {w: sim.kept_cumsum(("window", w), win_seqs(w)) for w in windows}
+        self._points: dict[int, LatencyPoint] = {}
 
     @property
     def max_n(self) -> int:
@@ -277,9 +577,7 @@ class BatchLatency:
         picked: FloatArray = a[np.arange(a.shape[0]), j]
         return picked
 
-    def point(self, n: int) -> LatencyPoint:
-        if n <= 0 or n > self.max_n:
-            raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
+    def _kv(self, n: int) -> list[FloatArray]:
         full = self._column(self.full, n)
         count = self._column(self.count, n)
         win = {w: self._column(a, n) for w, a in self.windowed.items()}
@@ -288,38 +586,82 @@ class BatchLatency:
             k = stage.full_bytes_per_token * full + 2.0 * stage.state_bytes * count
             for window, per_token in stage.windowed:
                 k = k + per_token * win[window]
-            kv.append(k[:, None])
-        prefill = min(max(self.model.max_num_batched_tokens - n, 0), n * self.prefill_per_seq)
-        steps = self.model.step_seconds(
-            np.array([float(n)]), np.stack(kv), np.array([prefill]), self.mean_ctx
-        )[:, 0]
-        # nearest-rank quantiles (the (M − 1)·q-th smallest of the M batches)
-        k50, k95 = (int(q * (len(steps) - 1)) for q in (0.5, 0.95))
-        part = np.partition(steps, (k50, k95))
-        p50, p95 = float(part[k50]), float(part[k95])
-        mean = float(steps.mean())
-        decode = self.model.step_seconds(
-            np.array([float(n)]), np.stack(kv), np.zeros(1), self.mean_ctx
-        )[:, 0]
-        d50 = float(np.partition(decode, k50)[k50])
-        memory = self.model.step_seconds(
-            np.array([float(n)]), np.stack(kv), np.array([prefill]), self.mean_ctx, flops=False
-        )[:, 0]
-        bound = "compute" if float(np.partition(memory, k50)[k50]) < p50 * (1 - 1e-9) else "memory"
-        return LatencyPoint(
-            n, p50 * 1e3, p95 * 1e3, n / mean, self.sizing.probability(n), d50 * 1e3, bound
-        )
+            kv.append(k)
+        return kv
 
-    def largest_meeting(self, itl_ms: float, upper: int) -> int:
-        """Largest N ≤ upper whose ITL p95 meets ``itl_ms`` (0 when even one sequence misses).
-        The step grows with N along every path, so its p95 does: bisect."""
+    def point(self, n: int) -> LatencyPoint:
+        if n <= 0 or n > self.max_n:
+            raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
+        hit = self._points.get(n)
+        if hit is not None:
+            return hit
+        kv = self._kv(n)
+        model = self.model
+        per_seq = [float(k.mean()) / n for k in kv]  # mean KV bytes per decoding sequence
+        # the step quantiles over every QUANTILE_STRIDE-th batch (512 of 2,048: p99 still has
+        # 5 batches above it; the mean above uses all)
+        kv = [k[::QUANTILE_STRIDE] for k in kv]
+
+        def step(d: float, p: float) -> float:
+            return model.step_scalar(d, [b * d for b in per_seq], p, self.prefill_ctx)
+
+        sv = serve(step, n, self.prompt, self.output, model.max_num_batched_tokens)
+        # the batches' spread: decode steps of the D running sequences along the paths
+        scale = sv.decode_seqs / n
+        kv_b = np.stack([k * scale for k in kv])
+        dec = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx)
+        mixed = dec + (sv.mixed_step_s - sv.decode_step_s)
+        p50, p95, p99 = _weighted_quantiles(dec, mixed, sv.mixed_fraction, (0.5, 0.95, 0.99))
+        mem = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx, flops=False)
+        k50 = (len(dec) - 1) // 2
+        d50 = float(np.partition(dec, k50)[k50])
+        m50 = float(np.partition(mem, k50)[k50])
+        bound = "compute" if m50 < d50 * (1 - 1e-9) - 1e-12 else "memory"
+        tput = sv.requests_per_s * self.output
+        cap = max(model.max_num_batched_tokens - sv.decode_seqs, 1.0)
+        extra = max(math.ceil(self.prompt_p95 / cap) - math.ceil(self.prompt / cap), 0)
+        ttft95 = sv.ttft_s + extra * sv.mixed_step_s + 0.5 * sv.step_s
+        pt = LatencyPoint(
+            max_num_seqs=n,
+            itl_ms_p50=p50 * 1e3,
+            itl_ms_p95=p95 * 1e3,
+            output_tokens_per_s=tput,
+            preemption_probability=self.sizing.probability(n),
+            decode_only_ms_p50=d50 * 1e3,
+            bound=bound,
+            itl_ms_p99=p99 * 1e3,
+            tpot_ms_mean=sv.step_s * 1e3,
+            ttft_ms_p50=sv.ttft_s * 1e3,
+            ttft_ms_p95=ttft95 * 1e3,
+            output_tokens_per_s_per_gpu=tput / max(model.gpus, 1),
+            saturated=sv.saturated,
+        )
+        self._points[n] = pt
+        return pt
+
+    def largest_meeting(
+        self,
+        itl_ms: float | None,
+        upper: int,
+        quantile: str = "p95",
+        ttft_ms: float | None = None,
+    ) -> int:
+        """Largest N ≤ upper whose ITL at ``quantile`` meets ``itl_ms`` and whose TTFT p95
+        meets ``ttft_ms`` (0 when even one request misses). Both grow with N: bisect."""
         hi = min(upper, self.max_n)
-        if hi <= 0 or self.point(1).itl_ms_p95 > itl_ms:
+
+        def ok(n: int) -> bool:
+            pt = self.point(n)
+            if itl_ms is not None and pt.itl_ms(quantile) > itl_ms:
+                return False
+            return ttft_ms is None or pt.ttft_ms_p95 <= ttft_ms
+
+        if hi <= 0 or not ok(1):
             return 0
         lo = 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.point(mid).itl_ms_p95 <= itl_ms:
+            if ok(mid):
                 lo = mid
             else:
                 hi = mid - 1

@@ -49,6 +49,10 @@ class Workload:
     itl_target_ms: float | None = None
     #: the burst hour's cohort weights, one per cohort (None: no burst mix given)
     burst_weights: tuple[float, ...] | None = None
+    #: which ITL quantile itl_target_ms bounds: "p95" (default) or "p99"
+    itl_quantile: str = "p95"
+    #: time-to-first-token target (TTFT p95), ms; caps max-num-seqs with the ITL target
+    ttft_target_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +62,7 @@ class SeqSizing:
     tokens_per_seq: float  # weighted mean context, tokens
     usable_blocks: int
     shared_prefix_blocks: int
-    limited_by: str  # "kv" | "itl" | "cap" | "engine"
+    limited_by: str  # "kv" | "itl" | "ttft" | "cap" | "engine"
     message: str
 
 
