@@ -327,16 +327,32 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
     return 16
 
 
+#: ``nvfp4`` from a ModelOpt checkpoint's KV algorithm: read in the 0.20.0 and 0.25.0 sources
+#: (utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP and config/cache.py CacheDType
+#: both have it); earlier versions were not read for it, so they are refused
+NVFP4_KV_FROM = (0, 20, 0)
+
+
 def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
-    """``--kv-cache-dtype auto`` (utils/torch_utils.py::get_kv_cache_quant_algo_string): the
-    checkpoint's KV quantization is taken only for ModelOpt checkpoints (``kv_cache_quant_algo``)
-    from 0.15; a compressed-tensors ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``, and
+    """``--kv-cache-dtype auto`` (utils/torch_utils.py::resolve_kv_cache_dtype_string and
+    get_kv_cache_quant_algo_string, 0.20.0/0.25.0): the checkpoint's KV quantization is taken
+    only when ``quant_method`` starts with ``modelopt`` (every ModelOpt format: FP8, NVFP4,
+    MXFP8, mixed), fp8 from 0.15 and nvfp4 (``kv_cache_quant_algo`` NVFP4 or a 4-bit float
+    ``kv_cache_scheme``) from :data:`NVFP4_KV_FROM`; a native fp8 or compressed-tensors
+    checkpoint keeps ``auto`` (its ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``), and
     0.11–0.13 resolve nothing (the model dtype)."""
     q = shape.quantization
-    if requested != "auto" or q is None or not q.kv_cache_fp8:
+    if requested != "auto" or q is None or q.producer != "modelopt" or not q.kv_cache_algo:
         return requested
-    if q.method == "compressed-tensors" or v.key < (0, 15, 0):
+    if v.key < (0, 15, 0):
         return "auto"
+    if q.kv_cache_algo == "nvfp4":
+        if v.key < NVFP4_KV_FROM:
+            raise SettingsError(
+                f"the checkpoint's NVFP4 KV cache (kv_cache_quant_algo) on vLLM {v}: the ledger "
+                "read nvfp4 KV resolution from 0.20 only"
+            )
+        return "nvfp4"
     return "fp8"
 
 
@@ -656,10 +672,13 @@ def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
     return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
 
 
-def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
+def _decoder_layer_bytes(
+    shape: ModelShape, tp: int, dtype_bytes: int, ep: int, moe_tp: int = 0
+) -> int:
     """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
     n = shape.num_layers
-    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)  # O(1)
+    q = shape.quantization
+    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, q, ep=ep, moe_tp=moe_tp)  # O(1)
     skip = ("embedding", "lm_head")
     return sum(b for g, b in w.by_group.items() if g not in skip)
 
@@ -685,7 +704,8 @@ def _draft(
             )
         h = shape.hidden_size
         extra = (2 * h * h + 2 * h) * dtype_bytes
-        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
+        moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
+        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep, moe_tp) + extra
         return shape.mtp_layers * per, [(shape.layer_at(shape.num_layers - 1), shape.mtp_layers)]
     v = parse_version(settings.version)
     if spec.method == "draft_model" and v.key < (0, 16, 0):
@@ -740,25 +760,70 @@ MAMBA_ALL_MODE_ARCHS = frozenset(
 GDN_HOPPER_ALIGN = 64
 
 
-def mamba_cache_mode(v: Version, shape: ModelShape, prefix_caching: bool | None) -> str:
-    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig):
+def hybrid_prefix_caching_default(v: Version) -> bool:
+    """Prefix caching's default for a hybrid (Mamba/GDN + attention) model:
+    ``config/model.py::ModelConfig.is_prefix_caching_supported`` returns False for
+    ``attn_type == "hybrid"`` ("Hybrid models do not support prefix caching…") in the 0.20.0
+    and 0.25.0 sources (0.13–0.25 per research/vllm-fidelity-rereview.md N1), and True from
+    0.26.0; ``engine/arg_utils.py`` takes it as ``--enable-prefix-caching``'s default."""
+    return v.key >= (0, 26, 0)
 
-    * "none": one state block per request (+ speculative) — prefix caching off, or before 0.15
-      (prefix caching was disabled for hybrid models);
-    * "all": 0.15–0.29 for ``SupportsMambaPrefixCaching`` models with prefix caching on
-      (the default): a state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group, B a
-      multiple of ``lcm(chunk_size, 16)``; the 0.28–0.29 wheels were not read (the review
-      brackets the switch to "align" by 0.30);
-    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) from 0.15, and every hybrid from 0.30:
-      2 blocks (+ speculative), 3 from 0.33 (a prefill checkpoint block).
+
+def mamba_cache_mode(
+    v: Version, shape: ModelShape, prefix_caching: bool | None, speculative: bool = False
+) -> str:
+    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig.
+    verify_and_update_config, read in 0.20.0, 0.25.0, 0.26.0, 0.28.0):
+
+    * "none": one state block per request (+ speculative) — prefix caching off, which is the
+      default for hybrids before 0.26 (:func:`hybrid_prefix_caching_default`), or before 0.15;
+    * "all": with prefix caching on, for ``SupportsMambaPrefixCaching`` models, 0.15–0.27: a
+      state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group (0.20–0.21 choose "align"
+      instead when speculative decoding is on);
+    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) with prefix caching on, and every
+      hybrid from 0.28 (the 0.28.0 rule sets "align" whenever the mode is "none"): 2 blocks
+      (+ speculative, + a prefill checkpoint block: :func:`prefill_checkpoint_blocks`).
     """
     if not shape.has_kind(AttnKind.MAMBA):
         return "none"
-    if prefix_caching is False or v.key < (0, 15, 0):
+    on = hybrid_prefix_caching_default(v) if prefix_caching is None else prefix_caching
+    if not on or v.key < (0, 15, 0):
         return "none"
-    if v.key < (0, 30, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+    if v.key < (0, 28, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+        if speculative and (0, 20, 0) <= v.key < (0, 22, 0):
+            return "align"
         return "all"
     return "align"
+
+
+#: Models built on MambaMixer2 (model_executor/layers/mamba/mamba_mixer2.py), whose
+#: ``get_kv_cache_spec`` adds ``num_prefill_checkpoint_blocks=1`` from 0.32.0
+MAMBA2_ARCHS = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "Mamba2ForCausalLM",
+        "BambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "FalconH1ForCausalLM",
+    }
+)
+
+
+def prefill_checkpoint_blocks(v: Version, shape: ModelShape, gpu_name: str) -> int:
+    """The align-mode prefill checkpoint block (``MambaSpec.num_prefill_checkpoint_blocks``,
+    v1/kv_cache_interface.py ``max_memory_usage_bytes``: ``2 + spec + checkpoint``): Mamba2
+    models from 0.32.0 (``MambaMixer2.get_kv_cache_spec``); Gated DeltaNet from 0.33.0 when it
+    exports checkpoints with FlashInfer GDN prefill (``qwen_gdn_linear_attn.py``): Hopper, or
+    Blackwell with CUDA ≥ 13 (the CUDA version is not known here: Blackwell is counted, the
+    safe side); other hybrids (Jamba's Mamba1) from 0.33.0 as before (kept, the safe side)."""
+    if shape.architecture in MAMBA2_ARCHS:
+        return 1 if v.key >= (0, 32, 0) else 0
+    if v.key < (0, 33, 0):
+        return 0
+    if shape.model_type.startswith(("qwen3_5", "qwen3_next")):
+        return 1 if _gpu_family(gpu_name) in ("hopper", "blackwell") else 0
+    return 1
 
 
 def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name: str) -> int:
@@ -780,13 +845,15 @@ def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name:
     return block
 
 
-def mamba_blocks_per_request(mode: str, v: Version, L: int, block: int, k_spec: int) -> int:
+def mamba_blocks_per_request(
+    mode: str, v: Version, L: int, block: int, k_spec: int, checkpoint: int = 0
+) -> int:
     """State blocks one request holds per Mamba group (kv_cache_interface.py::
-    MambaSpec.max_memory_usage_bytes by mode)."""
+    MambaSpec.max_memory_usage_bytes by mode); ``checkpoint``: :func:`prefill_checkpoint_blocks`."""
     if mode == "all":
         return math.ceil(L / block)
     if mode == "align":
-        return 2 + k_spec + (1 if v.key >= (0, 33, 0) else 0)
+        return 2 + k_spec + checkpoint
     return 1 + k_spec
 
 
@@ -814,6 +881,15 @@ def _cached_layers(
     cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     (vllm/envs.py default "0" in those versions)."""
     layers = layers_on_rank(shape, pp, stage)
+    if shape.architecture == "NemotronHForCausalLM" and v.key >= (0, 20, 0):
+        # models/config.py::NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype (0.20.0,
+        # 0.25.0): mamba_ssm_cache_dtype "auto" takes the config's value, else float32
+        layers = [
+            (replace(layer, mamba=replace(layer.mamba, ssm_dtype_bytes=4)), n)
+            if layer.mamba is not None and layer.mamba.ssm_dtype_bytes is None
+            else (layer, n)
+            for layer, n in layers
+        ]
     if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
         layers = [
             (replace(layer, kind=AttnKind.FULL, window=0), n)
@@ -880,6 +956,8 @@ def predict_startup(
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
     era = rs.era
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
+    moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
     spec = settings.speculative
@@ -907,7 +985,10 @@ def predict_startup(
             gpu_name,
             rs.v2_runner,
         )
-    mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)
+    mode = mamba_cache_mode(
+        rs.version, shape, settings.enable_prefix_caching, speculative=spec is not None
+    )
+    checkpoint = prefill_checkpoint_blocks(rs.version, shape, gpu_name)
     align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
@@ -924,6 +1005,7 @@ def predict_startup(
             settings.max_loras,
             settings.max_lora_rank,
             ep=ep,
+            moe_tp=moe_tp,
         )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
@@ -1011,7 +1093,7 @@ def predict_startup(
     B = layout.block_size
 
     def mamba_blocks(length: int) -> int:
-        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec)
+        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec, checkpoint)
 
     need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
     if layout.bytes_per_block == 0:

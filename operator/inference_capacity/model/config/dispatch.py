@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ModelConfigError
 from ..layerset import Pattern
 from ..limits import check_config
-from ..quant import parse_quantization
+from ..quant import parse_quantization, unmatched_layer_formats
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build, config_indices
@@ -83,6 +83,13 @@ def shape_from_config(
     )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
+    unmatched = unmatched_layer_formats(quant, shape.tensors)
+    if unmatched:
+        raise ModelConfigError(
+            "quantization_config.quantized_layers",
+            f"module kinds {', '.join(unmatched[:4])} name no weight the ledger knows for "
+            f"{family_type}; their format cannot be sized",
+        )
     tower = encoder_tower(model_type, arch, config, shape.hidden_size) if multimodal else None
     return replace(
         shape,
