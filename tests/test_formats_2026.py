@@ -309,3 +309,53 @@ def test_deepseek_v4_refused_naming_what_is_missing() -> None:
     cfg = {"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"]}
     with pytest.raises(ModelConfigError, match="compress_ratios.*indexer"):
         model_from_dict(cfg, "dsv4")
+
+
+def test_compressed_tensors_config_groups_per_module() -> None:
+    """Two config groups (CompressedTensorsConfig matches a layer to the group whose targets
+    name it, 0.25.0): FP8 per-channel attention, NVFP4-like 4-bit float group-16 experts;
+    the lm_head listed in a ModelOpt mixed config is quantized too."""
+    _, cfg = load_config("Qwen/Qwen3-30B-A3B")
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "channel"}
+    fp4 = {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 16}
+    qc = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "group_0": {
+                "weights": fp8,
+                "targets": [
+                    f"model.layers.{i}.self_attn.{m}_proj" for i in range(48) for m in "qkvo"
+                ],
+            },
+            "group_1": {"weights": fp4, "targets": ["Linear"]},
+        },
+        "ignore": ["lm_head"],
+    }
+    shape = model_from_dict({**cfg, "quantization_config": qc}, "ct-groups")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    hid, inter, e = 2048, 768, 128
+    # channel FP8: e4m3 + a float32 scale per output row (CompressedTensorsW8A8Fp8)
+    rows = 4096 + 512 + 512 + 2048
+    assert w["attention"] == 48 * ((4096 * hid + 2 * 512 * hid + hid * 4096) + rows * 4)
+    # 4-bit float, group 16, float32 scales (the existing compressed-tensors float rule)
+    per = (2 * inter * hid + hid * inter) // 2 + (2 * inter * hid + hid * inter) // 16 * 4
+    assert w["experts"] == 48 * e * per
+    bad = {
+        **qc,
+        "config_groups": {**qc["config_groups"], "g2": {"weights": fp8, "targets": ["re:.*gate"]}},
+    }
+    with pytest.raises(ModelConfigError, match="regex"):
+        model_from_dict({**cfg, "quantization_config": bad}, "ct-bad")
+
+
+def test_modelopt_mixed_lists_lm_head() -> None:
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    layers = {f"model.layers.{i}.mlp.down_proj": {"quant_algo": "FP8"} for i in range(32)}
+    layers["lm_head"] = {"quant_algo": "W4A16_NVFP4", "group_size": 16}
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers}
+    shape = model_from_dict({**cfg, "quantization_config": qc}, "mixed-head")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    assert w["lm_head"] == 128256 * 4096 * 9 // 16  # NVFP4: 1/2 + 1/16 B per parameter
+    # gate/up unlisted (bf16), down FP8 with its per-tensor scale (the ledger counts one float32
+    # scale a tensor; vLLM's input_scale is 4 B more)
+    assert w["mlp"] == 32 * (2 * 14336 * 4096 * 2 + 4096 * 14336 + 4)

@@ -36,7 +36,47 @@ def _compressed_tensors(cfg: Mapping[str, Any]) -> Quantization:
     groups = cfg.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise ModelConfigError("quantization_config.config_groups", "compressed-tensors needs it")
-    first = next(iter(groups.values()))
+    if len(groups) > 1:
+        return _compressed_tensors_groups(cfg, groups)
+    return _compressed_tensors_group(cfg, next(iter(groups.values())))
+
+
+def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]) -> Quantization:
+    """Several config groups (compressed_tensors.py::CompressedTensorsConfig.
+    _get_scheme_from_parts matches a layer to the group whose ``targets`` name it, 0.25.0):
+    one format per module kind when every target is a module path or ``Linear`` (the
+    default for linears no other group names); regex targets are refused."""
+    kinds: dict[str, Quantization] = {}
+    for gname, group in groups.items():
+        fmt = _compressed_tensors_group(cfg, group)
+        targets = group.get("targets") if isinstance(group, Mapping) else None
+        if not isinstance(targets, list) or not targets:
+            raise ModelConfigError(
+                f"quantization_config.config_groups.{gname}.targets", "missing or empty"
+            )
+        for target in targets:
+            t = str(target)
+            if t.startswith("re:"):
+                raise ModelConfigError(
+                    f"quantization_config.config_groups.{gname}.targets",
+                    f"regex target {t!r} with several groups: not sized per tensor",
+                )
+            name = "*" if t == "Linear" else module_kind(t)[1]
+            prev = kinds.setdefault(name, fmt)
+            if prev != fmt:
+                raise ModelConfigError(
+                    f"quantization_config.config_groups.{gname}.targets",
+                    f"{name} has different schemes in different layers or groups",
+                )
+    first = next(iter(kinds.values()))
+    return replace(
+        first,
+        weight_bits=min(f.weight_bits for f in kinds.values()),
+        layer_formats=tuple(sorted(kinds.items())),
+    )
+
+
+def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantization:
     weights = first.get("weights") if isinstance(first, Mapping) else None
     if not isinstance(weights, Mapping) or "num_bits" not in weights:
         raise ModelConfigError(
@@ -364,10 +404,19 @@ def tensor_format(q: Quantization, tensor: Tensor) -> Quantization | None:
     checkpoint the format its module kind is given (None: not quantized)."""
     if not q.layer_formats:
         return q
+    default = None
     for name, fmt in q.layer_formats:
         if tensor.name == name or tensor.name.startswith(name + "."):
             return fmt
-    return None
+        if name == "*":
+            default = fmt  # compressed-tensors "Linear": every linear no other group names
+    return default if tensor.quantizable else None
+
+
+def _named_in_formats(q: Quantization, tensor: Tensor) -> bool:
+    """A mixed-precision config that lists ``lm_head`` quantizes it (ParallelLMHead is a
+    quantized linear in ModelOptMixedPrecisionConfig.get_quant_method)."""
+    return tensor.name == "lm_head" and any(n == "lm_head" for n, _ in q.layer_formats)
 
 
 def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> list[str]:
@@ -375,11 +424,11 @@ def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...])
     would silently weigh them in the model dtype)."""
     if q is None or not q.layer_formats:
         return []
-    names = [t.name for t in tensors if t.quantizable]
+    names = [t.name for t in tensors if t.quantizable or t.name == "lm_head"]
     return [
         name
         for name, _ in q.layer_formats
-        if not any(n == name or n.startswith(name + ".") for n in names)
+        if name != "*" and not any(n == name or n.startswith(name + ".") for n in names)
     ]
 
 
@@ -400,7 +449,7 @@ def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None)
     else:
         layers = layers if span is None else layers.within(span)
         copies = layers.count
-    if not copies or not tensor.quantizable:
+    if not copies or not (tensor.quantizable or _named_in_formats(q, tensor)):
         return 0
     fmt = tensor_format(q, tensor)
     if fmt is None or (fmt.scope == "experts" and tensor.experts == 1):
