@@ -359,3 +359,31 @@ def test_modelopt_mixed_lists_lm_head() -> None:
     # gate/up unlisted (bf16), down FP8 with its per-tensor scale (the ledger counts one float32
     # scale a tensor; vLLM's input_scale is 4 B more)
     assert w["mlp"] == 32 * (2 * 14336 * 4096 * 2 + 4096 * 14336 + 4)
+
+
+def test_qwen35_and_gemma4_text_only_without_audio() -> None:
+    """Qwen3_5(Moe)ProcessingInfo inherits {"image", "video"} (qwen2_vl.py
+    get_supported_mm_limits); Gemma4 adds audio only with an audio_config (gemma4_mm.py,
+    0.25.0). So {"image": 0, "video": 0} is a text-only profile for both."""
+    from inference_capacity.engines.vllm_mm import text_only
+
+    for name in ("Qwen/Qwen3.5-35B-A3B", "google/gemma-4-26B-A4B"):
+        shape = load_model(name)
+        assert set(shape.mm_modalities) == {"image", "video"}, name
+        assert text_only({"image": 0, "video": 0}, shape.mm_modalities)
+        assert not text_only({"image": 0}, shape.mm_modalities)
+    _, cfg = load_config("google/gemma-4-26B-A4B")
+    with_audio = model_from_dict({**cfg, "audio_config": {"model_type": "gemma4_audio"}}, "g4a")
+    assert "audio" in with_audio.mm_modalities
+
+
+def test_kimi_vl_text_config_without_model_type() -> None:
+    """KimiVLConfig (transformers_utils/configs/kimi_vl.py, 0.25.0) builds a DeepseekV2Config
+    from a text_config dict (whatever its keys), so a text_config without model_type is the
+    DeepSeek MLA + MoE layout, not an unknown 'kimi_vl_text'."""
+    _, cfg = load_config("moonshotai/Kimi-K2.5")
+    tc = {k: v for k, v in cfg["text_config"].items() if k != "model_type"}
+    vl = {**cfg, "model_type": "kimi_vl", "text_config": tc}
+    shape = model_from_dict(vl, "kimi-vl-no-type")
+    assert shape.model_type == "deepseek_v2"
+    assert shape.is_multimodal

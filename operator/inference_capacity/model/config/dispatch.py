@@ -18,6 +18,11 @@ from .decoder import _build, config_indices
 from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
 from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
 
+#: wrappers whose config class builds a fixed text config when ``text_config`` has no
+#: model_type: KimiVLConfig (vLLM transformers_utils/configs/kimi_vl.py) makes it a
+#: DeepseekV2Config (0.25.0)
+_DEFAULT_TEXT_TYPE = {"kimi_vl": "deepseek_v2"}
+
 
 def shape_from_config(
     config: Mapping[str, Any], name: str = "custom", quantization: str | None = None
@@ -41,7 +46,9 @@ def shape_from_config(
         if not isinstance(tc, Mapping):
             raise ModelConfigError("text_config", f"{model_type} needs a text_config")
         text = _Cfg(tc, "text_config.")
-        inner_type = str(tc.get("model_type") or f"{model_type}_text")
+        inner_type = str(
+            tc.get("model_type") or _DEFAULT_TEXT_TYPE.get(model_type, f"{model_type}_text")
+        )
         if inner_type in _UNSUPPORTED:
             raise ModelConfigError(
                 "text_config.model_type", f"{inner_type!r}: {_UNSUPPORTED[inner_type]}"
@@ -95,5 +102,5 @@ def shape_from_config(
         shape,
         model_type=model_type if model_type not in _WRAPPERS else family_type,
         vision_tower=tower,
-        mm_modalities=mm_modalities(model_type) if multimodal else (),
+        mm_modalities=mm_modalities(model_type, config) if multimodal else (),
     )
