@@ -387,3 +387,19 @@ def test_kimi_vl_text_config_without_model_type() -> None:
     shape = model_from_dict(vl, "kimi-vl-no-type")
     assert shape.model_type == "deepseek_v2"
     assert shape.is_multimodal
+
+
+def test_default_v2_runner_by_version() -> None:
+    """config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES: 0.22.0 {Qwen3}, 0.23.0
+    {Llama, Mistral, Qwen3} dense and unquantized; 0.24.0 adds DeepseekV2, Qwen2Moe,
+    GraniteMoe with no dense/unquantized condition."""
+    from inference_capacity.engines.vllm import _uses_v2_runner
+
+    llama, qwen3 = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_model("Qwen/Qwen3-8B")
+    dsv2 = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    llama_fp8 = load_model("meta-llama/Llama-3.1-8B-Instruct", quantization="fp8")
+    assert not _uses_v2_runner(V("0.22.0"), llama) and _uses_v2_runner(V("0.22.0"), qwen3)
+    assert _uses_v2_runner(V("0.23.0"), llama) and not _uses_v2_runner(V("0.23.0"), llama_fp8)
+    assert not _uses_v2_runner(V("0.23.0"), dsv2)
+    assert _uses_v2_runner(V("0.24.0"), dsv2) and _uses_v2_runner(V("0.24.0"), llama_fp8)
+    assert not _uses_v2_runner(V("0.24.0"), load_model("Qwen/Qwen2.5-7B-Instruct"))

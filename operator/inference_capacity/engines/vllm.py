@@ -228,8 +228,13 @@ class SettingsError(ValueError):
 V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
     {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
 )
-#: 0.22–0.24: Llama, Mistral and Qwen3 dense, unquantized only (same function, 0.23.0 wheel).
-V2_RUNNER_DEFAULTS_0_22 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+#: ``config/vllm.py::DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` by version (0.22.0, 0.23.0, 0.24.0
+#: sources): 0.22 Qwen3 only; 0.23 adds Llama and Mistral (both dense and unquantized only,
+#: ``_is_default_v2_model_runner_model``); 0.24 adds DeepseekV2, Qwen2Moe and GraniteMoe and
+#: drops the dense/unquantized condition.
+V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
 
 
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
@@ -240,8 +245,11 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     if v.key >= (0, 25, 0):
         dense = not shape.is_moe and not hybrid
         return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
+    if v.key >= (0, 24, 0):
+        return shape.architecture in V2_RUNNER_DEFAULTS_0_24
     if v.key >= (0, 22, 0):
-        return shape.architecture in V2_RUNNER_DEFAULTS_0_22 and shape.quantization is None
+        archs = V2_RUNNER_DEFAULTS_0_23 if v.key >= (0, 23, 0) else V2_RUNNER_DEFAULTS_0_22
+        return shape.architecture in archs and not shape.is_moe and shape.quantization is None
     return False
 
 
