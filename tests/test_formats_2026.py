@@ -403,3 +403,55 @@ def test_default_v2_runner_by_version() -> None:
     assert not _uses_v2_runner(V("0.23.0"), dsv2)
     assert _uses_v2_runner(V("0.24.0"), dsv2) and _uses_v2_runner(V("0.24.0"), llama_fp8)
     assert not _uses_v2_runner(V("0.24.0"), load_model("Qwen/Qwen2.5-7B-Instruct"))
+
+
+def test_pd_connector_with_hma_keeps_hybrid_manager() -> None:
+    """config/vllm.py: 0.20.0 turns the hybrid KV manager off for any --kv-transfer-config;
+    from 0.22.0 only for a connector that is not SupportsHMA (NixlConnector is). Gemma-3-27B
+    (52 sliding + 10 full layers): groups of 10 layers by kind with HMA, one group of every
+    layer as full attention without."""
+    from inference_capacity.engines.vllm import connector_keeps_hma
+
+    assert connector_keeps_hma(V("0.25.0"), "NixlConnector")
+    assert not connector_keeps_hma(V("0.20.0"), "NixlConnector")
+    assert not connector_keeps_hma(V("0.25.0"), "LMCacheConnectorV1")
+    gemma = load_model("google/gemma-3-27b-it")
+    kw = {"max_model_len": 32768, "kv_transfer": True}
+    nixl = predict_startup(
+        gemma,
+        H100.total_bytes,
+        H100.name,
+        2,
+        1,
+        EngineSettings("0.25.0", kv_connector="NixlConnector", **kw),
+    )
+    lmc = predict_startup(
+        gemma,
+        H100.total_bytes,
+        H100.name,
+        2,
+        1,
+        EngineSettings("0.25.0", kv_connector="LMCacheConnectorV1", **kw),
+    )
+    assert nixl.ranks[0].layout.num_groups > 1 and lmc.ranks[0].layout.num_groups == 1
+    assert nixl.kv_cache_tokens > lmc.kv_cache_tokens
+    # a Mamba hybrid needs HMA: a connector without it fails vLLM's startup
+    nano = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    with pytest.raises(SettingsError, match="hybrid KV-cache manager"):
+        predict_startup(
+            nano,
+            H100.total_bytes,
+            H100.name,
+            1,
+            1,
+            EngineSettings("0.25.0", kv_connector="LMCacheConnectorV1", **kw),
+        )
+
+
+def test_resolve_reads_the_connector_name() -> None:
+    from inference_capacity.resolve import _kv_connector
+
+    assert _kv_connector('{"kv_connector": "NixlConnector", "kv_role": "kv_both"}') == (
+        "NixlConnector"
+    )
+    assert _kv_connector(None) is None

@@ -207,6 +207,17 @@ def _draft_shape(
     return shape, f"--speculative-config draft model {src.id} ({sc.method}) from {where}"
 
 
+def _kv_connector(value: str | None) -> str | None:
+    """The ``kv_connector`` of ``--kv-transfer-config`` (the flag was checked by vllm_flags)."""
+    if value is None:
+        return None
+    try:
+        connector = parse_json_flag("kv-transfer-config", value).get("kv_connector")
+    except ValueError:
+        return None
+    return str(connector) if connector else None
+
+
 def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
     """A BooleanOptionalAction flag: ``--key`` True, ``--no-key`` False, absent None."""
     if key in flags:
@@ -700,6 +711,7 @@ def resolve(
         draft_model=draft,
         enable_prefix_caching=prefix,
         kv_transfer="kv-transfer-config" in running,
+        kv_connector=_kv_connector(running.get("kv-transfer-config")),
         performance_mode=running.get("performance-mode", "balanced"),
         cudagraph_capture_sizes=captures,
         max_cudagraph_capture_size=top_capture,

@@ -109,7 +109,8 @@ class EngineSettings:
     max_cpu_loras: int | None = None  # host memory only
     speculative: SpeculativeConfig | None = None
     enable_prefix_caching: bool | None = None
-    kv_transfer: bool = False  # --kv-transfer-config: hybrid KV manager off
+    kv_transfer: bool = False  # --kv-transfer-config given
+    kv_connector: str | None = None  # its kv_connector (HMA kept for SupportsHMA ones, 0.22+)
     performance_mode: str = "balanced"
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
@@ -235,6 +236,30 @@ V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
 V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
 V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
 V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
+
+
+#: Connectors implementing ``SupportsHMA`` (distributed/kv_transfer/kv_connector/v1/, the
+#: 0.22.0, 0.23.0 and 0.25.0 sources: NixlConnector, OffloadingConnector, MooncakeConnector,
+#: MooncakeStoreConnector, SimpleCPUOffloadConnector, DecodeBenchConnector; MultiConnector only
+#: when every child does, not modelled). LMCacheConnectorV1 and SharedStorageConnector do not.
+HMA_CONNECTORS = frozenset(
+    {
+        "NixlConnector",
+        "OffloadingConnector",
+        "MooncakeConnector",
+        "MooncakeStoreConnector",
+        "SimpleCPUOffloadConnector",
+        "DecodeBenchConnector",
+    }
+)
+#: config/vllm.py keeps HMA for a SupportsHMA connector from 0.22.0 (``supports_hma``); 0.20.0
+#: turns it off for any connector; 0.21 was not read, so it is treated as 0.20 (the safe side)
+HMA_CONNECTORS_FROM = (0, 22, 0)
+
+
+def connector_keeps_hma(v: Version, connector: str | None) -> bool:
+    """Whether ``--kv-transfer-config`` with ``connector`` leaves the hybrid KV manager on."""
+    return v.key >= HMA_CONNECTORS_FROM and connector in HMA_CONNECTORS
 
 
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
@@ -972,10 +997,15 @@ def predict_startup(
     chunked = shape.has_kind(AttnKind.CHUNKED)
     eagle = spec is not None and spec.method in ("eagle", "eagle3")
     # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
-    # the hybrid KV-cache manager off
-    hybrid = (
-        era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer and not (chunked and eagle)
-    )
+    # the hybrid KV-cache manager off; from 0.22 a connector that SupportsHMA keeps it
+    hma_off = settings.kv_transfer and not connector_keeps_hma(rs.version, settings.kv_connector)
+    hybrid = era not in (Era.V0, Era.V1_EARLY) and not hma_off and not (chunked and eagle)
+    if hma_off and shape.has_kind(AttnKind.MAMBA) and era not in (Era.V0, Era.V1_EARLY):
+        raise SettingsError(
+            f"--kv-transfer-config connector {settings.kv_connector!r} does not support the "
+            "hybrid KV-cache manager, which Mamba/GDN hybrids need: vLLM fails at startup "
+            "(config/vllm.py 'hybrid SSM models ... require HMA')"
+        )
     k_spec = 0
     if spec is not None:
         k_spec = spec.num_speculative_tokens or shape.mtp_layers
