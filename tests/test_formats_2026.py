@@ -455,3 +455,23 @@ def test_resolve_reads_the_connector_name() -> None:
         "NixlConnector"
     )
     assert _kv_connector(None) is None
+
+
+def test_gpt_oss_mxfp4_padding_by_moe_backend() -> None:
+    """mxfp4_round_up_hidden_size_and_intermediate_size (fused_moe/oracle/mxfp4.py, 0.20.0/
+    0.25.0): Marlin 256/128, the TRTLLM backends (first for gpt-oss on Blackwell) 256/256.
+    gpt-oss-120b, hidden 2880 -> 3072, expert intermediate 2880 -> 2944 (Marlin) or 3072:
+    per expert w13 (2I × 3072) + w2 (3072 × I) at 4 bits plus a uint8 scale per 32 inputs."""
+    m = load_model("openai/gpt-oss-120b")
+
+    def expert_bytes(inter: int) -> int:
+        payload = (2 * inter * 3072 + 3072 * inter) // 2
+        scales = 2 * inter * (3072 // 32) + 3072 * (inter // 32)
+        return payload + scales
+
+    per_layer = 128 * (expert_bytes(3072) - expert_bytes(2944))
+    a100, b200 = get_gpu("A100-SXM-80GB"), B200
+    s = EngineSettings("0.25.0")
+    ea = predict_startup(m, a100.total_bytes, a100.name, 1, 1, s).ranks[0].weights
+    eb = predict_startup(m, b200.total_bytes, b200.name, 1, 1, s).ranks[0].weights
+    assert eb.by_group["experts"] - ea.by_group["experts"] == 36 * per_layer == 2_887_778_304

@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
-from ..ledger.weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
+from ..ledger.weights import (
+    MXFP4_MARLIN_ALIGN,
+    MXFP4_TRTLLM_ALIGN,
+    WeightBreakdown,
+    pp_layer_ranges,
+    weight_breakdown,
+)
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..model.shapes import Group
 from ..units import GiB, gib
@@ -255,6 +261,18 @@ HMA_CONNECTORS = frozenset(
 #: config/vllm.py keeps HMA for a SupportsHMA connector from 0.22.0 (``supports_hma``); 0.20.0
 #: turns it off for any connector; 0.21 was not read, so it is treated as 0.20 (the safe side)
 HMA_CONNECTORS_FROM = (0, 22, 0)
+
+
+def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
+    """gpt-oss MXFP4 expert padding by the MoE backend vLLM picks
+    (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss and
+    mxfp4_round_up_hidden_size_and_intermediate_size, 0.20.0/0.25.0): FlashInfer TRTLLM first
+    on Blackwell SM100, 256/256. Hopper's Triton backend pads only the intermediate size to 64,
+    but whether its weight swizzle pads more was not verified, so Hopper keeps Marlin's 256/128
+    (the larger, safe side); A100 and others run Marlin, 256/128 (exact on the 0.19 A100 log)."""
+    if v.key >= (0, 20, 0) and _gpu_family(gpu_name) == "blackwell":
+        return MXFP4_TRTLLM_ALIGN
+    return MXFP4_MARLIN_ALIGN
 
 
 def connector_keeps_hma(v: Version, connector: str | None) -> bool:
@@ -1044,6 +1062,7 @@ def predict_startup(
             settings.max_lora_rank,
             ep=ep,
             moe_tp=moe_tp,
+            mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
         )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])

@@ -18,6 +18,10 @@ from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor
 #: mxfp4_round_up_hidden_size_and_intermediate_size); gpt-oss 2880 -> 3072 / 2944.
 MXFP4_HIDDEN_ALIGN = 256
 MXFP4_INTER_ALIGN = 128
+#: (hidden, intermediate) alignment by MoE backend, same function (0.20.0, 0.25.0): Marlin
+#: 256/128 (the default above), the FlashInfer TRTLLM backends (Blackwell SM100) 256/256
+MXFP4_MARLIN_ALIGN = (MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
+MXFP4_TRTLLM_ALIGN = (256, 256)
 
 
 def pp_layer_range(num_layers: int, pp: int, stage: int) -> range:
@@ -72,14 +76,15 @@ class WeightBreakdown:
         return sum(self.by_group.values()) + self.rope_cache + self.lora + self.header_correction
 
 
-def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
-    """gpt-oss experts as the MXFP4 kernels store them (padded)."""
-    hid = cdiv(hidden, MXFP4_HIDDEN_ALIGN) * MXFP4_HIDDEN_ALIGN
+def _mxfp4_padded(t: Tensor, hidden: int, align: tuple[int, int] = MXFP4_MARLIN_ALIGN) -> Tensor:
+    """gpt-oss experts as the MXFP4 kernels store them (padded to ``align``)."""
+    h_align, i_align = align
+    hid = cdiv(hidden, h_align) * h_align
     # the padded tensor keeps no KV-head split and no fp32 flag (experts have neither)
     if t.rows == hidden:  # w2: hidden x inter
-        inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
+        inter = cdiv(t.cols, i_align) * i_align
         return replace(t, rows=hid, cols=inter, kv_heads=0, fp32=False)
-    inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
+    inter = cdiv(t.rows // 2, i_align) * i_align * 2
     return replace(t, rows=inter, cols=hid, kv_heads=0, fp32=False)
 
 
@@ -146,6 +151,7 @@ def weight_breakdown(
     max_lora_rank: int = 16,
     ep: int = 1,
     moe_tp: int = 0,
+    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
 ) -> WeightBreakdown:
     """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
     ep = tp × dp), everything else as TP says. ``moe_tp``: the TP size the routed experts are
@@ -154,12 +160,34 @@ def weight_breakdown(
     0.20.0/0.25.0: ``tp_size = dp × pcp × tp`` when ``use_ep`` is False), so with
     ``--data-parallel-size`` and no EP each rank holds 1/(tp·dp) of every expert."""
     moe_tp = moe_tp if moe_tp > 0 and ep <= 1 else tp
-    key = (id(shape), tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep, moe_tp)
+    key = (
+        id(shape),
+        tp,
+        pp,
+        stage,
+        dtype_bytes,
+        quant,
+        max_loras,
+        max_lora_rank,
+        ep,
+        moe_tp,
+        mxfp4_align,
+    )
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is shape:
         return hit[1]
     result = _weight_breakdown(
-        shape, tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep, moe_tp
+        shape,
+        tp,
+        pp,
+        stage,
+        dtype_bytes,
+        quant,
+        max_loras,
+        max_lora_rank,
+        ep,
+        moe_tp,
+        mxfp4_align,
     )
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.pop(next(iter(_MEMO)))
@@ -178,6 +206,7 @@ def _weight_breakdown(
     max_lora_rank: int,
     ep: int,
     moe_tp: int,
+    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
 ) -> WeightBreakdown:
     layers = pp_layer_range(shape.num_layers, pp, stage)
     by_group: dict[str, int] = {}
@@ -194,7 +223,7 @@ def _weight_breakdown(
         quantized = quantized_copies(quant, t, layers) if quant is not None else 0
         fmt = tensor_format(quant, t) if quant is not None else None
         if fmt is not None and quantized:
-            tt = _mxfp4_padded(t, shape.hidden_size) if fmt.method == "mxfp4" else t
+            tt = _mxfp4_padded(t, shape.hidden_size, mxfp4_align) if fmt.method == "mxfp4" else t
             r, c = tt.shape_per_rank(ttp)
             b += quantized * quantized_bytes(fmt, r, c, tt.experts)
             qparams += quantized * t.numel_per_rank(ttp)
