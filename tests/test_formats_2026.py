@@ -475,3 +475,34 @@ def test_gpt_oss_mxfp4_padding_by_moe_backend() -> None:
     ea = predict_startup(m, a100.total_bytes, a100.name, 1, 1, s).ranks[0].weights
     eb = predict_startup(m, b200.total_bytes, b200.name, 1, 1, s).ranks[0].weights
     assert eb.by_group["experts"] - ea.by_group["experts"] == 36 * per_layer == 2_887_778_304
+
+
+def test_auto_round_sized_as_inc_wna16() -> None:
+    """INCConfig takes quant_method auto-round (override_quantization_method, 0.25.0);
+    INCWNA16LinearMethod.create_weights: int32 qweight (in/8 × out at 4 bits), scales in the
+    model dtype and packed qzeros per 128 inputs, an int32 g_idx per input."""
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    qc = {
+        "quant_method": "auto-round",
+        "bits": 4,
+        "group_size": 128,
+        "sym": True,
+        "packing_format": "auto_round:auto_gptq",
+        "extra_config": {"model.layers.0.self_attn.q_proj": {"bits": 16}},
+    }
+    shape = model_from_dict({**cfg, "quantization_config": qc}, "ar")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+
+    def wna16(rows: int, cols: int) -> int:
+        groups = cols // 128
+        return rows * cols // 2 + groups * rows * 2 + groups * rows // 2 + cols * 4
+
+    down = wna16(4096, 14336)
+    assert w["mlp"] == 32 * (2 * wna16(14336, 4096) + down)
+    q_bf16 = 4096 * 4096 * 2  # layer 0's q_proj at 16 bits (extra_config)
+    layer = wna16(4096, 4096) * 2 + 2 * wna16(1024, 4096)
+    assert w["attention"] == q_bf16 + wna16(4096, 4096) + 2 * wna16(1024, 4096) + 31 * layer
+    with pytest.raises(ModelConfigError, match="packing"):
+        model_from_dict(
+            {**cfg, "quantization_config": {**qc, "packing_format": "auto_round:fp8"}}, "ar2"
+        )

@@ -157,6 +157,8 @@ def parse_quantization(
     cfg = config_quant
     if method.startswith("modelopt"):
         return _modelopt(cfg)
+    if method in ("auto-round", "auto_round"):
+        return _auto_round(cfg)
     base = ALIASES.get(method, method)
     if base == "fp8":
         block = cfg.get("weight_block_size")
@@ -218,6 +220,57 @@ def parse_quantization(
     raise ModelConfigError(
         "quantization_config.quant_method",
         f"unsupported quantization {method!r}; supported: {', '.join(KNOWN_METHODS)}",
+    )
+
+
+# --- AutoRound -------------------------------------------------------------------------------
+
+#: INCConfig (quantization/inc/inc.py, 0.25.0): ``quant_method: auto-round`` is loaded by
+#: vLLM's INC method, integer data only, in these packings
+AUTO_ROUND_PACKINGS = frozenset({"auto_round:auto_gptq", "auto_round:auto_awq"})
+
+
+def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
+    """An AutoRound checkpoint as ``INCWNA16LinearMethod.create_weights`` (inc/schemes/
+    inc_wna16_linear.py, 0.25.0) allocates it: packed int32 qweight, model-dtype scales and
+    packed qzeros per ``group_size`` inputs, an int32 g_idx per input (the GPTQ layout; the
+    post-load kernel repacking is not modelled, which over-counts the small qzeros/g_idx).
+    ``extra_config`` layers at >= 16 bits stay unquantized; other per-layer bit widths are
+    refused (one format per checkpoint)."""
+    data_type = str(cfg.get("data_type", "int"))
+    packing = str(cfg.get("packing_format", "auto_round:auto_gptq"))
+    if data_type != "int" or packing not in AUTO_ROUND_PACKINGS:
+        raise ModelConfigError(
+            "quantization_config.packing_format",
+            f"AutoRound {data_type!r}/{packing!r}: vLLM's INC loader takes integer data in "
+            f"{', '.join(sorted(AUTO_ROUND_PACKINGS))}",
+        )
+    if "bits" not in cfg or "group_size" not in cfg:
+        raise ModelConfigError("quantization_config.bits", "AutoRound needs bits and group_size")
+    bits, group = int(cfg["bits"]), int(cfg["group_size"])
+    excluded: list[str] = list(_excluded(cfg))
+    extra = cfg.get("extra_config") or {}
+    if not isinstance(extra, Mapping):
+        raise ModelConfigError("quantization_config.extra_config", "must be an object")
+    for name, layer in extra.items():
+        lbits = int(layer.get("bits", bits)) if isinstance(layer, Mapping) else bits
+        if lbits >= 16:
+            excluded.append(str(name))
+        elif lbits != bits or (
+            isinstance(layer, Mapping) and int(layer.get("group_size", group)) != group
+        ):
+            raise ModelConfigError(
+                f"quantization_config.extra_config.{name}",
+                f"{lbits}-bit layers in a {bits}-bit checkpoint are not sized",
+            )
+    return Quantization(
+        method="auto-round",
+        weight_bits=bits,
+        group_size=group if group > 0 else 0,
+        scale_bytes=2,
+        zero_points=True,
+        g_idx=True,
+        excluded=tuple(excluded),
     )
 
 
