@@ -506,3 +506,17 @@ def test_auto_round_sized_as_inc_wna16() -> None:
         model_from_dict(
             {**cfg, "quantization_config": {**qc, "packing_format": "auto_round:fp8"}}, "ar2"
         )
+
+
+def test_lora_doubles_the_cuda_graph_cases() -> None:
+    """_get_lora_cases (0.20.0/0.25.0): [0, max_loras + 1] with the default
+    cudagraph_specialize_lora=True and specialize_active_lora=False: twice the graphs."""
+    from inference_capacity.engines.vllm import lora_graph_cases
+
+    assert lora_graph_cases(V("0.25.0"), 0) == 1 and lora_graph_cases(V("0.25.0"), 4) == 2
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    base = predict_startup(llama, H100.total_bytes, H100.name, 1, 1, EngineSettings("0.25.0"))
+    lora = predict_startup(
+        llama, H100.total_bytes, H100.name, 1, 1, EngineSettings("0.25.0", max_loras=4)
+    )
+    assert lora.ranks[0].cuda_graph == 2 * base.ranks[0].cuda_graph

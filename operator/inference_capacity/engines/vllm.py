@@ -263,6 +263,17 @@ HMA_CONNECTORS = frozenset(
 HMA_CONNECTORS_FROM = (0, 22, 0)
 
 
+def lora_graph_cases(v: Version, max_loras: int) -> int:
+    """How many times each CUDA-graph batch size is captured with ``--enable-lora``:
+    ``CudagraphDispatcher._get_lora_cases`` (v1/cudagraph_dispatcher.py, 0.20.0/0.25.0) gives
+    ``[0] + get_captured_lora_counts(max_loras, specialize_active_lora)`` with
+    ``cudagraph_specialize_lora`` on (the default): ``specialize_active_lora`` is off by default
+    (config/lora.py), so ``[0, max_loras + 1]``, two cases. ``profile_cudagraph_memory``
+    estimates over every descriptor; the estimate is scaled with the graph count as for
+    capture sizes (assumed linear: the larger, safe side). Versions before 0.20 not read: 1."""
+    return 2 if max_loras > 0 and v.key >= (0, 20, 0) else 1
+
+
 def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
     """gpt-oss MXFP4 expert padding by the MoE backend vLLM picks
     (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss and
@@ -1095,6 +1106,7 @@ def predict_startup(
         else:
             cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
             cg = cg * graphs // DEFAULT_CAPTURE_SIZES
+        cg *= lora_graph_cases(rs.version, settings.max_loras)
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
             avail = requested - (w.total + act) - (nt + gib(CUDA_CONTEXT_GIB))
