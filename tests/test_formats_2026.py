@@ -520,3 +520,42 @@ def test_lora_doubles_the_cuda_graph_cases() -> None:
         llama, H100.total_bytes, H100.name, 1, 1, EngineSettings("0.25.0", max_loras=4)
     )
     assert lora.ranks[0].cuda_graph == 2 * base.ranks[0].cuda_graph
+
+
+def test_deployment_quantization_modelopt_on_a_modelopt_checkpoint() -> None:
+    """`--quantization modelopt` on a ModelOpt checkpoint: vLLM's ModelOpt config classes pick
+    the format from its quant_algo (override_quantization_method), so the plan is supported;
+    the NIXL connector name reaches the engine settings."""
+    import yaml
+
+    from inference_capacity.api import InferenceCapacity
+    from inference_capacity.resolve import resolve
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b-h100.yaml"
+    icap, dep = list(yaml.safe_load_all(example.read_text()))
+    icap["spec"]["model"]["name"] = "nvidia/Qwen3-235B-A22B-NVFP4"
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = [
+        "--max-model-len",
+        "8192",
+        "--tensor-parallel-size",
+        "4",
+        "--quantization",
+        "modelopt",
+        "--kv-transfer-config",
+        '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}',
+    ]
+    r = resolve(InferenceCapacity.from_manifest(icap, ignore_status=True).spec, dep)
+    assert r.unsupported == ()
+    assert r.plan_input.engine.kv_connector == "NixlConnector"
+
+
+def test_catalog_nvfp4_moe_reads_its_hf_quant_config() -> None:
+    """nvidia/Qwen3-235B-A22B-NVFP4 (ModelOpt 0.33 NVFP4, routers excluded): the experts at
+    9/16 B per parameter (ModelOptNvFp4FusedMoE.create_weights), TP-sharded over 4 ranks."""
+    shape = load_model("nvidia/Qwen3-235B-A22B-NVFP4")
+    q = shape.quantization
+    assert q is not None and q.method == "modelopt_fp4" and q.kv_cache_algo == "fp8"
+    w = weight_breakdown(shape, 4, 1, 0, 2, q).by_group
+    assert w["experts"] == 94 * 128 * (3 * 1536 * 4096 // 4) * 9 // 16
+    assert w["router"] == 94 * 128 * 4096 * 2  # mlp.gate in exclude_modules: bf16

@@ -602,8 +602,16 @@ def resolve(
     run_quant = running.get("quantization")
     if run_quant is not None:
         # a kernel variant of the same format (awq_marlin for awq) stores the same weights
-        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         have = shape.quantization.method if shape.quantization is not None else None
+        if (
+            shape.quantization is not None
+            and shape.quantization.producer == "modelopt"
+            and run_quant.startswith("modelopt")
+        ):
+            # the ModelOpt config classes' override_quantization_method pick the format from
+            # the checkpoint's quant_algo whatever modelopt* name is given (modelopt.py, 0.25.0)
+            run_quant = shape.quantization.method
+        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         spec_quant = spec.model.quantization
         if spec_quant is not None and run_quant != QUANT_ALIASES.get(spec_quant, spec_quant):
             conflicts.append(
