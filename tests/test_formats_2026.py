@@ -559,3 +559,27 @@ def test_catalog_nvfp4_moe_reads_its_hf_quant_config() -> None:
     w = weight_breakdown(shape, 4, 1, 0, 2, q).by_group
     assert w["experts"] == 94 * 128 * (3 * 1536 * 4096 // 4) * 9 // 16
     assert w["router"] == 94 * 128 * 4096 * 2  # mlp.gate in exclude_modules: bf16
+
+
+def test_hybrid_shared_prefix_credit_only_with_prefix_caching() -> None:
+    """A hybrid at 0.25 defaults (prefix caching off, is_prefix_caching_supported) gets no
+    shared-prefix credit; at 0.26 (on by default) it does; a dense model always does."""
+    from inference_capacity.engines.vllm import prefix_caching_enabled
+    from inference_capacity.planner import PlanInput, make_plan
+    from inference_capacity.sizing import Cohort, Quantiles, Workload
+
+    nano = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert not prefix_caching_enabled(V("0.25.0"), nano, None)
+    assert prefix_caching_enabled(V("0.26.0"), nano, None)
+    assert prefix_caching_enabled(V("0.25.0"), load_model("Qwen/Qwen3-8B"), None)
+    wl = Workload(
+        (Cohort("chat", 1.0, Quantiles(20000, 20000, 20000), Quantiles(500, 500, 500), 16384),)
+    )
+
+    def shared(version: str) -> int:
+        eng = EngineSettings(version, max_model_len=32768)
+        p = make_plan(PlanInput(model=nano, gpu=H100, engine=eng, workload=wl))
+        assert p.seqs is not None
+        return p.seqs.shared_prefix_blocks
+
+    assert shared("0.25.0") == 0 and shared("0.26.0") > 0

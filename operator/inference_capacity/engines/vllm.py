@@ -831,6 +831,14 @@ def hybrid_prefix_caching_default(v: Version) -> bool:
     return v.key >= (0, 26, 0)
 
 
+def prefix_caching_enabled(v: Version, shape: ModelShape, flag: bool | None) -> bool:
+    """Whether prefix caching is on: the flag, else vLLM's default (on, except for hybrids
+    before 0.26: :func:`hybrid_prefix_caching_default`)."""
+    if flag is not None:
+        return flag
+    return not shape.has_kind(AttnKind.MAMBA) or hybrid_prefix_caching_default(v)
+
+
 def mamba_cache_mode(
     v: Version, shape: ModelShape, prefix_caching: bool | None, speculative: bool = False
 ) -> str:
@@ -848,8 +856,7 @@ def mamba_cache_mode(
     """
     if not shape.has_kind(AttnKind.MAMBA):
         return "none"
-    on = hybrid_prefix_caching_default(v) if prefix_caching is None else prefix_caching
-    if not on or v.key < (0, 15, 0):
+    if not prefix_caching_enabled(v, shape, prefix_caching) or v.key < (0, 15, 0):
         return "none"
     if v.key < (0, 28, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
         if speculative and (0, 20, 0) <= v.key < (0, 22, 0):
