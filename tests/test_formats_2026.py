@@ -583,3 +583,25 @@ def test_hybrid_shared_prefix_credit_only_with_prefix_caching() -> None:
         return p.seqs.shared_prefix_blocks
 
     assert shared("0.25.0") == 0 and shared("0.26.0") > 0
+
+
+def test_v2_runner_falls_back_for_unsupported_speculation() -> None:
+    """_get_v2_model_runner_unsupported_features (config/vllm.py): ngram falls back to V1 in
+    0.25.0/0.28.0, not in 0.32.0 (only suffix/medusa/mlp_speculator/custom_class there)."""
+    from inference_capacity.engines.vllm import v2_runner_unsupported
+    from inference_capacity.engines.vllm_flags import parse_speculative_config
+
+    ngram = parse_speculative_config(
+        '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'
+    )
+    eagle = parse_speculative_config('{"method": "mtp", "num_speculative_tokens": 1}')
+    assert v2_runner_unsupported(V("0.25.0"), ngram)
+    assert v2_runner_unsupported(V("0.28.0"), ngram)
+    assert not v2_runner_unsupported(V("0.32.0"), ngram)
+    assert not v2_runner_unsupported(V("0.25.0"), eagle)
+    assert not v2_runner_unsupported(V("0.25.0"), None)
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    p = predict_startup(
+        llama, H100.total_bytes, H100.name, 1, 1, EngineSettings("0.25.0", speculative=ngram)
+    )
+    assert not p.settings.v2_runner

@@ -307,6 +307,24 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     return False
 
 
+#: Speculative methods the V2 runner takes (config/vllm.py::
+#: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
+#: 0.28.0 add dspark; ngram falls back to V1); from 0.32.0 only suffix, medusa, mlp_speculator
+#: and custom_class fall back (0.29–0.31 not read: treated as 0.28, the V1 side).
+V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+
+
+def v2_runner_unsupported(v: Version, spec: SpeculativeConfig | None) -> bool:
+    """Whether a V2-by-default model falls back to the V1 runner ("Model Runner V2 does not
+    yet support ...; using the V1 model runner instead")."""
+    if spec is None:
+        return False
+    if v.key >= (0, 32, 0):
+        return spec.method in V2_SPEC_UNSUPPORTED_0_32
+    return spec.method not in V2_SPEC_METHODS_0_24
+
+
 def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool:
     """Whether vLLM's profiler can subtract a CUDA-graph estimate at all on this version:
     the V2 runner's ``profile_cudagraph_memory()`` returns 0 in 0.21–0.28
@@ -496,7 +514,7 @@ def resolve_settings(
     est = s.estimate_cuda_graphs
     if est is None:
         est = v.key >= (0, 20, 0)
-    v2 = _uses_v2_runner(v, shape)
+    v2 = _uses_v2_runner(v, shape) and not v2_runner_unsupported(v, s.speculative)
     rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
     cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
     return ResolvedSettings(
