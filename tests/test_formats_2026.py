@@ -337,8 +337,9 @@ def test_compressed_tensors_config_groups_per_module() -> None:
     # channel FP8: e4m3 + a float32 scale per output row (CompressedTensorsW8A8Fp8)
     rows = 4096 + 512 + 512 + 2048
     assert w["attention"] == 48 * ((4096 * hid + 2 * 512 * hid + hid * 4096) + rows * 4)
-    # 4-bit float, group 16, float32 scales (the existing compressed-tensors float rule)
-    per = (2 * inter * hid + hid * inter) // 2 + (2 * inter * hid + hid * inter) // 16 * 4
+    # 4-bit float, group 16 = NVFP4 (CompressedTensorsW4A4Fp4.create_weights, 0.25.0): uint8
+    # out × in/2 + e4m3 out × in/16
+    per = (2 * inter * hid + hid * inter) // 2 + (2 * inter * hid + hid * inter) // 16
     assert w["experts"] == 48 * e * per
     bad = {
         **qc,
@@ -605,3 +606,24 @@ def test_v2_runner_falls_back_for_unsupported_speculation() -> None:
         llama, H100.total_bytes, H100.name, 1, 1, EngineSettings("0.25.0", speculative=ngram)
     )
     assert not p.settings.v2_runner
+
+
+def test_compressed_tensors_nvfp4_tensor_group() -> None:
+    """RedHatAI-style NVFP4 (strategy tensor_group, group 16) and a config without a strategy
+    (nvidia/Gemma-4-31B-IT-NVFP4's config.json): CompressedTensorsW4A4Fp4.create_weights,
+    uint8 out × in/2 + e4m3 out × in/16 (+ float32 global scales)."""
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    for weights in (
+        {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+        {"num_bits": 4, "type": "float", "group_size": 16, "dynamic": False},
+    ):
+        qc = {
+            "quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+            "ignore": ["lm_head"],
+        }
+        shape = model_from_dict({**cfg, "quantization_config": qc}, "ct-nvfp4")
+        w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+        n = 2 * 14336 * 4096 + 4096 * 14336
+        assert w["mlp"] == 32 * (n // 2 + n // 16)

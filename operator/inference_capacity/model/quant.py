@@ -76,6 +76,18 @@ def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]
     )
 
 
+def _ct_scale_bytes(bits: int, wtype: str, group: int) -> int:
+    """Bytes of one compressed-tensors weight scale: int4 groups keep model-dtype (2 B) scales;
+    4-bit float groups are NVFP4 (group 16: e4m3 scales, CompressedTensorsW4A4Fp4.
+    create_weights, schemes/compressed_tensors_w4a4_nvfp4.py, 0.25.0) or MXFP4 (group 32:
+    uint8 E8M0 scales, compressed_tensors_w4a4_mxfp4.py), 1 B; everything else float32."""
+    if bits == 4 and wtype == "int":
+        return 2
+    if bits == 4 and wtype == "float" and group in (16, 32):
+        return 1
+    return 4
+
+
 def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantization:
     weights = first.get("weights") if isinstance(first, Mapping) else None
     if not isinstance(weights, Mapping) or "num_bits" not in weights:
@@ -93,7 +105,9 @@ def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantizatio
     scope = "linear"
     if isinstance(targets, list) and targets and all("expert" in str(t) for t in targets):
         scope = "experts"
-    if strategy == "group" and group_size:
+    if group_size and strategy not in ("channel", "block"):
+        # "group", and "tensor_group" (NVFP4: a group scale plus a global one per tensor);
+        # a group_size without a strategy (ModelOpt-exported NVFP4 config.json) is groups too
         g = int(group_size)
     elif strategy == "channel":
         g = 0
@@ -114,7 +128,7 @@ def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantizatio
         method="compressed-tensors",
         weight_bits=bits,
         group_size=g,
-        scale_bytes=2 if (bits == 4 and wtype == "int") else 4,
+        scale_bytes=_ct_scale_bytes(bits, wtype, g),
         zero_points=not bool(weights.get("symmetric", True)),
         excluded=_excluded(cfg),
         kv_cache_fp8=kv_fp8,
