@@ -49,8 +49,9 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "no startup log of vLLM >= 0.20 (CUDA-graph estimate in the budget, default u 0.92)",
-    "no startup log of vLLM >= 0.27 (consumed + transient budget, V2 model runner)",
+    "one replayable startup log of vLLM >= 0.20 (vllm-startup-047: gpt-oss-120b TP8, 0.28.0);"
+    " five more (047-057) are recorded with their sources but their models are not in the data",
+    "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes, LoRA, speculative decoding or a Mamba/GDN hybrid",
 )

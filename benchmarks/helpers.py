@@ -153,6 +153,21 @@ POINT_SETUP: dict[str, PointSetup] = {
     ),
     "vllm-startup-039": PointSetup("Qwen/Qwen3-30B-A3B"),
     "vllm-startup-041": PointSetup("meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+    # vLLM >= 0.20 points (issue 21), all out-of-sample
+    "vllm-startup-047": PointSetup(
+        "openai/gpt-oss-120b", note="max_model_len not stated: the model default (131072)"
+    ),
+    "vllm-startup-049": PointSetup(
+        None, skip="Qwen3.6-35B-A3B NVFP4 config not in the data; images on (profile not sized)"
+    ),
+    "vllm-startup-051": PointSetup(
+        None, skip="Qwen3.6-35B-A3B NVFP4 config not in the data; images on (profile not sized)"
+    ),
+    "vllm-startup-053": PointSetup(None, skip="Qwen3.8-27B config not in the data"),
+    "vllm-startup-055": PointSetup(None, skip="Qwen3.8-27B-FP8 config not in the data"),
+    "vllm-startup-057": PointSetup(
+        None, skip="MiniMax-M2.7 config not in the data; GB10 not in the GPU catalog"
+    ),
 }
 
 

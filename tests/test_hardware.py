@@ -49,6 +49,8 @@ EXPECTED_GIB = {
     "V100-16GB": 15.78,
     "V100-32GB": 31.75,
     "MI300X": 191.98,
+    "RTX-5090": 31.40,
+    "RTX-PRO-4500-Blackwell": 31.38,
 }
 
 # Data-centre GDDR cards ship with ECC on, which reserves ~1/16 of the memory.

@@ -991,3 +991,31 @@ def test_cli_unreadable_or_truncated_shard_is_one_line(tmp_path: Path) -> None:
     r = _cli("plan", "--model", str(tmp_path / "m"), "--gpu", "L4", env={**os.environ})
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "truncated header" in r.stderr
+
+
+def test_hub_reads_hf_quant_config_on_both_paths(hub: HubServer, tmp_path: Path) -> None:
+    """Issue 21: a ModelOpt checkpoint whose quantization lives in hf_quant_config.json
+    (vLLM transformers_utils/config.py::get_config reads it when config.json has no
+    quantization_config): the sync (huggingface_hub) and async Hub paths, and offline, merge it."""
+    hq = {
+        "producer": {"name": "modelopt", "version": "0.23.0"},
+        "quantization": {
+            "quant_algo": "FP8",
+            "kv_cache_quant_algo": "FP8",
+            "exclude_modules": ["lm_head"],
+        },
+    }
+    hub.add(
+        "acme/llama-3.2-1b-modelopt-fp8",
+        {
+            "config.json": json.dumps(LLAMA_1B).encode(),
+            "hf_quant_config.json": json.dumps(hq).encode(),
+        },
+    )
+    sync = resolve_model_ref("acme/llama-3.2-1b-modelopt-fp8")
+    assert sync.config["quantization_config"]["quant_method"] == "modelopt"
+    q = sync.shape().quantization
+    assert q is not None and q.method == "fp8" and q.kv_cache_algo == "fp8"
+    clear_cache()
+    got = _async_resolve("acme/llama-3.2-1b-modelopt-fp8", None, None)
+    assert got.config == sync.config

@@ -229,7 +229,15 @@ NANO_MAMBA = (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4
 
 
 def test_nemotron_nano_all_mode_at_020() -> None:
-    p = predict(NANO, version="0.20.0", gpu_memory_utilization=0.85, max_model_len=262144)
+    # "all" only with --enable-prefix-caching given: 0.20–0.25 default it off for hybrids
+    # (ModelConfig.is_prefix_caching_supported; test_formats_2026 pins the default)
+    p = predict(
+        NANO,
+        version="0.20.0",
+        gpu_memory_utilization=0.85,
+        max_model_len=262144,
+        enable_prefix_caching=True,
+    )
     layout = p.ranks[0].layout
     # "all" mode: B a multiple of lcm(chunk_size 128, 16) with B × 1024 ≥ the Mamba page
     block = 128 * math.ceil(NANO_MAMBA / (128 * NANO_ATTN_TOKEN))
@@ -246,8 +254,16 @@ def test_nemotron_nano_all_mode_at_020() -> None:
 def test_nemotron_nano_at_020_and_u090_gives_the_reviews_concurrency() -> None:
     # vllm-fidelity-review.md finding 3: "vLLM 2176 and ≈1.12×" for Nemotron-3-Nano on an H100 at
     # 0.20 and L = 262k; that figure is at u = 0.90 (the default before 0.20; 0.20's own default,
-    # 0.92, gives more blocks). Concurrency = blocks / (5 groups × cdiv(262144, 2176) = 121)
-    p = predict(NANO, version="0.20.0", gpu_memory_utilization=0.90, max_model_len=262144)
+    # 0.92, gives more blocks). Concurrency = blocks / (5 groups × cdiv(262144, 2176) = 121).
+    # That figure assumed prefix caching on, which 0.20 needs --enable-prefix-caching for
+    # (vllm-fidelity-rereview.md N1: at 0.20 defaults vLLM is at ≈ 5.4×)
+    p = predict(
+        NANO,
+        version="0.20.0",
+        gpu_memory_utilization=0.90,
+        max_model_len=262144,
+        enable_prefix_caching=True,
+    )
     assert p.starts and p.ranks[0].layout.block_size == 2176
     assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / (5 * 121))
     assert p.max_concurrency == pytest.approx(1.12, abs=0.01)
@@ -326,8 +342,17 @@ def test_auto_kv_dtype_resolution() -> None:
     from inference_capacity.model.shapes import Quantization
 
     ct = replace(LLAMA8B, quantization=Quantization("compressed-tensors", 8, kv_cache_fp8=True))
-    mo = replace(LLAMA8B, quantization=Quantization("fp8", 8, kv_cache_fp8=True))
+    mo = replace(
+        LLAMA8B,
+        quantization=Quantization(
+            "fp8", 8, kv_cache_fp8=True, kv_cache_algo="fp8", producer="modelopt"
+        ),
+    )
+    # a native fp8 checkpoint with a kv_cache_quant_algo keeps auto: get_kv_cache_quant_algo_
+    # string reads only quant_method "modelopt*" (0.20.0, 0.25.0)
+    native = replace(LLAMA8B, quantization=Quantization("fp8", 8, kv_cache_fp8=True))
     v = parse_version
+    assert resolve_kv_cache_dtype(v("0.25.0"), native, "auto") == "auto"
     assert resolve_kv_cache_dtype(v("0.33.0"), ct, "auto") == "auto"  # not resolved
     assert resolve_kv_cache_dtype(v("0.15.1"), mo, "auto") == "fp8"  # ModelOpt from 0.15
     assert resolve_kv_cache_dtype(v("0.13.0"), mo, "auto") == "auto"  # not at all before

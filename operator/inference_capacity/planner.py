@@ -28,6 +28,7 @@ from .engines import (
     batch_defaults,
     predict_startup,
 )
+from .engines.vllm import prefix_caching_enabled
 from .hardware import Gpu
 from .ledger import kv_bytes_per_token, kv_token_format
 from .model import ModelShape
@@ -263,7 +264,12 @@ def _make_plan(inp: PlanInput) -> Plan:
         and inp.workload.cohorts
         and pred.starts
     ):
-        workload = _effective_workload(inp.workload, settings.enable_prefix_caching)
+        workload = _effective_workload(
+            inp.workload,
+            prefix_caching_enabled(
+                pred.settings.version, inp.model, settings.enable_prefix_caching
+            ),
+        )
         # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
         # than one scheduler step can hold
         cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
@@ -321,7 +327,13 @@ def _make_plan(inp: PlanInput) -> Plan:
         # rule: the preemption risk of the batch it chose), with the latency at the chosen N
         cap = min(inp.max_num_seqs_cap or 1 << 20, rs.max_num_batched_tokens)
         distribution = _distribution(
-            inp, _effective_workload(inp.workload, inp.engine.enable_prefix_caching), pred, cap
+            inp,
+            _effective_workload(
+                inp.workload,
+                prefix_caching_enabled(rs.version, inp.model, inp.engine.enable_prefix_caching),
+            ),
+            pred,
+            cap,
         )
         chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
         latency = _latency(inp, pred, distribution, chosen)
@@ -412,9 +424,10 @@ def _make_plan(inp: PlanInput) -> Plan:
     )
 
 
-def _effective_workload(workload: Workload, prefix_caching: bool | None) -> Workload:
-    """--no-enable-prefix-caching: no block is shared between requests."""
-    if prefix_caching is not False:
+def _effective_workload(workload: Workload, prefix_caching: bool) -> Workload:
+    """Prefix caching off (--no-enable-prefix-caching, or a hybrid's default before 0.26):
+    no block is shared between requests."""
+    if prefix_caching:
         return workload
     return replace(workload, cohorts=tuple(replace(c, shared_prefix=0) for c in workload.cohorts))
 

@@ -207,6 +207,17 @@ def _draft_shape(
     return shape, f"--speculative-config draft model {src.id} ({sc.method}) from {where}"
 
 
+def _kv_connector(value: str | None) -> str | None:
+    """The ``kv_connector`` of ``--kv-transfer-config`` (the flag was checked by vllm_flags)."""
+    if value is None:
+        return None
+    try:
+        connector = parse_json_flag("kv-transfer-config", value).get("kv_connector")
+    except ValueError:
+        return None
+    return str(connector) if connector else None
+
+
 def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
     """A BooleanOptionalAction flag: ``--key`` True, ``--no-key`` False, absent None."""
     if key in flags:
@@ -591,8 +602,16 @@ def resolve(
     run_quant = running.get("quantization")
     if run_quant is not None:
         # a kernel variant of the same format (awq_marlin for awq) stores the same weights
-        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         have = shape.quantization.method if shape.quantization is not None else None
+        if (
+            shape.quantization is not None
+            and shape.quantization.producer == "modelopt"
+            and run_quant.startswith("modelopt")
+        ):
+            # the ModelOpt config classes' override_quantization_method pick the format from
+            # the checkpoint's quant_algo whatever modelopt* name is given (modelopt.py, 0.25.0)
+            run_quant = shape.quantization.method
+        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
         spec_quant = spec.model.quantization
         if spec_quant is not None and run_quant != QUANT_ALIASES.get(spec_quant, spec_quant):
             conflicts.append(
@@ -700,6 +719,7 @@ def resolve(
         draft_model=draft,
         enable_prefix_caching=prefix,
         kv_transfer="kv-transfer-config" in running,
+        kv_connector=_kv_connector(running.get("kv-transfer-config")),
         performance_mode=running.get("performance-mode", "balanced"),
         cudagraph_capture_sizes=captures,
         max_cudagraph_capture_size=top_capture,

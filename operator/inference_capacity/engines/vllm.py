@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
-from ..ledger.weights import WeightBreakdown, pp_layer_ranges, weight_breakdown
+from ..ledger.weights import (
+    MXFP4_MARLIN_ALIGN,
+    MXFP4_TRTLLM_ALIGN,
+    WeightBreakdown,
+    pp_layer_ranges,
+    weight_breakdown,
+)
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..model.shapes import Group
 from ..units import GiB, gib
@@ -109,7 +115,8 @@ class EngineSettings:
     max_cpu_loras: int | None = None  # host memory only
     speculative: SpeculativeConfig | None = None
     enable_prefix_caching: bool | None = None
-    kv_transfer: bool = False  # --kv-transfer-config: hybrid KV manager off
+    kv_transfer: bool = False  # --kv-transfer-config given
+    kv_connector: str | None = None  # its kv_connector (HMA kept for SupportsHMA ones, 0.22+)
     performance_mode: str = "balanced"
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
@@ -228,8 +235,60 @@ class SettingsError(ValueError):
 V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
     {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
 )
-#: 0.22–0.24: Llama, Mistral and Qwen3 dense, unquantized only (same function, 0.23.0 wheel).
-V2_RUNNER_DEFAULTS_0_22 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+#: ``config/vllm.py::DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` by version (0.22.0, 0.23.0, 0.24.0
+#: sources): 0.22 Qwen3 only; 0.23 adds Llama and Mistral (both dense and unquantized only,
+#: ``_is_default_v2_model_runner_model``); 0.24 adds DeepseekV2, Qwen2Moe and GraniteMoe and
+#: drops the dense/unquantized condition.
+V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
+
+
+#: Connectors implementing ``SupportsHMA`` (distributed/kv_transfer/kv_connector/v1/, the
+#: 0.22.0, 0.23.0 and 0.25.0 sources: NixlConnector, OffloadingConnector, MooncakeConnector,
+#: MooncakeStoreConnector, SimpleCPUOffloadConnector, DecodeBenchConnector; MultiConnector only
+#: when every child does, not modelled). LMCacheConnectorV1 and SharedStorageConnector do not.
+HMA_CONNECTORS = frozenset(
+    {
+        "NixlConnector",
+        "OffloadingConnector",
+        "MooncakeConnector",
+        "MooncakeStoreConnector",
+        "SimpleCPUOffloadConnector",
+        "DecodeBenchConnector",
+    }
+)
+#: config/vllm.py keeps HMA for a SupportsHMA connector from 0.22.0 (``supports_hma``); 0.20.0
+#: turns it off for any connector; 0.21 was not read, so it is treated as 0.20 (the safe side)
+HMA_CONNECTORS_FROM = (0, 22, 0)
+
+
+def lora_graph_cases(v: Version, max_loras: int) -> int:
+    """How many times each CUDA-graph batch size is captured with ``--enable-lora``:
+    ``CudagraphDispatcher._get_lora_cases`` (v1/cudagraph_dispatcher.py, 0.20.0/0.25.0) gives
+    ``[0] + get_captured_lora_counts(max_loras, specialize_active_lora)`` with
+    ``cudagraph_specialize_lora`` on (the default): ``specialize_active_lora`` is off by default
+    (config/lora.py), so ``[0, max_loras + 1]``, two cases. ``profile_cudagraph_memory``
+    estimates over every descriptor; the estimate is scaled with the graph count as for
+    capture sizes (assumed linear: the larger, safe side). Versions before 0.20 not read: 1."""
+    return 2 if max_loras > 0 and v.key >= (0, 20, 0) else 1
+
+
+def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
+    """gpt-oss MXFP4 expert padding by the MoE backend vLLM picks
+    (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss and
+    mxfp4_round_up_hidden_size_and_intermediate_size, 0.20.0/0.25.0): FlashInfer TRTLLM first
+    on Blackwell SM100, 256/256. Hopper's Triton backend pads only the intermediate size to 64,
+    but whether its weight swizzle pads more was not verified, so Hopper keeps Marlin's 256/128
+    (the larger, safe side); A100 and others run Marlin, 256/128 (exact on the 0.19 A100 log)."""
+    if v.key >= (0, 20, 0) and _gpu_family(gpu_name) == "blackwell":
+        return MXFP4_TRTLLM_ALIGN
+    return MXFP4_MARLIN_ALIGN
+
+
+def connector_keeps_hma(v: Version, connector: str | None) -> bool:
+    """Whether ``--kv-transfer-config`` with ``connector`` leaves the hybrid KV manager on."""
+    return v.key >= HMA_CONNECTORS_FROM and connector in HMA_CONNECTORS
 
 
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
@@ -240,9 +299,30 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     if v.key >= (0, 25, 0):
         dense = not shape.is_moe and not hybrid
         return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
+    if v.key >= (0, 24, 0):
+        return shape.architecture in V2_RUNNER_DEFAULTS_0_24
     if v.key >= (0, 22, 0):
-        return shape.architecture in V2_RUNNER_DEFAULTS_0_22 and shape.quantization is None
+        archs = V2_RUNNER_DEFAULTS_0_23 if v.key >= (0, 23, 0) else V2_RUNNER_DEFAULTS_0_22
+        return shape.architecture in archs and not shape.is_moe and shape.quantization is None
     return False
+
+
+#: Speculative methods the V2 runner takes (config/vllm.py::
+#: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
+#: 0.28.0 add dspark; ngram falls back to V1); from 0.32.0 only suffix, medusa, mlp_speculator
+#: and custom_class fall back (0.29–0.31 not read: treated as 0.28, the V1 side).
+V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+
+
+def v2_runner_unsupported(v: Version, spec: SpeculativeConfig | None) -> bool:
+    """Whether a V2-by-default model falls back to the V1 runner ("Model Runner V2 does not
+    yet support ...; using the V1 model runner instead")."""
+    if spec is None:
+        return False
+    if v.key >= (0, 32, 0):
+        return spec.method in V2_SPEC_UNSUPPORTED_0_32
+    return spec.method not in V2_SPEC_METHODS_0_24
 
 
 def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool:
@@ -327,16 +407,32 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
     return 16
 
 
+#: ``nvfp4`` from a ModelOpt checkpoint's KV algorithm: read in the 0.20.0 and 0.25.0 sources
+#: (utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP and config/cache.py CacheDType
+#: both have it); earlier versions were not read for it, so they are refused
+NVFP4_KV_FROM = (0, 20, 0)
+
+
 def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
-    """``--kv-cache-dtype auto`` (utils/torch_utils.py::get_kv_cache_quant_algo_string): the
-    checkpoint's KV quantization is taken only for ModelOpt checkpoints (``kv_cache_quant_algo``)
-    from 0.15; a compressed-tensors ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``, and
+    """``--kv-cache-dtype auto`` (utils/torch_utils.py::resolve_kv_cache_dtype_string and
+    get_kv_cache_quant_algo_string, 0.20.0/0.25.0): the checkpoint's KV quantization is taken
+    only when ``quant_method`` starts with ``modelopt`` (every ModelOpt format: FP8, NVFP4,
+    MXFP8, mixed), fp8 from 0.15 and nvfp4 (``kv_cache_quant_algo`` NVFP4 or a 4-bit float
+    ``kv_cache_scheme``) from :data:`NVFP4_KV_FROM`; a native fp8 or compressed-tensors
+    checkpoint keeps ``auto`` (its ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``), and
     0.11–0.13 resolve nothing (the model dtype)."""
     q = shape.quantization
-    if requested != "auto" or q is None or not q.kv_cache_fp8:
+    if requested != "auto" or q is None or q.producer != "modelopt" or not q.kv_cache_algo:
         return requested
-    if q.method == "compressed-tensors" or v.key < (0, 15, 0):
+    if v.key < (0, 15, 0):
         return "auto"
+    if q.kv_cache_algo == "nvfp4":
+        if v.key < NVFP4_KV_FROM:
+            raise SettingsError(
+                f"the checkpoint's NVFP4 KV cache (kv_cache_quant_algo) on vLLM {v}: the ledger "
+                "read nvfp4 KV resolution from 0.20 only"
+            )
+        return "nvfp4"
     return "fp8"
 
 
@@ -418,7 +514,7 @@ def resolve_settings(
     est = s.estimate_cuda_graphs
     if est is None:
         est = v.key >= (0, 20, 0)
-    v2 = _uses_v2_runner(v, shape)
+    v2 = _uses_v2_runner(v, shape) and not v2_runner_unsupported(v, s.speculative)
     rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
     cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
     return ResolvedSettings(
@@ -656,10 +752,13 @@ def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
     return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
 
 
-def _decoder_layer_bytes(shape: ModelShape, tp: int, dtype_bytes: int, ep: int) -> int:
+def _decoder_layer_bytes(
+    shape: ModelShape, tp: int, dtype_bytes: int, ep: int, moe_tp: int = 0
+) -> int:
     """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
     n = shape.num_layers
-    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, shape.quantization, ep=ep)  # O(1)
+    q = shape.quantization
+    w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, q, ep=ep, moe_tp=moe_tp)  # O(1)
     skip = ("embedding", "lm_head")
     return sum(b for g, b in w.by_group.items() if g not in skip)
 
@@ -685,7 +784,8 @@ def _draft(
             )
         h = shape.hidden_size
         extra = (2 * h * h + 2 * h) * dtype_bytes
-        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep) + extra
+        moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
+        per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep, moe_tp) + extra
         return shape.mtp_layers * per, [(shape.layer_at(shape.num_layers - 1), shape.mtp_layers)]
     v = parse_version(settings.version)
     if spec.method == "draft_model" and v.key < (0, 16, 0):
@@ -740,25 +840,77 @@ MAMBA_ALL_MODE_ARCHS = frozenset(
 GDN_HOPPER_ALIGN = 64
 
 
-def mamba_cache_mode(v: Version, shape: ModelShape, prefix_caching: bool | None) -> str:
-    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig):
+def hybrid_prefix_caching_default(v: Version) -> bool:
+    """Prefix caching's default for a hybrid (Mamba/GDN + attention) model:
+    ``config/model.py::ModelConfig.is_prefix_caching_supported`` returns False for
+    ``attn_type == "hybrid"`` ("Hybrid models do not support prefix caching…") in the 0.20.0
+    and 0.25.0 sources (0.13–0.25 per research/vllm-fidelity-rereview.md N1), and True from
+    0.26.0; ``engine/arg_utils.py`` takes it as ``--enable-prefix-caching``'s default."""
+    return v.key >= (0, 26, 0)
 
-    * "none": one state block per request (+ speculative) — prefix caching off, or before 0.15
-      (prefix caching was disabled for hybrid models);
-    * "all": 0.15–0.29 for ``SupportsMambaPrefixCaching`` models with prefix caching on
-      (the default): a state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group, B a
-      multiple of ``lcm(chunk_size, 16)``; the 0.28–0.29 wheels were not read (the review
-      brackets the switch to "align" by 0.30);
-    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) from 0.15, and every hybrid from 0.30:
-      2 blocks (+ speculative), 3 from 0.33 (a prefill checkpoint block).
+
+def prefix_caching_enabled(v: Version, shape: ModelShape, flag: bool | None) -> bool:
+    """Whether prefix caching is on: the flag, else vLLM's default (on, except for hybrids
+    before 0.26: :func:`hybrid_prefix_caching_default`)."""
+    if flag is not None:
+        return flag
+    return not shape.has_kind(AttnKind.MAMBA) or hybrid_prefix_caching_default(v)
+
+
+def mamba_cache_mode(
+    v: Version, shape: ModelShape, prefix_caching: bool | None, speculative: bool = False
+) -> str:
+    """How vLLM caches Mamba/GDN state (models/config.py::MambaModelConfig.
+    verify_and_update_config, read in 0.20.0, 0.25.0, 0.26.0, 0.28.0):
+
+    * "none": one state block per request (+ speculative) — prefix caching off, which is the
+      default for hybrids before 0.26 (:func:`hybrid_prefix_caching_default`), or before 0.15;
+    * "all": with prefix caching on, for ``SupportsMambaPrefixCaching`` models, 0.15–0.27: a
+      state block every ``B`` tokens, ``cdiv(L, B)`` per Mamba group (0.20–0.21 choose "align"
+      instead when speculative decoding is on);
+    * "align": other hybrids (Qwen3-Next / Qwen3.5 GDN) with prefix caching on, and every
+      hybrid from 0.28 (the 0.28.0 rule sets "align" whenever the mode is "none"): 2 blocks
+      (+ speculative, + a prefill checkpoint block: :func:`prefill_checkpoint_blocks`).
     """
     if not shape.has_kind(AttnKind.MAMBA):
         return "none"
-    if prefix_caching is False or v.key < (0, 15, 0):
+    if not prefix_caching_enabled(v, shape, prefix_caching) or v.key < (0, 15, 0):
         return "none"
-    if v.key < (0, 30, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+    if v.key < (0, 28, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+        if speculative and (0, 20, 0) <= v.key < (0, 22, 0):
+            return "align"
         return "all"
     return "align"
+
+
+#: Models built on MambaMixer2 (model_executor/layers/mamba/mamba_mixer2.py), whose
+#: ``get_kv_cache_spec`` adds ``num_prefill_checkpoint_blocks=1`` from 0.32.0
+MAMBA2_ARCHS = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "Mamba2ForCausalLM",
+        "BambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "FalconH1ForCausalLM",
+    }
+)
+
+
+def prefill_checkpoint_blocks(v: Version, shape: ModelShape, gpu_name: str) -> int:
+    """The align-mode prefill checkpoint block (``MambaSpec.num_prefill_checkpoint_blocks``,
+    v1/kv_cache_interface.py ``max_memory_usage_bytes``: ``2 + spec + checkpoint``): Mamba2
+    models from 0.32.0 (``MambaMixer2.get_kv_cache_spec``); Gated DeltaNet from 0.33.0 when it
+    exports checkpoints with FlashInfer GDN prefill (``qwen_gdn_linear_attn.py``): Hopper, or
+    Blackwell with CUDA ≥ 13 (the CUDA version is not known here: Blackwell is counted, the
+    safe side); other hybrids (Jamba's Mamba1) from 0.33.0 as before (kept, the safe side)."""
+    if shape.architecture in MAMBA2_ARCHS:
+        return 1 if v.key >= (0, 32, 0) else 0
+    if v.key < (0, 33, 0):
+        return 0
+    if shape.model_type.startswith(("qwen3_5", "qwen3_next")):
+        return 1 if _gpu_family(gpu_name) in ("hopper", "blackwell") else 0
+    return 1
 
 
 def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name: str) -> int:
@@ -780,13 +932,15 @@ def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name:
     return block
 
 
-def mamba_blocks_per_request(mode: str, v: Version, L: int, block: int, k_spec: int) -> int:
+def mamba_blocks_per_request(
+    mode: str, v: Version, L: int, block: int, k_spec: int, checkpoint: int = 0
+) -> int:
     """State blocks one request holds per Mamba group (kv_cache_interface.py::
-    MambaSpec.max_memory_usage_bytes by mode)."""
+    MambaSpec.max_memory_usage_bytes by mode); ``checkpoint``: :func:`prefill_checkpoint_blocks`."""
     if mode == "all":
         return math.ceil(L / block)
     if mode == "align":
-        return 2 + k_spec + (1 if v.key >= (0, 33, 0) else 0)
+        return 2 + k_spec + checkpoint
     return 1 + k_spec
 
 
@@ -814,6 +968,15 @@ def _cached_layers(
     cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     (vllm/envs.py default "0" in those versions)."""
     layers = layers_on_rank(shape, pp, stage)
+    if shape.architecture == "NemotronHForCausalLM" and v.key >= (0, 20, 0):
+        # models/config.py::NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype (0.20.0,
+        # 0.25.0): mamba_ssm_cache_dtype "auto" takes the config's value, else float32
+        layers = [
+            (replace(layer, mamba=replace(layer.mamba, ssm_dtype_bytes=4)), n)
+            if layer.mamba is not None and layer.mamba.ssm_dtype_bytes is None
+            else (layer, n)
+            for layer, n in layers
+        ]
     if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
         layers = [
             (replace(layer, kind=AttnKind.FULL, window=0), n)
@@ -880,16 +1043,23 @@ def predict_startup(
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
     era = rs.era
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
+    moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
     T = rs.max_num_batched_tokens
     spec = settings.speculative
     chunked = shape.has_kind(AttnKind.CHUNKED)
     eagle = spec is not None and spec.method in ("eagle", "eagle3")
     # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
-    # the hybrid KV-cache manager off
-    hybrid = (
-        era not in (Era.V0, Era.V1_EARLY) and not settings.kv_transfer and not (chunked and eagle)
-    )
+    # the hybrid KV-cache manager off; from 0.22 a connector that SupportsHMA keeps it
+    hma_off = settings.kv_transfer and not connector_keeps_hma(rs.version, settings.kv_connector)
+    hybrid = era not in (Era.V0, Era.V1_EARLY) and not hma_off and not (chunked and eagle)
+    if hma_off and shape.has_kind(AttnKind.MAMBA) and era not in (Era.V0, Era.V1_EARLY):
+        raise SettingsError(
+            f"--kv-transfer-config connector {settings.kv_connector!r} does not support the "
+            "hybrid KV-cache manager, which Mamba/GDN hybrids need: vLLM fails at startup "
+            "(config/vllm.py 'hybrid SSM models ... require HMA')"
+        )
     k_spec = 0
     if spec is not None:
         k_spec = spec.num_speculative_tokens or shape.mtp_layers
@@ -907,7 +1077,10 @@ def predict_startup(
             gpu_name,
             rs.v2_runner,
         )
-    mode = mamba_cache_mode(rs.version, shape, settings.enable_prefix_caching)
+    mode = mamba_cache_mode(
+        rs.version, shape, settings.enable_prefix_caching, speculative=spec is not None
+    )
+    checkpoint = prefill_checkpoint_blocks(rs.version, shape, gpu_name)
     align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
     ranks: list[RankPrediction] = []
     ranges = pp_layer_ranges(shape.num_layers, pp)
@@ -924,6 +1097,8 @@ def predict_startup(
             settings.max_loras,
             settings.max_lora_rank,
             ep=ep,
+            moe_tp=moe_tp,
+            mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
         )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
@@ -956,6 +1131,7 @@ def predict_startup(
         else:
             cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
             cg = cg * graphs // DEFAULT_CAPTURE_SIZES
+        cg *= lora_graph_cases(rs.version, settings.max_loras)
         if era is Era.V1_EARLY:
             # absolute peak (incl. weights) and non-torch incl. the CUDA context
             avail = requested - (w.total + act) - (nt + gib(CUDA_CONTEXT_GIB))
@@ -1011,7 +1187,7 @@ def predict_startup(
     B = layout.block_size
 
     def mamba_blocks(length: int) -> int:
-        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec)
+        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec, checkpoint)
 
     need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
     if layout.bytes_per_block == 0:

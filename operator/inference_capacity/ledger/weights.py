@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..model.quant import quantized_bytes, quantized_copies
+from ..model.quant import quantized_bytes, quantized_copies, tensor_format
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
 #: MXFP4 MoE kernels on Hopper/Blackwell/Ampere (Marlin, Triton, TRTLLM) pad hidden to 256 and
@@ -18,6 +18,10 @@ from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor
 #: mxfp4_round_up_hidden_size_and_intermediate_size); gpt-oss 2880 -> 3072 / 2944.
 MXFP4_HIDDEN_ALIGN = 256
 MXFP4_INTER_ALIGN = 128
+#: (hidden, intermediate) alignment by MoE backend, same function (0.20.0, 0.25.0): Marlin
+#: 256/128 (the default above), the FlashInfer TRTLLM backends (Blackwell SM100) 256/256
+MXFP4_MARLIN_ALIGN = (MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
+MXFP4_TRTLLM_ALIGN = (256, 256)
 
 
 def pp_layer_range(num_layers: int, pp: int, stage: int) -> range:
@@ -72,14 +76,15 @@ class WeightBreakdown:
         return sum(self.by_group.values()) + self.rope_cache + self.lora + self.header_correction
 
 
-def _mxfp4_padded(t: Tensor, hidden: int) -> Tensor:
-    """gpt-oss experts as the MXFP4 kernels store them (padded)."""
-    hid = cdiv(hidden, MXFP4_HIDDEN_ALIGN) * MXFP4_HIDDEN_ALIGN
+def _mxfp4_padded(t: Tensor, hidden: int, align: tuple[int, int] = MXFP4_MARLIN_ALIGN) -> Tensor:
+    """gpt-oss experts as the MXFP4 kernels store them (padded to ``align``)."""
+    h_align, i_align = align
+    hid = cdiv(hidden, h_align) * h_align
     # the padded tensor keeps no KV-head split and no fp32 flag (experts have neither)
     if t.rows == hidden:  # w2: hidden x inter
-        inter = cdiv(t.cols, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN
+        inter = cdiv(t.cols, i_align) * i_align
         return replace(t, rows=hid, cols=inter, kv_heads=0, fp32=False)
-    inter = cdiv(t.rows // 2, MXFP4_INTER_ALIGN) * MXFP4_INTER_ALIGN * 2
+    inter = cdiv(t.rows // 2, i_align) * i_align * 2
     return replace(t, rows=inter, cols=hid, kv_heads=0, fp32=False)
 
 
@@ -91,6 +96,7 @@ def lora_bytes(
     max_rank: int,
     dtype_bytes: int,
     ep: int = 1,
+    moe_tp: int = 0,
 ) -> int:
     """LoRA slots vLLM allocates at load time for every wrapped linear of this rank.
 
@@ -110,7 +116,7 @@ def lora_bytes(
             continue
         if t.experts > 1:
             tt = _expert_parallel(t, ep) if ep > 1 else t
-            r, c = tt.shape_per_rank(tp)
+            r, c = tt.shape_per_rank(moe_tp if moe_tp > 0 and ep <= 1 else tp)
             slices = 2 if t.name.endswith("w13") else 1
             # column-parallel w13: A per slice is rank × c (= H), B is r (= 2I/tp) × rank
             # row-parallel w2: A is rank × c (= I/tp), B is r (= H) × rank
@@ -144,15 +150,44 @@ def weight_breakdown(
     max_loras: int = 0,
     max_lora_rank: int = 16,
     ep: int = 1,
+    moe_tp: int = 0,
+    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
 ) -> WeightBreakdown:
     """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
-    ep = tp × dp), everything else as TP says."""
-    key = (id(shape), tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep)
+    ep = tp × dp), everything else as TP says. ``moe_tp``: the TP size the routed experts are
+    sharded over without expert parallelism (0: ``tp``); vLLM flattens TP across DP
+    (fused_moe/config.py::FusedMoEParallelConfig.make and flatten_tp_across_dp_and_pcp,
+    0.20.0/0.25.0: ``tp_size = dp × pcp × tp`` when ``use_ep`` is False), so with
+    ``--data-parallel-size`` and no EP each rank holds 1/(tp·dp) of every expert."""
+    moe_tp = moe_tp if moe_tp > 0 and ep <= 1 else tp
+    key = (
+        id(shape),
+        tp,
+        pp,
+        stage,
+        dtype_bytes,
+        quant,
+        max_loras,
+        max_lora_rank,
+        ep,
+        moe_tp,
+        mxfp4_align,
+    )
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is shape:
         return hit[1]
     result = _weight_breakdown(
-        shape, tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep
+        shape,
+        tp,
+        pp,
+        stage,
+        dtype_bytes,
+        quant,
+        max_loras,
+        max_lora_rank,
+        ep,
+        moe_tp,
+        mxfp4_align,
     )
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.pop(next(iter(_MEMO)))
@@ -170,6 +205,8 @@ def _weight_breakdown(
     max_loras: int,
     max_lora_rank: int,
     ep: int,
+    moe_tp: int,
+    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
 ) -> WeightBreakdown:
     layers = pp_layer_range(shape.num_layers, pp, stage)
     by_group: dict[str, int] = {}
@@ -181,15 +218,17 @@ def _weight_breakdown(
             continue
         if ep > 1 and t.experts > 1:
             t = _expert_parallel(t, ep)
+        ttp = moe_tp if t.experts > 1 else tp
         b = 0
         quantized = quantized_copies(quant, t, layers) if quant is not None else 0
-        if quant is not None and quantized:
-            tt = _mxfp4_padded(t, shape.hidden_size) if quant.method == "mxfp4" else t
-            r, c = tt.shape_per_rank(tp)
-            b += quantized * quantized_bytes(quant, r, c, tt.experts)
-            qparams += quantized * t.numel_per_rank(tp)
+        fmt = tensor_format(quant, t) if quant is not None else None
+        if fmt is not None and quantized:
+            tt = _mxfp4_padded(t, shape.hidden_size, mxfp4_align) if fmt.method == "mxfp4" else t
+            r, c = tt.shape_per_rank(ttp)
+            b += quantized * quantized_bytes(fmt, r, c, tt.experts)
+            qparams += quantized * t.numel_per_rank(ttp)
         if copies > quantized:
-            n = t.numel_per_rank(tp)
+            n = t.numel_per_rank(ttp)
             b += (copies - quantized) * n * (4 if t.fp32 else dtype_bytes)
             uparams += (copies - quantized) * n
         by_group[t.group.value] = by_group.get(t.group.value, 0) + b
@@ -207,8 +246,10 @@ def _weight_breakdown(
             rc.positions * rc.rotary_dim * (4 if rc.fp32 else dtype_bytes)
             for rc in shape.rope_caches
         )
-    lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes, ep)
-    correction = _header_correction(shape, tp, pp, stage, dtype_bytes, quant, ep, by_group)
+    lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes, ep, moe_tp)
+    correction = _header_correction(
+        shape, tp, pp, stage, dtype_bytes, quant, max(ep, moe_tp // tp), by_group
+    )
     note = ""
     if correction and shape.header is not None:
         h = shape.header

@@ -17,7 +17,18 @@ from typing import Any
 from .config import shape_from_config
 from .errors import UnknownModelError
 from .limits import check_config, parse_config_json, read_config_file
+from .quant import HF_QUANT_CONFIG, merge_hf_quant_config
 from .shapes import ModelShape
+
+#: a catalog entry's ``hf_quant_config.json``, shipped as ``<entry>.hf_quant_config.json``
+#: next to its config (ModelOpt checkpoints keep their quantization there)
+SIDECAR = "." + HF_QUANT_CONFIG
+
+
+def _sidecar(file_name: str) -> Any:
+    root = resources.files("inference_capacity.catalog").joinpath("models")
+    side = root.joinpath(file_name[: -len(".json")] + SIDECAR)
+    return json.loads(side.read_text(encoding="utf-8")) if side.is_file() else None
 
 
 @lru_cache(maxsize=1)
@@ -26,7 +37,7 @@ def _index() -> dict[str, str]:
     root = resources.files("inference_capacity.catalog").joinpath("models")
     out: dict[str, str] = {}
     for entry in root.iterdir():
-        if entry.name.endswith(".json"):
+        if entry.name.endswith(".json") and not entry.name.endswith(SIDECAR):
             out[entry.name[: -len(".json")].replace("__", "/", 1)] = entry.name
     return out
 
@@ -58,7 +69,9 @@ def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """(display name, config dict) for a catalog key or a config.json path."""
     key = resolve_catalog_key(name_or_path)
     if key is not None:
-        return key, json.loads(_read_catalog(_index()[key]))
+        file_name = _index()[key]
+        cfg = json.loads(_read_catalog(file_name))
+        return key, merge_hf_quant_config(cfg, _sidecar(file_name))
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
@@ -70,6 +83,11 @@ def load_config(name_or_path: str) -> tuple[str, dict[str, Any]]:
                 f"cannot read model config {str(path)!r}: {exc.strerror}"
             ) from None
         data = parse_config_json(text, str(path))
+        hq = path.parent / HF_QUANT_CONFIG
+        if data.get("quantization_config") is None and hq.is_file():
+            data = merge_hf_quant_config(
+                data, parse_config_json(read_config_file(str(hq)), str(hq))
+            )
         return str(data.get("_name_or_path") or path), data
     close = difflib.get_close_matches(name_or_path, list(_index()), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .checkpoint import CheckpointError, TensorEntry, header_length, parse_header
+from .quant import HF_QUANT_CONFIG, merge_hf_quant_config
 from .source import (
     DEFAULT_TIMEOUT,
     INDEX_FILE,
@@ -239,6 +240,9 @@ async def _fetch(
 
     # by the commit: also this caller's access check for a gated or private repository
     cfg = config_object(repo_id, await client.get_json(url("config.json"), headers, timeout))
+    if HF_QUANT_CONFIG in siblings and cfg.get("quantization_config") is None:
+        hq = await client.get_json(url(HF_QUANT_CONFIG), headers, timeout)
+        cfg = merge_hf_quant_config(cfg, hq)
     cached = await asyncio.to_thread(read_header_cache, repo_id, commit)
     inventory = cached[0] if cached is not None else None
     preprocessor = cached[2] if cached is not None else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
+from fnmatch import fnmatch
 from typing import Any
 
 from ..vocab import DTYPE_BYTES, QUANT_ALIASES, QUANT_METHODS
@@ -34,7 +36,59 @@ def _compressed_tensors(cfg: Mapping[str, Any]) -> Quantization:
     groups = cfg.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise ModelConfigError("quantization_config.config_groups", "compressed-tensors needs it")
-    first = next(iter(groups.values()))
+    if len(groups) > 1:
+        return _compressed_tensors_groups(cfg, groups)
+    return _compressed_tensors_group(cfg, next(iter(groups.values())))
+
+
+def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]) -> Quantization:
+    """Several config groups (compressed_tensors.py::CompressedTensorsConfig.
+    _get_scheme_from_parts matches a layer to the group whose ``targets`` name it, 0.25.0):
+    one format per module kind when every target is a module path or ``Linear`` (the
+    default for linears no other group names); regex targets are refused."""
+    kinds: dict[str, Quantization] = {}
+    for gname, group in groups.items():
+        fmt = _compressed_tensors_group(cfg, group)
+        targets = group.get("targets") if isinstance(group, Mapping) else None
+        if not isinstance(targets, list) or not targets:
+            raise ModelConfigError(
+                f"quantization_config.config_groups.{gname}.targets", "missing or empty"
+            )
+        for target in targets:
+            t = str(target)
+            if t.startswith("re:"):
+                raise ModelConfigError(
+                    f"quantization_config.config_groups.{gname}.targets",
+                    f"regex target {t!r} with several groups: not sized per tensor",
+                )
+            name = "*" if t == "Linear" else module_kind(t)[1]
+            prev = kinds.setdefault(name, fmt)
+            if prev != fmt:
+                raise ModelConfigError(
+                    f"quantization_config.config_groups.{gname}.targets",
+                    f"{name} has different schemes in different layers or groups",
+                )
+    first = next(iter(kinds.values()))
+    return replace(
+        first,
+        weight_bits=min(f.weight_bits for f in kinds.values()),
+        layer_formats=tuple(sorted(kinds.items())),
+    )
+
+
+def _ct_scale_bytes(bits: int, wtype: str, group: int) -> int:
+    """Bytes of one compressed-tensors weight scale: int4 groups keep model-dtype (2 B) scales;
+    4-bit float groups are NVFP4 (group 16: e4m3 scales, CompressedTensorsW4A4Fp4.
+    create_weights, schemes/compressed_tensors_w4a4_nvfp4.py, 0.25.0) or MXFP4 (group 32:
+    uint8 E8M0 scales, compressed_tensors_w4a4_mxfp4.py), 1 B; everything else float32."""
+    if bits == 4 and wtype == "int":
+        return 2
+    if bits == 4 and wtype == "float" and group in (16, 32):
+        return 1
+    return 4
+
+
+def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantization:
     weights = first.get("weights") if isinstance(first, Mapping) else None
     if not isinstance(weights, Mapping) or "num_bits" not in weights:
         raise ModelConfigError(
@@ -51,7 +105,9 @@ def _compressed_tensors(cfg: Mapping[str, Any]) -> Quantization:
     scope = "linear"
     if isinstance(targets, list) and targets and all("expert" in str(t) for t in targets):
         scope = "experts"
-    if strategy == "group" and group_size:
+    if group_size and strategy not in ("channel", "block"):
+        # "group", and "tensor_group" (NVFP4: a group scale plus a global one per tensor);
+        # a group_size without a strategy (ModelOpt-exported NVFP4 config.json) is groups too
         g = int(group_size)
     elif strategy == "channel":
         g = 0
@@ -72,7 +128,7 @@ def _compressed_tensors(cfg: Mapping[str, Any]) -> Quantization:
         method="compressed-tensors",
         weight_bits=bits,
         group_size=g,
-        scale_bytes=2 if (bits == 4 and wtype == "int") else 4,
+        scale_bytes=_ct_scale_bytes(bits, wtype, g),
         zero_points=not bool(weights.get("symmetric", True)),
         excluded=_excluded(cfg),
         kv_cache_fp8=kv_fp8,
@@ -113,6 +169,10 @@ def parse_quantization(
     if config_quant is None or method is None:
         return None
     cfg = config_quant
+    if method.startswith("modelopt"):
+        return _modelopt(cfg)
+    if method in ("auto-round", "auto_round"):
+        return _auto_round(cfg)
     base = ALIASES.get(method, method)
     if base == "fp8":
         block = cfg.get("weight_block_size")
@@ -169,21 +229,274 @@ def parse_quantization(
             scale_bytes=1 if double else 4,
             excluded=_excluded(cfg),
         )
-    if base == "modelopt_fp4":
-        return Quantization(
-            method="modelopt_fp4",
-            weight_bits=4,
-            group_size=16,
-            scale_bytes=1,
-            float_format=True,
-            excluded=_excluded(cfg),
-        )
     if base == "experts_int8":
         return Quantization(method="experts_int8", weight_bits=8, group_size=0, scope="experts")
     raise ModelConfigError(
         "quantization_config.quant_method",
         f"unsupported quantization {method!r}; supported: {', '.join(KNOWN_METHODS)}",
     )
+
+
+# --- AutoRound -------------------------------------------------------------------------------
+
+#: INCConfig (quantization/inc/inc.py, 0.25.0): ``quant_method: auto-round`` is loaded by
+#: vLLM's INC method, integer data only, in these packings
+AUTO_ROUND_PACKINGS = frozenset({"auto_round:auto_gptq", "auto_round:auto_awq"})
+
+
+def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
+    """An AutoRound checkpoint as ``INCWNA16LinearMethod.create_weights`` (inc/schemes/
+    inc_wna16_linear.py, 0.25.0) allocates it: packed int32 qweight, model-dtype scales and
+    packed qzeros per ``group_size`` inputs, an int32 g_idx per input (the GPTQ layout; the
+    post-load kernel repacking is not modelled, which over-counts the small qzeros/g_idx).
+    ``extra_config`` layers at >= 16 bits stay unquantized; other per-layer bit widths are
+    refused (one format per checkpoint)."""
+    data_type = str(cfg.get("data_type", "int"))
+    packing = str(cfg.get("packing_format", "auto_round:auto_gptq"))
+    if data_type != "int" or packing not in AUTO_ROUND_PACKINGS:
+        raise ModelConfigError(
+            "quantization_config.packing_format",
+            f"AutoRound {data_type!r}/{packing!r}: vLLM's INC loader takes integer data in "
+            f"{', '.join(sorted(AUTO_ROUND_PACKINGS))}",
+        )
+    if "bits" not in cfg or "group_size" not in cfg:
+        raise ModelConfigError("quantization_config.bits", "AutoRound needs bits and group_size")
+    bits, group = int(cfg["bits"]), int(cfg["group_size"])
+    excluded: list[str] = list(_excluded(cfg))
+    extra = cfg.get("extra_config") or {}
+    if not isinstance(extra, Mapping):
+        raise ModelConfigError("quantization_config.extra_config", "must be an object")
+    for name, layer in extra.items():
+        lbits = int(layer.get("bits", bits)) if isinstance(layer, Mapping) else bits
+        if lbits >= 16:
+            excluded.append(str(name))
+        elif lbits != bits or (
+            isinstance(layer, Mapping) and int(layer.get("group_size", group)) != group
+        ):
+            raise ModelConfigError(
+                f"quantization_config.extra_config.{name}",
+                f"{lbits}-bit layers in a {bits}-bit checkpoint are not sized",
+            )
+    return Quantization(
+        method="auto-round",
+        weight_bits=bits,
+        group_size=group if group > 0 else 0,
+        scale_bytes=2,
+        zero_points=True,
+        g_idx=True,
+        excluded=tuple(excluded),
+    )
+
+
+# --- ModelOpt ---------------------------------------------------------------------------------
+
+#: ModelOpt ``quant_algo`` values vLLM loads, to the format the ledger sizes
+#: (model_executor/layers/quantization/modelopt.py, 0.20.0 and 0.25.0: ``QUANT_ALGOS`` and each
+#: config class's ``override_quantization_method``): the FP8 family to ``modelopt``
+#: (ModelOptFp8Config), anything with NVFP4/FP4 to ``modelopt_fp4`` (ModelOptNvFp4Config; the
+#: W4A16 variant stores the same tensors), MXFP8 to ``modelopt_mxfp8``, MIXED_PRECISION to
+#: ``modelopt_mixed`` (per-layer ``quantized_layers``).
+MODELOPT_FP8_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO"})
+
+
+def _modelopt_format(algo: str, group_size: int, excluded: tuple[str, ...]) -> Quantization:
+    """One ModelOpt format's linear/MoE parameters, as vLLM's create_weights allocate them:
+
+    * FP8 (``ModelOptFp8LinearMethod.create_weights``): e4m3 weight + a float32 weight and
+      input scale per logical shard (per tensor; FP8_PER_CHANNEL_PER_TOKEN: per channel);
+    * NVFP4 (``ModelOptNvFp4LinearMethod.create_weights`` and ``ModelOptNvFp4FusedMoE``):
+      uint8 ``rows × cols/2`` (two e2m1 values a byte), an e4m3 block scale per ``group_size``
+      (16) inputs ``rows × cols/16``, and float32 global scales per shard;
+    * MXFP8 (``ModelOptMxFp8LinearMethod.create_weights``): e4m3 weight + a uint8 (E8M0)
+      scale per 32 inputs (``MXFP8_BLOCK_SIZE``, quantization/utils/mxfp8_utils.py).
+    """
+    if algo in MODELOPT_FP8_ALGOS:
+        per_channel = algo == "FP8_PER_CHANNEL_PER_TOKEN"
+        if algo == "FP8_PB_WO":
+            return Quantization(
+                method="fp8",
+                weight_bits=8,
+                block=(128, 128),
+                excluded=excluded,
+                float_format=True,
+                producer="modelopt",
+            )
+        return Quantization(
+            method="fp8",
+            weight_bits=8,
+            group_size=0 if per_channel else -1,
+            excluded=excluded,
+            float_format=True,
+            producer="modelopt",
+        )
+    if "NVFP4" in algo or "FP4" in algo:
+        return Quantization(
+            method="modelopt_fp4",
+            weight_bits=4,
+            group_size=group_size,
+            scale_bytes=1,
+            float_format=True,
+            excluded=excluded,
+            producer="modelopt",
+        )
+    if algo == "MXFP8":
+        return Quantization(
+            method="modelopt_mxfp8",
+            weight_bits=8,
+            group_size=32,
+            scale_bytes=1,
+            float_format=True,
+            excluded=excluded,
+            producer="modelopt",
+        )
+    raise ModelConfigError(
+        "quantization_config.quant_algo",
+        f"ModelOpt quant_algo {algo!r} is not one vLLM loads (FP8, FP8_PER_CHANNEL_PER_TOKEN, "
+        "FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8, MIXED_PRECISION)",
+    )
+
+
+def _modelopt_kv(cfg: Mapping[str, Any], inner: Mapping[str, Any]) -> str:
+    """``utils/torch_utils.py::get_kv_cache_quant_algo_string`` (0.20.0, 0.25.0): the
+    ``kv_cache_scheme`` dict (float 8 bits, static: fp8; float 4 bits: nvfp4) or the
+    ``kv_cache_quant_algo`` string (``MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP``: fp8, nvfp4);
+    anything else is "auto" (returned as "")."""
+    kv = (
+        inner.get("kv_cache_scheme")
+        or cfg.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or cfg.get("kv_cache_quant_algo")
+    )
+    if isinstance(kv, Mapping):
+        if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
+            return "fp8"
+        if kv.get("num_bits") == 4 and kv.get("type") == "float":
+            return "nvfp4"
+        return ""
+    if isinstance(kv, str) and kv.lower() in ("fp8", "nvfp4"):
+        return kv.lower()
+    return ""
+
+
+#: HF module names (after ``layers.<i>.``) to the ledger's tensor names
+#: (model/config/decoder.py): attention is ``attn.*`` whatever the model calls it
+_MODULE_RENAMES = (
+    ("self_attn", "attn"),
+    ("mixer.q_proj", "attn.q_proj"),
+    ("mixer.k_proj", "attn.k_proj"),
+    ("mixer.v_proj", "attn.v_proj"),
+    ("mixer.o_proj", "attn.o_proj"),
+)
+_AFTER_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
+_EXPERT_INDEX = re.compile(r"\.experts\.\d+\..*$")
+
+
+def module_kind(path: str) -> tuple[int | None, str]:
+    """(layer index or None, the module's name as the ledger's tensors spell it)."""
+    m = _AFTER_LAYER.search(path)
+    layer, name = (int(m.group(1)), m.group(2)) if m else (None, path)
+    name = _EXPERT_INDEX.sub(".experts", name)
+    for old, new in _MODULE_RENAMES:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+    return layer, name
+
+
+def _modelopt_mixed(
+    layers: Any, group_size: int, excluded: tuple[str, ...]
+) -> tuple[tuple[str, Quantization], ...]:
+    """``ModelOptMixedPrecisionConfig`` (0.25.0): each ``quantized_layers`` entry names a module
+    and its quant_algo; a linear not named stays unquantized (``get_quant_method``). The ledger
+    sizes one format per module kind (the same name in every layer); a module given different
+    formats in different layers is refused."""
+    if not isinstance(layers, Mapping) or not layers:
+        raise ModelConfigError(
+            "quantization_config.quantized_layers",
+            "MIXED_PRECISION needs a non-empty quantized_layers mapping (vLLM refuses it too)",
+        )
+    kinds: dict[str, str] = {}
+    for path, info in layers.items():
+        if not isinstance(info, Mapping) or not info.get("quant_algo"):
+            raise ModelConfigError(
+                f"quantization_config.quantized_layers.{path}", "an entry without quant_algo"
+            )
+        _, name = module_kind(str(path))
+        algo = str(info["quant_algo"]).upper()
+        if kinds.setdefault(name, algo) != algo:
+            raise ModelConfigError(
+                f"quantization_config.quantized_layers.{path}",
+                f"{name} is {kinds[name]} in some layers and {algo} in others; the ledger "
+                "sizes one format per module kind",
+            )
+    return tuple(
+        (name, _modelopt_format(algo, group_size, excluded)) for name, algo in sorted(kinds.items())
+    )
+
+
+def _modelopt(cfg: Mapping[str, Any]) -> Quantization:
+    """A ModelOpt checkpoint (``quant_method`` ``modelopt*``, from config.json or from an
+    ``hf_quant_config.json``'s ``quantization`` block): its format by ``quant_algo`` and its
+    KV cache algorithm (``ModelOptQuantConfigBase.from_config``, 0.20.0/0.25.0)."""
+    inner_raw = cfg.get("quantization")
+    inner: Mapping[str, Any] = inner_raw if isinstance(inner_raw, Mapping) else cfg
+    algo = str(inner.get("quant_algo") or "").upper()
+    if not algo and str(cfg.get("quant_method", "")).lower() == "modelopt_fp4":
+        algo = "NVFP4"
+    if not algo:
+        raise ModelConfigError("quantization_config.quant_algo", "missing (ModelOpt)")
+    raw_excluded = inner.get("exclude_modules") if inner is not cfg else cfg.get("ignore")
+    if raw_excluded is None:
+        raw_excluded = inner.get("exclude_modules") or cfg.get("ignore") or []
+    if not isinstance(raw_excluded, list):
+        raise ModelConfigError("quantization_config.exclude_modules", "must be a list")
+    excluded = tuple(str(x) for x in raw_excluded)
+    group_size = int(inner.get("group_size") or 16)
+    kv = _modelopt_kv(cfg, inner)
+    if algo == "MIXED_PRECISION":
+        formats = _modelopt_mixed(inner.get("quantized_layers"), group_size, excluded)
+        q = Quantization(
+            method="modelopt_mixed",
+            weight_bits=min(f.weight_bits for _, f in formats),
+            excluded=excluded,
+            producer="modelopt",
+            layer_formats=formats,
+        )
+    else:
+        q = _modelopt_format(algo, group_size, excluded)
+    return replace(q, kv_cache_algo=kv, kv_cache_fp8=kv == "fp8")
+
+
+def tensor_format(q: Quantization, tensor: Tensor) -> Quantization | None:
+    """The format ``tensor`` is stored in under ``q``: ``q`` itself, or for a mixed-precision
+    checkpoint the format its module kind is given (None: not quantized)."""
+    if not q.layer_formats:
+        return q
+    default = None
+    for name, fmt in q.layer_formats:
+        if tensor.name == name or tensor.name.startswith(name + "."):
+            return fmt
+        if name == "*":
+            default = fmt  # compressed-tensors "Linear": every linear no other group names
+    return default if tensor.quantizable else None
+
+
+def _named_in_formats(q: Quantization, tensor: Tensor) -> bool:
+    """A mixed-precision config that lists ``lm_head`` quantizes it (ParallelLMHead is a
+    quantized linear in ModelOptMixedPrecisionConfig.get_quant_method)."""
+    return tensor.name == "lm_head" and any(n == "lm_head" for n, _ in q.layer_formats)
+
+
+def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> list[str]:
+    """Mixed-precision module kinds that name no quantizable tensor of the model (the ledger
+    would silently weigh them in the model dtype)."""
+    if q is None or not q.layer_formats:
+        return []
+    names = [t.name for t in tensors if t.quantizable or t.name == "lm_head"]
+    return [
+        name
+        for name, _ in q.layer_formats
+        if name != "*" and not any(n == name or n.startswith(name + ".") for n in names)
+    ]
 
 
 #: a layer index in a module path: "model.layers.3.mlp.gate" names layer 3
@@ -203,11 +516,14 @@ def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None)
     else:
         layers = layers if span is None else layers.within(span)
         copies = layers.count
-    if not copies or not tensor.quantizable or (q.scope == "experts" and tensor.experts == 1):
+    if not copies or not (tensor.quantizable or _named_in_formats(q, tensor)):
+        return 0
+    fmt = tensor_format(q, tensor)
+    if fmt is None or (fmt.scope == "experts" and tensor.experts == 1):
         return 0
     named: set[int] = set()
     for pattern in q.excluded:
-        if not pattern.endswith(tensor.name):
+        if not _excludes(pattern, tensor.name):
             continue
         if layers is None or "layers" not in pattern:
             return 0
@@ -216,6 +532,24 @@ def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None)
     if layers is None or not named:
         return copies
     return copies - sum(1 for i in named if i in layers)
+
+
+def _excludes(pattern: str, name: str) -> bool:
+    """Whether an exclusion pattern (a module path, or a ModelOpt/compressed-tensors wildcard:
+    ``fnmatch`` in ``ModelOptQuantConfigBase.is_layer_excluded``, 0.25.0) names the ledger's
+    tensor ``name``. Paths are compared after :func:`module_kind` (``self_attn.`` and
+    Nemotron-H's ``mixer.q_proj`` are the ledger's ``attn.*``)."""
+    if pattern.endswith(name):
+        return True
+    _, kind = module_kind(pattern)
+    if kind.endswith(name) or name.startswith(kind + "."):
+        return True
+    if any(c in kind for c in "*?["):
+        spellings = [name, f"m.{name}.w"]
+        if name.startswith("attn."):  # HF names: self_attn.* (most), mixer.* (Nemotron-H)
+            spellings += [f"m.self_{name}.w", f"m.mixer.{name[5:]}.w"]
+        return any(fnmatch(c, kind) for c in spellings)
+    return False
 
 
 def quantized_bytes(q: Quantization, rows: int, cols: int, experts: int) -> int:
@@ -251,9 +585,45 @@ def config_checkpoint_bytes(shape: ModelShape) -> int:
         if not t.checkpoint:
             continue
         quantized = 0
-        if quant is not None:
+        fmt = tensor_format(quant, t) if quant is not None else None
+        if quant is not None and fmt is not None:
             quantized = quantized_copies(quant, t)
-            total += quantized * quantized_bytes(quant, t.rows, t.cols, t.experts)
+            total += quantized * quantized_bytes(fmt, t.rows, t.cols, t.experts)
         plain = t.copies - quantized
         total += plain * t.rows * t.cols * t.experts * (4 if t.fp32 else dtype_bytes)
     return total
+
+
+#: ModelOpt ≤ 0.29 writes its quantization next to config.json, in this file
+#: (vLLM transformers_utils/config.py::get_config, 0.20.0–0.25.0)
+HF_QUANT_CONFIG = "hf_quant_config.json"
+
+
+def merge_hf_quant_config(config: Mapping[str, Any], hf_quant: Any) -> dict[str, Any]:
+    """``config`` with an ``hf_quant_config.json`` read as vLLM reads it: used only when
+    config.json has no ``quantization_config`` (``get_config``), and a ModelOpt producer's
+    ``quant_algo`` names the method (``ModelArchConfigConvertorBase.
+    _normalize_quantization_config``, 0.20.0/0.25.0: the FP8 family -> ``modelopt``, NVFP4 ->
+    ``modelopt_fp4``, any other algorithm a ValueError at startup)."""
+    out = dict(config)
+    if out.get("quantization_config") is not None or hf_quant is None:
+        return out
+    if not isinstance(hf_quant, Mapping):
+        raise ModelConfigError(HF_QUANT_CONFIG, "expected a JSON object")
+    q = dict(hf_quant)
+    producer = q.get("producer")
+    if isinstance(producer, Mapping) and producer.get("name") == "modelopt":
+        inner = q.get("quantization")
+        algo = str(inner.get("quant_algo", "")).upper() if isinstance(inner, Mapping) else ""
+        if algo in MODELOPT_FP8_ALGOS:
+            q["quant_method"] = "modelopt"
+        elif algo == "NVFP4":
+            q["quant_method"] = "modelopt_fp4"
+        elif algo:
+            raise ModelConfigError(
+                f"{HF_QUANT_CONFIG}.quantization.quant_algo",
+                f"vLLM stops at startup on {algo!r} from {HF_QUANT_CONFIG} ('Unknown ModelOpt "
+                "quant algo'); only FP8 and NVFP4 are read from this file",
+            )
+    out["quantization_config"] = q
+    return out

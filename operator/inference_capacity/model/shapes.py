@@ -236,6 +236,15 @@ class Quantization:
     excluded: tuple[str, ...] = ()
     kv_cache_fp8: bool = False
     float_format: bool = False  # fp8/fp4 payload (not integer)
+    #: the checkpoint's KV quantization as vLLM's ``--kv-cache-dtype auto`` reads it for
+    #: ModelOpt checkpoints: "fp8", "nvfp4" or "" (engines/vllm.py::resolve_kv_cache_dtype)
+    kv_cache_algo: str = ""
+    #: "modelopt" for a ModelOpt checkpoint (whatever its format): vLLM resolves ``auto`` KV
+    #: from the checkpoint only for ``modelopt*`` methods
+    producer: str = ""
+    #: ModelOpt MIXED_PRECISION: (module name as the ledger's tensors spell it, its format)
+    #: per module kind; a quantizable tensor not named here stays in the model dtype
+    layer_formats: tuple[tuple[str, Quantization], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

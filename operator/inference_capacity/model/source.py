@@ -53,7 +53,7 @@ from .checkpoint import (
 )
 from .config import shape_from_config
 from .errors import ModelConfigError
-from .quant import config_checkpoint_bytes
+from .quant import HF_QUANT_CONFIG, config_checkpoint_bytes, merge_hf_quant_config
 from .shapes import HeaderWeights, ModelShape
 
 #: ``org/name``: the shape of a Hub model id (huggingface_hub validates it further)
@@ -254,6 +254,9 @@ def _resolve_local(path: Path) -> ResolvedModel:
         except CheckpointError as exc:
             raise ModelSourceError(str(exc), "InvalidCheckpoint") from None
         disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    hq = folder / HF_QUANT_CONFIG
+    if hq.is_file():
+        cfg = merge_hf_quant_config(cfg, _read_json(hq))
     name = str(cfg.get("_name_or_path") or path)
     pre = folder / PREPROCESSOR
     preprocessor = preprocessor_object(_read_json(pre), str(pre)) if pre.is_file() else None
@@ -579,6 +582,12 @@ def _fetch_hub(
     except Exception as exc:
         raise hub_error(exc, repo_id, revision, token) from None
     cfg = config_object(repo_id, _read_json(Path(cfg_path)))
+    if HF_QUANT_CONFIG in siblings and cfg.get("quantization_config") is None:
+        try:
+            hq_path = download(HF_QUANT_CONFIG, commit)
+        except Exception as exc:
+            raise hub_error(exc, repo_id, revision, token) from None
+        cfg = merge_hf_quant_config(cfg, _read_json(Path(hq_path)))
     inventory: Inventory | None = cached[0] if cached is not None else None
     if inventory is None:
         try:
@@ -801,6 +810,9 @@ def resolve_offline(repo_id: str, revision: str | None) -> ResolvedModel:
             f"{repo_id}: cannot tell the cached commit from {cfg_path}", "Offline"
         )
     cfg = _read_json(cfg_path)
+    hq = cfg_path.parent / HF_QUANT_CONFIG
+    if isinstance(cfg, dict) and hq.is_file():
+        cfg = merge_hf_quant_config(cfg, _read_json(hq))
     cached = read_header_cache(repo_id, commit)
     inventory, disk, preprocessor = cached if cached is not None else (None, None, None)
     if preprocessor is None:

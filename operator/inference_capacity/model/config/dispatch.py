@@ -11,12 +11,17 @@ from typing import Any
 from ..errors import ModelConfigError
 from ..layerset import Pattern
 from ..limits import check_config
-from ..quant import parse_quantization
+from ..quant import parse_quantization, unmatched_layer_formats
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build, config_indices
 from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
 from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
+
+#: wrappers whose config class builds a fixed text config when ``text_config`` has no
+#: model_type: KimiVLConfig (vLLM transformers_utils/configs/kimi_vl.py) makes it a
+#: DeepseekV2Config (0.25.0)
+_DEFAULT_TEXT_TYPE = {"kimi_vl": "deepseek_v2"}
 
 
 def shape_from_config(
@@ -41,7 +46,9 @@ def shape_from_config(
         if not isinstance(tc, Mapping):
             raise ModelConfigError("text_config", f"{model_type} needs a text_config")
         text = _Cfg(tc, "text_config.")
-        inner_type = str(tc.get("model_type") or f"{model_type}_text")
+        inner_type = str(
+            tc.get("model_type") or _DEFAULT_TEXT_TYPE.get(model_type, f"{model_type}_text")
+        )
         if inner_type in _UNSUPPORTED:
             raise ModelConfigError(
                 "text_config.model_type", f"{inner_type!r}: {_UNSUPPORTED[inner_type]}"
@@ -83,10 +90,17 @@ def shape_from_config(
     )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
+    unmatched = unmatched_layer_formats(quant, shape.tensors)
+    if unmatched:
+        raise ModelConfigError(
+            "quantization_config.quantized_layers",
+            f"module kinds {', '.join(unmatched[:4])} name no weight the ledger knows for "
+            f"{family_type}; their format cannot be sized",
+        )
     tower = encoder_tower(model_type, arch, config, shape.hidden_size) if multimodal else None
     return replace(
         shape,
         model_type=model_type if model_type not in _WRAPPERS else family_type,
         vision_tower=tower,
-        mm_modalities=mm_modalities(model_type) if multimodal else (),
+        mm_modalities=mm_modalities(model_type, config) if multimodal else (),
     )

@@ -343,9 +343,20 @@ _MM_MODALITIES: dict[str, tuple[str, ...]] = {
     "kimi_vl": ("image",),
     "qwen2_vl": ("image", "video"),
     "qwen2_5_vl": ("image", "video"),
+    # Qwen3VLProcessingInfo inherits Qwen2VLProcessingInfo.get_supported_mm_limits
+    # {"image", "video"}; Qwen3_5(Moe)ProcessingInfo subclass it (qwen3_5.py, 0.25.0)
+    "qwen3_vl": ("image", "video"),
+    "qwen3_vl_moe": ("image", "video"),
+    "qwen3_5": ("image", "video"),
+    "qwen3_5_moe": ("image", "video"),
 }
 ALL_MODALITIES: tuple[str, ...] = ("audio", "image", "video")
 
 
-def mm_modalities(model_type: str) -> tuple[str, ...]:
+def mm_modalities(model_type: str, config: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The modalities vLLM's processor accepts (``get_supported_mm_limits``). Gemma 4
+    (gemma4_mm.py, 0.25.0): image and video, audio only when ``audio_config`` is set."""
+    if model_type == "gemma4":
+        has_audio = bool(config and config.get("audio_config"))
+        return ("audio", "image", "video") if has_audio else ("image", "video")
     return _MM_MODALITIES.get(model_type, ALL_MODALITIES)

@@ -65,6 +65,15 @@ _WRAPPERS = {
 #: families we know of but cannot size yet, with the reason (an error, never a guess)
 _UNSUPPORTED = {
     "qwen3_next": "Qwen3-Next (gated DeltaNet hybrid) is not modelled yet",
+    # vLLM implements it (vllm/models/deepseek_v4/, 0.25.0–0.33.0); the ledger has none of its
+    # KV specs yet, so it is refused rather than sized as DeepSeek-V3
+    "deepseek_v4": (
+        "DeepSeek-V4 is not modelled yet: the ledger lacks its KV-cache specs (vLLM 0.25.0 "
+        "models/deepseek_v4/attention.py: compressed MLA pages per layer by compress_ratios "
+        "(MLAAttentionSpec compress_ratio, 512/576 B alignment), the sliding-window SWA cache "
+        "(DeepseekV4SWACache) and compressor state (compressor.py SlidingWindowMLASpec), the "
+        "indexer cache (DeepseekV4IndexerCache)), its FP4 expert weights and its MTP layers"
+    ),
 }
 
 

@@ -35,7 +35,9 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         ssm_heads=heads,
         ssm_head_dim=hd,
         ssm_state=state,
-        ssm_dtype_bytes=4 if ssm_dtype == "float32" else None,
+        # None: the config is silent (vLLM's default for NemotronH depends on the version:
+        # engines/vllm.py::_cached_layers)
+        ssm_dtype_bytes=TORCH_DTYPE_BYTES.get(str(ssm_dtype)) if ssm_dtype is not None else None,
         groups=ngroups,
         chunk_size=c.integer("chunk_size", 0) or c.integer("mamba_chunk_size", 0),
     )
