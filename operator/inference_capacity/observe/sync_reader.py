@@ -267,4 +267,10 @@ def observe_sync(
         gen.close()
 
 
-__all__ = ["MAX_RESPONSE_BYTES", "Bearer", "observe_sync", "retry"]
+def query_sync(source: PromSource, promql: str, at: float) -> list[Sample]:
+    """One instant query over the same transport and bounds (raises ``Failed``)."""
+    with _session(source, source.url.rstrip("/")) as session:
+        return _Prom(source, session, at).query(promql)
+
+
+__all__ = ["MAX_RESPONSE_BYTES", "Bearer", "observe_sync", "query_sync", "retry"]
