@@ -297,3 +297,13 @@ def reply_count() -> Any:
     yield f"http://127.0.0.1:{server.server_address[1]}", hits
     server.shutdown()
     server.server_close()
+
+
+def test_the_peak_is_in_the_burst(observed: list[dict[str, Any]], vllm_trace: Any) -> None:
+    """When the peak was: custom_query_range of the fleet's running + waiting (at most 10,000
+    points: a 61 s step over 7d) finds the trace's ten-minute burst."""
+    import datetime as dt
+
+    at = dt.datetime.fromisoformat(observed[0]["peakAt"].replace("Z", "+00:00")).timestamp()
+    start, end = vllm_trace.burst
+    assert start - 61 <= at <= end + 61

@@ -339,7 +339,7 @@ def _stanza(obs: Observation, src: PromSource) -> dict[str, Any] | None:
 
 
 def cmd_observe(a: argparse.Namespace) -> int:
-    from ..observe.sync_reader import observe_sync
+    from ..observe.sync_reader import observe_sync, peak_time_sync
 
     _quiet_urllib3()
     try:
@@ -372,12 +372,21 @@ def cmd_observe(a: argparse.Namespace) -> int:
         )
         obs = observe_sync(one, now=at, min_samples=a.min_samples)
         stanza = _stanza(obs, one) if obs.ok else None
+        peak_at = None
+        if obs.ok and obs.peak_concurrency is not None:
+            try:
+                when = peak_time_sync(one, at)
+            except Failed as f:
+                obs.warnings.append(f"when the peak was: {f.message}")
+            else:
+                peak_at = None if when is None else _iso(when)
         results.append(
             {
                 "namespace": ns or None,
                 "deployment": dep or None,
                 "selector": selector,
                 **observation_json(obs),
+                "peakAt": peak_at,
                 "spec": stanza,
             }
         )
@@ -386,6 +395,12 @@ def cmd_observe(a: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_text(r) for r in results))
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:
@@ -410,7 +425,8 @@ def _text(r: dict[str, Any]) -> str:
             mark = " (coarse)" if n in q["coarse"] else ""
             cells.append(f"{n.upper()} {q[n]:,.0f} in ({lo:g}, {hi:g}]{mark}")
         lines.append(f"  {label:<10} " + "   ".join(cells))
-    lines.append(f"  peak concurrency      {_num(r['peakConcurrency'])}")
+    at = f" (about {r['peakAt']})" if r.get("peakAt") else ""
+    lines.append(f"  peak concurrency      {_num(r['peakConcurrency'])}{at}")
     kv = r["kvUsageP95"]
     lines.append(f"  KV usage P95 (max pod) {'-' if kv is None else f'{kv:.1%}'}")
     lines.append(f"  preemptions / hour    {_num(r['preemptionsPerHour'], ',.1f')}")

@@ -220,6 +220,28 @@ def samples(raw: Any) -> list[Sample]:
     return out
 
 
+def matrix_points(raw: Any) -> list[tuple[float, float]]:
+    """``(time, value)`` of a one-series range-query ``result`` (empty: no series)."""
+    if not isinstance(raw, list):
+        raise TypeError(f"expected a matrix result, got {type(raw).__name__}")
+    if not raw:
+        return []
+    return [(float(t), float(v)) for t, v in raw[0]["values"]]
+
+
+#: the most points a range query returns (Prometheus refuses more than 11,000)
+MAX_RANGE_POINTS = 10_000
+
+
+def concurrency_range(sel: Sel) -> str:
+    """The fleet-wide running + waiting, for a range query (when the peak was)."""
+    return f"sum({sel(RUNNING)}) + (sum({sel(WAITING)}) or vector(0))"
+
+
+def range_step(window_s: float, step_s: float) -> float:
+    return max(step_s, math.ceil(window_s / MAX_RANGE_POINTS))
+
+
 def scalar(rows: list[Sample]) -> float | None:
     """The value of a one-element, label-free result; None when empty or NaN."""
     if not rows:

@@ -29,7 +29,7 @@ import http.cookiejar
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import requests
@@ -200,9 +200,14 @@ class _Prom:
 
     def query(self, promql: str) -> list[Sample]:
         self.queries += 1
+        result = self.call(lambda c: c.custom_query(promql, params={"time": f"{self._at:.3f}"}))
+        return result_samples(self._url, {"data": {"result": result}})
+
+    def call(self, ask: Callable[[PrometheusConnect], Any]) -> Any:
+        """``ask(client)``'s answer, its failures mapped to the operator's messages."""
         url = self._url
         try:
-            result = self.client.custom_query(promql, params={"time": f"{self._at:.3f}"})
+            return ask(self.client)
         except Failed:
             raise
         except requests.exceptions.JSONDecodeError as e:  # 200 but not JSON: a login page…
@@ -221,11 +226,10 @@ class _Prom:
             raise Failed(
                 PROMETHEUS_UNREACHABLE, f"Prometheus at {url} answered an unexpected status"
             ) from e
-        except ValueError as e:  # 200 but not JSON: a login page…
+        except ValueError as e:  # 200 but not JSON
             raise not_json_failure(url) from e
         except (KeyError, TypeError) as e:  # JSON but not a Prometheus API answer
             raise not_prometheus_failure(url, e) from e
-        return result_samples(url, {"data": {"result": result}})
 
     def batch(self, queries: Mapping[str, str]) -> dict[str, list[Sample]]:
         return {name: self.query(q) for name, q in queries.items()}
@@ -267,10 +271,38 @@ def observe_sync(
         gen.close()
 
 
+def peak_time_sync(source: PromSource, at: float, step_s: float | None = None) -> float | None:
+    """When the fleet-wide concurrency peaked in the window (unix seconds; None: no series),
+    from ``PrometheusConnect.custom_query_range`` over the same transport and bounds (raises
+    ``Failed``). The range is sampled at ``range_step`` (at most 10,000 points), so it may
+    miss a peak between two points that the instant subquery saw."""
+    import datetime as dt
+
+    from .queries import concurrency_range, matrix_points, range_step, selection, subquery_step
+
+    sel = selection(source, step_s)
+    step = range_step(source.window_seconds, subquery_step(source.window_seconds, step_s))
+    url = source.url.rstrip("/")
+    start = dt.datetime.fromtimestamp(at - source.window_seconds, dt.UTC)
+    end = dt.datetime.fromtimestamp(at, dt.UTC)
+    with _session(source, url) as session:
+        prom = _Prom(source, session, at)
+        raw = prom.call(
+            lambda c: c.custom_query_range(concurrency_range(sel), start, end, f"{step:g}s")
+        )
+    try:
+        points = matrix_points(raw)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise not_prometheus_failure(url, e) from e
+    if not points:
+        return None
+    return max(points, key=lambda p: (p[1], -p[0]))[0]
+
+
 def query_sync(source: PromSource, promql: str, at: float) -> list[Sample]:
     """One instant query over the same transport and bounds (raises ``Failed``)."""
     with _session(source, source.url.rstrip("/")) as session:
         return _Prom(source, session, at).query(promql)
 
 
-__all__ = ["MAX_RESPONSE_BYTES", "Bearer", "observe_sync", "query_sync", "retry"]
+__all__ = ["MAX_RESPONSE_BYTES", "Bearer", "observe_sync", "peak_time_sync", "query_sync", "retry"]
