@@ -109,7 +109,13 @@ def add_observe(sub: Any) -> None:
         default=30,
         help="finished requests needed per Deployment (30, as the operator's)",
     )
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="table (default) or json: one object per Deployment (a list when several)",
+    )
     _add_connection_flags(p)
 
 
