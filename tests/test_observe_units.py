@@ -387,7 +387,7 @@ def test_min_samples_validated() -> None:
 
 
 def test_pod_pool_parsing_is_tolerant() -> None:
-    from inference_capacity.observe.reader import _float, _int
+    from inference_capacity.observe.queries import _float, _int
 
     assert _int("27910") == 27910 and _int("None") is None and _int(None) is None
     assert _float("0.9") == 0.9 and _float("nan") is None and _float("x") is None

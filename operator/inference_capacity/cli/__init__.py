@@ -1,4 +1,4 @@
-"""``inference-capacity``: plan / crd / models / gpus / run.
+"""``inference-capacity``: plan / observe / crd / models / gpus / run.
 
 The parts: :mod:`.parser` (every flag), :mod:`.flags` (``plan --model ...``: what-ifs),
 :mod:`.manifest` (``plan FILE``: the operator's decision for each resource and its patch),
@@ -33,6 +33,7 @@ from .common import (
 )
 from .flags import _add_whatifs, _flags_plan
 from .manifest import _manifest_plans, _print_patches
+from .observe import cmd_observe
 from .parser import build_parser
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
 def cmd_plan(a: argparse.Namespace) -> int:
     if a.file and a.model:
         raise CliError("plan: give either FILE.yaml or --model, not both")
+    if a.observe and not a.file:
+        raise CliError("plan: --observe reads spec.workload.fromPrometheus: it needs FILE.yaml")
     if a.file:
         results = _manifest_plans(a)
     else:
@@ -170,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "models": cmd_models,
         "gpus": cmd_gpus,
         "run": cmd_run,
+        "observe": cmd_observe,
     }
     try:
         return handlers[a.command](a)

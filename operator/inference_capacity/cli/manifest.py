@@ -26,6 +26,7 @@ from .common import (
     _read_text,
     _sizing_overrides,
 )
+from .observe import observed_input
 
 #: flags of the what-if form that a manifest says in its own spec: given with FILE they would be
 #: ignored, so they are refused (the spec field to edit instead)
@@ -144,6 +145,7 @@ def _plan_capacity(
     if not resolved.supported:
         return _unsupported_result(icap, resolved, decision.unsupported(resolved))
     inp = _sizing_overrides(a, resolved.plan_input)
+    inp, observed = observed_input(a, spec, ns, icap.metadata.name, inp, config_maps)
     extra: dict[str, Any] = {
         "name": icap.metadata.name,
         "namespace": icap.metadata.namespace,
@@ -153,6 +155,8 @@ def _plan_capacity(
         "conflicts": list(resolved.conflicts),
         "supported": True,
     }
+    if observed is not None:
+        extra["observed"] = observed
     if dep is None:
         plan = make_plan(inp)
         # the flags the operator would want on a container that sets none of them

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..engines.versions import NEWEST_SUPPORTED
 from ..vocab import CLI_DTYPE_CHOICES, CLI_KV_CACHE_DTYPE_CHOICES
+from .observe import add_observe, add_plan_flags
 
 
 def _positive_int(name: str) -> Any:
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     _add_plan(sub)
+    add_observe(sub)
     sub.add_parser("crd", help="print the InferenceCapacity CustomResourceDefinition (YAML)")
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the GPU catalog")
@@ -250,6 +252,7 @@ def _add_plan(sub: Any) -> None:
     plan.add_argument(
         "--fail-if-not-fits", action="store_true", help="exit 1 when the plan does not fit (for CI)"
     )
+    add_plan_flags(plan)
 
 
 def _add_run(sub: Any) -> None:

@@ -40,20 +40,15 @@ from ..observe import (
     Observation,
     PromSource,
     calibrate,
-    merge_cohorts,
+    fromspec,
     observe_async,
-    peak_concurrency,
-    url_allowed,
 )
 from ..observe.observation import (
     PENDING,
-    PROMETHEUS_NOT_ALLOWED,
     PROMETHEUS_UNREACHABLE,
     TOKEN_SECRET_NOT_ALLOWED,
-    Reason,
 )
 from ..planner import PlanInput
-from ..sizing import Workload
 from . import ioloop, k8s
 
 #: URL prefixes the cluster admin allows Prometheus queries to (``run
@@ -69,10 +64,7 @@ def allowed_url_prefixes() -> tuple[str, ...]:
     return settings.current().prometheus_allowed_url_prefixes
 
 
-class _NotAllowed(Exception):
-    def __init__(self, reason: Reason, message: str) -> None:
-        super().__init__(message)
-        self.reason: Reason = reason
+_NotAllowed = fromspec.NotAllowed
 
 
 _cache: dict[str, tuple[float, Observation]] = {}
@@ -90,16 +82,14 @@ class Observed:
 def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     fp = spec.workload.from_prometheus
     assert fp is not None
-    prefixes = allowed_url_prefixes()
-    if not url_allowed(fp.url, prefixes):
-        raise _NotAllowed(
-            PROMETHEUS_NOT_ALLOWED,
-            "spec.workload.fromPrometheus.url: not in the operator's allowed Prometheus URL "
-            "prefixes ("
-            + (", ".join(prefixes) if prefixes else "none: the cluster admin has allowed none")
-            + "); nothing was sent. The admin sets them with "
-            "--prometheus-allowed-url-prefix (Helm: prometheus.allowedUrlPrefixes)",
-        )
+    fromspec.check_url(
+        fp.url,
+        allowed_url_prefixes(),
+        "the operator's",
+        "the cluster admin has allowed none",
+        "The admin sets them with --prometheus-allowed-url-prefix (Helm: "
+        "prometheus.allowedUrlPrefixes)",
+    )
     token = None
     if fp.bearer_token_secret_ref is not None:
         ref = fp.bearer_token_secret_ref
@@ -126,15 +116,7 @@ def _source(spec: InferenceCapacitySpec, namespace: str) -> PromSource:
     if fp.ca_config_map_ref is not None:
         ref2 = fp.ca_config_map_ref
         ca = k8s.get_config_maps(namespace, [ref2.name]).get(ref2.name, {}).get(ref2.key)
-    selector = fp.selector or (f'namespace="{namespace}",pod=~"{spec.target_ref.name}-.*"')
-    return PromSource(
-        url=fp.url,
-        window=fp.window,
-        selector=selector,
-        bearer_token=token,
-        insecure_skip_verify=fp.insecure_skip_verify,
-        ca_cert_pem=ca,
-    )
+    return fromspec.source(spec, namespace, token, ca)
 
 
 #: how long a reconcile waits for an observation it just started before going on without it
@@ -244,12 +226,7 @@ def observe_and_merge(
             window=fp.window,
             at=time.time(),
         )
-    new_inp = inp
-    if obs.ok and fp.mode != "spec-only":
-        base = inp.workload or Workload(cohorts=())
-        cohorts = tuple(merge_cohorts(base.cohorts, obs, fp.mode))
-        peak = peak_concurrency(base.peak_concurrency, obs.peak_concurrency, fp.mode)
-        new_inp = replace(inp, workload=replace(base, cohorts=cohorts, peak_concurrency=peak))
+    new_inp = fromspec.fold(inp, obs, fp.mode)
     calibration = None
     predicted = None
     if obs.pods:

@@ -7,6 +7,7 @@ Kubernetes here: the controller resolves Secrets and ConfigMaps and writes statu
 """
 
 from ..vocab import CalibrationReason
+from . import fromspec
 from .calibration import Calibration, calibrate
 from .histogram import BucketHit, coarseness, locate
 from .merge import OBSERVED_COHORT, MergeMode, merge_cohorts, peak_concurrency
@@ -35,6 +36,7 @@ __all__ = [
     "url_allowed",
     "Reason",
     "calibrate",
+    "fromspec",
     "coarseness",
     "locate",
     "merge_cohorts",
