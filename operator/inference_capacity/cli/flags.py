@@ -59,7 +59,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     mm_notes: list[str] = []
     if a.mm_processor_kwargs is not None:
         mm_flags["mm-processor-kwargs"] = a.mm_processor_kwargs
-    refused = classify(mm_flags, {})
+    refused = classify(mm_flags, {}, version)
     mm_limits, skip_mm, shape = multimodal_profile(
         shape, version, mm_flags, refused, mm_notes, source.preprocessor
     )
