@@ -242,3 +242,41 @@ def test_cli_patch_for_flag_cases_matches_the_decision(tmp_path: Path) -> None:
     for p in (patch, got["patch"]["strategicMergePatch"]):
         p["metadata"]["annotations"].pop("capacity.inference.dev/template-changed-at", None)
     assert patch == got["patch"]["strategicMergePatch"]
+
+
+def test_whatif_flags_are_read_as_the_vllm_flags_they_stand_for() -> None:
+    """plan --model: the what-if flags become vLLM flags read and classified like a container's,
+    so a what-if for a release lacking a flag says so as the Deployment's plan does."""
+    from inference_capacity.cli.flags import whatif_vllm_args
+
+    a = build_parser().parse_args(
+        ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100"]
+        + ["--tp", "2", "--max-model-len", "8192", "--enforce-eager", "--max-loras", "2"]
+    )
+    argv = whatif_vllm_args(a)
+    flags = read_flags({"name": "w", "command": ["vllm", "serve", "m"], "args": argv})
+    assert flags == {
+        "model": "m",
+        "tensor-parallel-size": "2",
+        "max-model-len": "8192",
+        "enforce-eager": "true",
+        "enable-lora": "true",
+        "max-loras": "2",
+    }
+    assert classify(flags, {}, "0.19.0") == []
+    # and the CLI plans it (the refusals, if any, would be the container's)
+    code, out, err = cli(
+        "plan",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100",
+        "--engine-version",
+        "0.19.0",
+        "--max-model-len",
+        "8192",
+        "-o",
+        "json",
+    )
+    assert code == 0, err
+    assert json.loads(out).get("supported") is not False
