@@ -242,7 +242,8 @@ def test_ledger_names_the_encoder_term() -> None:
 
 
 def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
-    # every multimodal config of shared/data/model-configs: Gemma 3 sized by formula, Llama 4
+    # every multimodal config of the catalog (operator/inference_capacity/catalog/models):
+    # Gemma 3 sized by formula, Llama 4
     # calibrated (vllm-startup-041), the rest unknown (refused unless text-only)
     got = {}
     for name in catalog_names():
