@@ -280,3 +280,20 @@ def test_whatif_flags_are_read_as_the_vllm_flags_they_stand_for() -> None:
     )
     assert code == 0, err
     assert json.loads(out).get("supported") is not False
+
+
+def test_compilation_level_in_the_json_is_read_per_release() -> None:
+    # 0.11.x: the JSON's level (0.11.0) or mode (0.11.1) is what -O N sets; other than 3 and
+    # with cudagraph_mode unset, vLLM leaves cudagraph_mode NONE
+    assert cuda_graphs_off({"compilation-config": '{"level": 0}'}, "0.11.0")
+    assert not cuda_graphs_off({"compilation-config": '{"mode": 3}'}, "0.11.2")
+    assert not cuda_graphs_off(
+        {"compilation-config": '{"level": 0, "cudagraph_mode": "FULL"}'}, "0.11.0"
+    )
+    assert classify({"compilation-config": '{"mode": 0}'}, {}, "0.11.1") == []
+    # 0.12+: what a mode other than 3 does to the graphs changes between releases: refused
+    (u,) = classify({"compilation-config": '{"mode": 0}'}, {}, "0.19.0")
+    assert u.name == "--compilation-config" and "cudagraph_mode" in u.why
+    assert classify({"compilation-config": '{"mode": 3}'}, {}, "0.19.0") == []
+    # before the table, what -O means is not modelled
+    assert classify({"O": "3"}, {}, "0.10.2")[0].name == "-O"

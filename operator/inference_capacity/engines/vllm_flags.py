@@ -633,39 +633,67 @@ def optimization_level(flags: Mapping[str, str], version: str | None) -> tuple[s
     return None
 
 
+def _json_mode(flags: Mapping[str, str]) -> str | None:
+    """The compilation level/mode a ``--compilation-config`` JSON sets, when it sets one and no
+    ``cudagraph_mode`` (which would win)."""
+    text = flags.get("compilation-config", "").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(cfg, dict) or "cudagraph_mode" in cfg:
+        return None
+    mode = cfg.get("mode", cfg.get("level"))
+    return None if mode is None else str(mode)
+
+
 def cuda_graphs_off(flags: Mapping[str, str], version: str | None) -> bool:
     """Whether the optimization level turns CUDA graphs off in ``version``.
 
     0.12–0.33 (``--optimization-level``, config/vllm.py OPTIMIZATION_LEVEL_00..03): O0 sets
     ``cudagraph_mode`` NONE; O1 PIECEWISE, O2 and O3 FULL_AND_PIECEWISE (graphs captured: the
     ledger's CUDA-graph estimate applies, for O1 an upper bound as it has no full graphs).
-    0.11 (``-O N`` is ``--compilation-config '{"level": N}'``; config/__init__.py
-    VllmConfig.__post_init__): a level other than 3 (PIECEWISE) leaves ``cudagraph_mode``
-    NONE. Either way an explicit ``cudagraph_mode`` in ``--compilation-config`` is read by the
-    caller (it wins in vLLM too)."""
+    0.11.x (``-O N`` is ``--compilation-config '{"level": N}'``, ``"mode"`` from 0.11.1;
+    config/__init__.py and config/vllm.py VllmConfig.__post_init__): with ``cudagraph_mode``
+    unset, a level/mode other than 3 (PIECEWISE / VLLM_COMPILE) leaves it NONE; the same for the
+    level or mode given in the JSON. An explicit ``cudagraph_mode`` in ``--compilation-config``
+    is read by the caller (it wins in vLLM too)."""
     got = optimization_level(flags, version)
-    if got is None:
-        return False
-    target, level = got
-    if target == "optimization-level":
-        return level == "0"
-    return level != "3"
+    target = flag_table().dash_o_target(version) if version is not None else None
+    if got is not None and got[0] == "optimization-level":
+        return got[1] == "0"
+    if target is not None and target.startswith("compilation-config"):
+        level = got[1] if got is not None else _json_mode(flags)
+        return level is not None and level != "3"
+    return False
 
 
 def _level_problem(flags: Mapping[str, str], version: str | None) -> Unsupported | None:
     got = optimization_level(flags, version)
+    target = flag_table().dash_o_target(version) if version is not None else None
+    mode = _json_mode(flags)
     if got is None:
+        if mode is not None and mode != "3" and not (target or "").startswith("compilation"):
+            return Unsupported(
+                "--compilation-config",
+                f"compilation mode {mode} without cudagraph_mode: from 0.12 the CUDA-graph mode "
+                "it leads to changes between releases (not modelled); give cudagraph_mode",
+            )
         return None
-    target, level = got
+    _, level = got
     name = "--optimization-level" if "optimization-level" in flags else "-O"
     if level not in _LEVELS:
         return Unsupported(name, f"optimization level {level!r} is not one of 0-3")
     if DASH_O in flags and "optimization-level" in flags:
         return Unsupported(
             "-O",
-            "given with --optimization-level: which one vLLM uses depends "
-            "on their order, which the plan does not keep",
+            "given with --optimization-level: which one vLLM uses depends on their order, "
+            "which the plan does not keep",
         )
+    if version is not None and target is None and DASH_O in flags:
+        return Unsupported("-O", f"what -O means in vLLM {version} (before 0.11) is not modelled")
     if DASH_O in flags and target != "optimization-level" and "compilation-config" in flags:
         return Unsupported(
             "-O",
