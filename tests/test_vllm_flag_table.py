@@ -297,3 +297,16 @@ def test_compilation_level_in_the_json_is_read_per_release() -> None:
     assert classify({"compilation-config": '{"mode": 3}'}, {}, "0.19.0") == []
     # before the table, what -O means is not modelled
     assert classify({"O": "3"}, {}, "0.10.2")[0].name == "-O"
+
+
+def test_flag_rules_for_version() -> None:
+    from inference_capacity.engines.vllm_flags import FlagRules
+
+    assert FlagRules.for_version("0.11.0").dash_o == "compilation-config.level"
+    assert FlagRules.for_version("0.11.2").dash_o == "compilation-config.mode"
+    assert FlagRules.for_version("0.15.1") == FlagRules("0.15.1", "0.14.1", "optimization-level")
+    before = FlagRules.for_version("0.10.2")
+    assert before.release is None and before.absent("swap-space") is None
+    assert FlagRules.for_version("0.18.0").absent("swap-space") == (
+        "vLLM 0.18.0 has no --swap-space; removed in 0.18.0"
+    )

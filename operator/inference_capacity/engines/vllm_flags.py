@@ -40,6 +40,7 @@ from .vllm_flag_table import flag_table
 from .vllm_mm import parse_limit_mm_per_prompt
 
 __all__ = [
+    "FlagRules",
     "MODELLED_ENV",
     "MODELLED_FLAGS",
     "NEUTRAL_ENV",
@@ -615,6 +616,38 @@ def _value_problem(name: str, value: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class FlagRules:
+    """The version-dependent flag rules of one vLLM release, in one record (the release's own
+    flags and what ``-O`` means come from the table generated from vLLM's source)."""
+
+    version: str | None
+    #: the table's release ``version`` reads (the newest at or below it); None: before the
+    #: table (0.11.0) or no version, where only the hand-written classification applies
+    release: str | None
+    #: what ``-O<n>`` becomes (``FlexibleArgumentParser.parse_args``): ``optimization-level``
+    #: (0.12+), ``compilation-config.level`` (0.11.0) / ``.mode`` (0.11.1, 0.11.2), None
+    dash_o: str | None
+
+    @classmethod
+    def for_version(cls, version: str | None) -> FlagRules:
+        if version is None:
+            return cls(None, None, None)
+        table = flag_table()
+        return cls(version, table.release(version), table.dash_o_target(version))
+
+    @property
+    def dash_o_is_compilation(self) -> bool:
+        return self.dash_o is not None and self.dash_o.startswith("compilation-config")
+
+    def absent(self, name: str) -> str | None:
+        """vLLM's words when this release has no ``--name`` (None: it has it, or the release
+        is before the table)."""
+        if self.version is None or self.release is None or name == DASH_O:
+            return None
+        return _absent(name, self.version)
+
+
 #: the pseudo-flag :mod:`.vllm_args` reads ``-O3`` / ``-O 3`` / ``-O=3`` into
 DASH_O: Final = "O"
 #: optimization levels vLLM defines (0.12+ config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG; 0.11
@@ -625,7 +658,7 @@ _LEVELS: Final = ("0", "1", "2", "3")
 def optimization_level(flags: Mapping[str, str], version: str | None) -> tuple[str, str] | None:
     """(``optimization-level`` or ``compilation-config.level``, N) when ``-O`` or
     ``--optimization-level`` sets a level, as ``version`` reads it; None when neither is given."""
-    target = flag_table().dash_o_target(version) if version is not None else None
+    target = FlagRules.for_version(version).dash_o
     if "optimization-level" in flags:
         return "optimization-level", flags["optimization-level"].strip()
     if DASH_O in flags:
@@ -661,10 +694,9 @@ def cuda_graphs_off(flags: Mapping[str, str], version: str | None) -> bool:
     level or mode given in the JSON. An explicit ``cudagraph_mode`` in ``--compilation-config``
     is read by the caller (it wins in vLLM too)."""
     got = optimization_level(flags, version)
-    target = flag_table().dash_o_target(version) if version is not None else None
     if got is not None and got[0] == "optimization-level":
         return got[1] == "0"
-    if target is not None and target.startswith("compilation-config"):
+    if FlagRules.for_version(version).dash_o_is_compilation:
         level = got[1] if got is not None else _json_mode(flags)
         return level is not None and level != "3"
     return False
@@ -672,10 +704,11 @@ def cuda_graphs_off(flags: Mapping[str, str], version: str | None) -> bool:
 
 def _level_problem(flags: Mapping[str, str], version: str | None) -> Unsupported | None:
     got = optimization_level(flags, version)
-    target = flag_table().dash_o_target(version) if version is not None else None
+    rules = FlagRules.for_version(version)
+    target = rules.dash_o
     mode = _json_mode(flags)
     if got is None:
-        if mode is not None and mode != "3" and not (target or "").startswith("compilation"):
+        if mode is not None and mode != "3" and not rules.dash_o_is_compilation:
             return Unsupported(
                 "--compilation-config",
                 f"compilation mode {mode} without cudagraph_mode: from 0.12 the CUDA-graph mode "
@@ -733,8 +766,9 @@ def classify(
     level = _level_problem(flags, version)
     if level is not None:
         out.append(level)
+    rules = FlagRules.for_version(version)
     for name, value in flags.items():
-        missing = _absent(name, version) if version is not None else None
+        missing = rules.absent(name)
         if missing is not None:
             out.append(Unsupported(f"--{name}", missing))
         elif name == DASH_O:
