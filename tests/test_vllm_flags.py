@@ -60,6 +60,9 @@ def resolved(icap: Any, dep: Any) -> Any:
 def test_lists_are_disjoint() -> None:
     assert not MODELLED_FLAGS & NEUTRAL_FLAGS
     assert not set(REFUSED_FLAGS) & (MODELLED_FLAGS | NEUTRAL_FLAGS)
+    from inference_capacity.engines.vllm_flags import UNREVIEWED_FLAGS
+
+    assert not UNREVIEWED_FLAGS & (MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS))
     assert not MODELLED_ENV & NEUTRAL_ENV
 
 

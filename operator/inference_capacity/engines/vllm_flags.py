@@ -19,11 +19,13 @@ the operator does not patch. Names are canonical (:func:`.vllm_args.normalise_fl
 Before the classification, each flag is looked up in the table generated from vLLM's source
 (:mod:`.vllm_flag_table`): a flag the container's vLLM release does not have is refused with
 vLLM's words ("vLLM 0.19.0 has no --swap-space; removed in 0.18.0"), since ``vllm serve`` would
-not start. Every flag of the table is in exactly one of the three lists (a test checks it).
+not start. Every flag of the table is in exactly one list: modelled, neutral, refused with a
+reason, or refused as not yet reviewed (:data:`UNREVIEWED_FLAGS`); tests check both.
 
 ``-O`` (read as the pseudo-flag ``O``) is what vLLM's ``FlexibleArgumentParser.parse_args``
 makes of it in that release: ``--optimization-level N`` from 0.12, ``--compilation-config
-'{"level": N}'`` in 0.11 (:func:`optimization_level`, :func:`cuda_graphs_off`).
+'{"level": N}'`` in 0.11 (:class:`FlagRules`, :func:`optimization_level`,
+:func:`cuda_graphs_off`).
 """
 
 from __future__ import annotations
