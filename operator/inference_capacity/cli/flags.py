@@ -12,7 +12,7 @@ import yaml
 from ..decision import UNMODELLED
 from ..engines.versions import NEWEST_SUPPORTED
 from ..engines.vllm import EngineSettings
-from ..engines.vllm_args import read_flags
+from ..engines.vllm_args import flag_int, read_flags
 from ..engines.vllm_flags import classify
 from ..hardware import custom_gpu, get_gpu
 from ..model.source import checkpoint_json, describe, resolve_model_ref
@@ -115,21 +115,26 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             + (f". {TEXT_ONLY_NUMBERS}" if mm_refused else "")
         )
         skip_mm = skip_mm or mm_refused
+    def number(flag: str) -> int | None:  # as vLLM reads it (human_readable_int where it does)
+        return flag_int(flag, flags[flag]) if flag in flags else None
+
+    lora = flags.get("enable-lora") == "true"
+    gmu = flags.get("gpu-memory-utilization")
     settings = EngineSettings(
         version=version,
         engine=a.engine,
-        gpu_memory_utilization=a.gpu_memory_utilization,
-        max_model_len=a.max_model_len,
-        max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        block_size=a.block_size,
-        kv_cache_dtype=a.kv_cache_dtype or "auto",
-        dtype=a.dtype or "auto",
-        enforce_eager=a.enforce_eager,
-        max_loras=a.max_loras if a.max_loras is not None else 0,
-        max_lora_rank=a.max_lora_rank if a.max_lora_rank is not None else 16,
-        data_parallel=a.dp or 1,
-        expert_parallel=a.enable_expert_parallel,
+        gpu_memory_utilization=float(gmu) if gmu is not None else None,
+        max_model_len=number("max-model-len"),
+        max_num_seqs=number("max-num-seqs"),
+        max_num_batched_tokens=number("max-num-batched-tokens"),
+        block_size=number("block-size"),
+        kv_cache_dtype=flags.get("kv-cache-dtype", "auto"),
+        dtype=flags.get("dtype", "auto"),
+        enforce_eager=flags.get("enforce-eager") == "true",
+        max_loras=(number("max-loras") or 0) if lora else 0,
+        max_lora_rank=(number("max-lora-rank") or 16) if lora else 16,
+        data_parallel=number("data-parallel-size") or 1,
+        expert_parallel=flags.get("enable-expert-parallel") == "true",
         mm_limits=mm_limits,
         skip_mm_profiling=skip_mm,
     )
@@ -151,8 +156,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         PlanInput(
             model=shape,
             gpu=gpu,
-            tp=a.tp or 1,
-            pp=a.pp or 1,
+            tp=number("tensor-parallel-size") or 1,
+            pp=number("pipeline-parallel-size") or 1,
             engine=settings,
             workload=workload,
             headroom=Headroom(operational_fraction=headroom),
