@@ -115,6 +115,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
             + (f". {TEXT_ONLY_NUMBERS}" if mm_refused else "")
         )
         skip_mm = skip_mm or mm_refused
+
     def number(flag: str) -> int | None:  # as vLLM reads it (human_readable_int where it does)
         return flag_int(flag, flags[flag]) if flag in flags else None
 
