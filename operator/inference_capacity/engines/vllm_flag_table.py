@@ -41,7 +41,9 @@ class FlagRun:
     deprecated: bool = False
 
 
+@cache
 def _key(version: str) -> tuple[int, int, int]:
+    """A release's sort key (memoised: a pure function of the string, looked up per flag)."""
     return parse_version(version).key
 
 
