@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu
@@ -63,14 +64,22 @@ def test_flags_form_workload_json_contract() -> None:
     assert rec["replicas"] == math.ceil(300 / rec["maxNumSeqs"]) + 1
 
 
-def test_conservative_rule_from_the_cli_and_the_manifest() -> None:
+def test_conservative_rule_from_the_cli_and_the_manifest(tmp_path: Path) -> None:
     cons = json.loads(run(*WORKLOAD, "--sizing", "conservative", "-o", "json").stdout)
     dist = json.loads(run(*WORKLOAD, "-o", "json").stdout)
     assert cons["sizing"]["rule"] == "conservative"
     # p95 reservations (2,000 + 200 tokens → 138 blocks) admit fewer than the distribution
     assert cons["sizing"]["max_num_seqs"] < dist["sizing"]["max_num_seqs"]
     assert cons["sizing"]["preemption_probability"] == 0.0
+    # with FILE the rule is the spec's (the operator reads only it): --sizing is refused, naming
+    # the field to edit
     r = run("plan", str(EXAMPLE), "--sizing", "conservative", "-o", "json")
+    assert r.returncode == 2 and "spec.policy.sizing" in r.stderr, r.stderr
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    docs[0]["spec"]["policy"]["sizing"] = "Conservative"
+    f = tmp_path / "conservative.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    r = run("plan", str(f), "-o", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["sizing"]["rule"] == "conservative"
 

@@ -10,7 +10,8 @@ from inference_capacity.model import model_from_dict
 
 #: The layout of moonshotai/Kimi-VL-A3B-Instruct's config.json (Moonlight-16B-A3B text model,
 #: MoonViT 1152 × 27 tower). Reconstructed: the public data has no copy
-#: (shared/data/model-configs/SOURCES.md), so the test checks structure, not the exact file.
+#: (operator/inference_capacity/catalog/models/SOURCES.md), so the test checks structure, not
+#: the exact file.
 TEXT: dict[str, Any] = {
     "model_type": "deepseek_v3",
     "architectures": ["DeepseekV3ForCausalLM"],

@@ -242,7 +242,8 @@ def test_ledger_names_the_encoder_term() -> None:
 
 
 def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
-    # every multimodal config of shared/data/model-configs: Gemma 3 sized by formula, Llama 4
+    # every multimodal config of the catalog (operator/inference_capacity/catalog/models):
+    # Gemma 3 sized by formula, Llama 4
     # calibrated (vllm-startup-041), the rest unknown (refused unless text-only)
     got = {}
     for name in catalog_names():
@@ -473,7 +474,9 @@ def test_manifest_plan_of_an_unsized_tower_is_supported_false(tmp_path: Path) ->
     (u,) = out["unsupported"]
     assert u["name"] == "--limit-mm-per-prompt"
     assert "MllamaForConditionalGeneration" in u["why"] and '{"image": 0}' in u["why"]
-    assert out["patch"]["note"] == "not patched: Supported=False"
+    # the condition's message, for -o patch to print on stderr
+    assert out["patch"]["note"].startswith("not patched: Supported=False (UnsupportedFlag): ")
+    assert '{"image": 0}' in out["patch"]["note"]
     assert "ledger" not in out  # the manifest path makes no plan
     patch = subprocess.run([*cmd, "plan", str(f), "-o", "patch"], capture_output=True, text=True)
     assert patch.returncode == 5 and patch.stdout == ""

@@ -60,6 +60,9 @@ def resolved(icap: Any, dep: Any) -> Any:
 def test_lists_are_disjoint() -> None:
     assert not MODELLED_FLAGS & NEUTRAL_FLAGS
     assert not set(REFUSED_FLAGS) & (MODELLED_FLAGS | NEUTRAL_FLAGS)
+    from inference_capacity.engines.vllm_flags import UNREVIEWED_FLAGS
+
+    assert not UNREVIEWED_FLAGS & (MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS))
     assert not MODELLED_ENV & NEUTRAL_ENV
 
 
@@ -365,10 +368,13 @@ def test_flags_hidden_in_a_shell_expansion_are_refused() -> None:
 
 
 def test_every_boolean_flag_the_parser_knows_is_classified() -> None:
-    from inference_capacity.engines.vllm_args.vocabulary import _BOOLEAN_FLAGS
+    from inference_capacity.engines.vllm_args.vocabulary import _BOOLEAN_FLAGS, normalise_flag
+    from inference_capacity.engines.vllm_flags import UNREVIEWED_FLAGS
 
-    known = MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS)
-    assert sorted(f for f in _BOOLEAN_FLAGS if f not in known) == []
+    known = MODELLED_FLAGS | NEUTRAL_FLAGS | set(REFUSED_FLAGS) | UNREVIEWED_FLAGS
+    # aliases (-dpe) by their canonical name, --no-x forms by x
+    names = {normalise_flag(f) for f in _BOOLEAN_FLAGS}
+    assert sorted(n for n in names if n not in known and n.removeprefix("no-") not in known) == []
 
 
 def test_lora_defaults_and_cpu_cache_as_host_memory() -> None:

@@ -1,5 +1,6 @@
 """The vLLM startup predictor against real startup logs (tests/data/vllm-startup-logs.jsonl, a
-copy of the public log collection) and against the exact formulas of research/vllm-memory.md."""
+copy of the public log collection) and against the exact formulas of vLLM's source (each cited
+where it is used)."""
 
 from __future__ import annotations
 

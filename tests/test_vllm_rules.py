@@ -1,5 +1,5 @@
-"""vLLM's rules by version (research/vllm-fidelity-review.md): each test pins a number derived
-from the vLLM file/function cited next to the rule in engines/vllm.py."""
+"""vLLM's rules by version: each test pins a number derived from the vLLM file/function cited
+next to the rule in engines/vllm.py."""
 
 from __future__ import annotations
 
@@ -393,7 +393,7 @@ def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
         predict(max_num_batched_tokens=256, max_num_seqs=512)
 
 
-# --- every architecture of the catalog (shared/data/model-configs) plans ---------------------
+# --- every architecture of the catalog (catalog/models) plans ---------------------------------
 
 
 @pytest.mark.parametrize("name", catalog_names())

@@ -30,6 +30,7 @@ from .engines.vllm_flags import (
     SpeculativeConfig,
     Unsupported,
     classify,
+    cuda_graphs_off,
     human_readable_int,
     parse_json_flag,
     parse_speculative_config,
@@ -490,7 +491,6 @@ def resolve(
         running = read_flags(containers[index])
         env = read_env(containers[index])
         image_version = parse_image_version(str(containers[index].get("image", "")))
-        bad += classify(running, env)
         bad += [
             Unsupported("(command line)", f"flags the operator cannot read may be set: {why}")
             for why in hidden_flags(containers[index])
@@ -582,6 +582,9 @@ def resolve(
     except VersionError as exc:
         where = "spec.engine.version" if source == "spec" else "the target container's image tag"
         raise ResolveError(where, str(exc), "UnsupportedEngineVersion") from exc
+    if deployment is not None:
+        # the flags against that release's own (the table from vLLM's source), then classified
+        bad[:0] = classify(running, env, version)
     dp = pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
     if deployment is not None and dp > 1 and "data-parallel-size" not in running:
         conflicts.append(
@@ -663,7 +666,8 @@ def resolve(
         conflicts.append(
             "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
         )
-    eager = spec.engine.enforce_eager or run_eager
+    # -O0 / --optimization-level 0 (0.12+), -O other than 3 (0.11): cudagraph_mode NONE
+    eager = spec.engine.enforce_eager or run_eager or cuda_graphs_off(running, version)
     comp = running.get("compilation-config")
     if comp is not None and not any(u.name == "--compilation-config" for u in bad):
         if comp.strip().startswith("{"):

@@ -12,6 +12,7 @@ import yaml
 from ..decision import UNMODELLED
 from ..engines.versions import NEWEST_SUPPORTED
 from ..engines.vllm import EngineSettings
+from ..engines.vllm_args import flag_int, read_flags
 from ..engines.vllm_flags import classify
 from ..hardware import custom_gpu, get_gpu
 from ..model.source import checkpoint_json, describe, resolve_model_ref
@@ -36,6 +37,46 @@ TEXT_ONLY_NUMBERS = (
 )
 
 
+#: the what-if flags that are vLLM's multimodal profile flags
+_MM_FLAGS = frozenset({"limit-mm-per-prompt", "mm-processor-kwargs", "skip-mm-profiling"})
+
+
+def whatif_vllm_args(a: argparse.Namespace) -> list[str]:
+    """The what-if flags of ``plan --model`` as the ``vllm serve`` flags they stand for (a
+    container carrying these is sized the same)."""
+    out: list[str] = []
+
+    def opt(flag: str, value: Any) -> None:
+        if value is not None:
+            out.extend((f"--{flag}", str(value)))
+
+    opt("revision", a.revision)
+    opt("tensor-parallel-size", a.tp)
+    opt("pipeline-parallel-size", a.pp)
+    opt("data-parallel-size", a.dp)
+    if a.enable_expert_parallel:
+        out.append("--enable-expert-parallel")
+    opt("gpu-memory-utilization", a.gpu_memory_utilization)
+    opt("max-model-len", a.max_model_len)
+    opt("max-num-seqs", a.max_num_seqs)
+    opt("max-num-batched-tokens", a.max_num_batched_tokens)
+    opt("block-size", a.block_size)
+    opt("kv-cache-dtype", a.kv_cache_dtype)
+    opt("dtype", a.dtype)
+    opt("quantization", a.quantization)
+    if a.enforce_eager:
+        out.append("--enforce-eager")
+    if a.max_loras:
+        out.append("--enable-lora")
+        opt("max-loras", a.max_loras)
+        opt("max-lora-rank", a.max_lora_rank)
+    opt("limit-mm-per-prompt", a.limit_mm_per_prompt)
+    opt("mm-processor-kwargs", a.mm_processor_kwargs)
+    if a.skip_mm_profiling:
+        out.append("--skip-mm-profiling")
+    return out
+
+
 def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     if not a.model:
         raise CliError("plan: give FILE.yaml, or --model NAME_OR_CONFIG_JSON with --gpu")
@@ -50,44 +91,51 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     else:
         gpu = get_gpu(a.gpu)
     version = a.engine_version or NEWEST_SUPPORTED
-    # the multimodal encoder profile: the same rules (and refusals) as a Deployment's flags
-    mm_flags: dict[str, str] = {}
-    if a.limit_mm_per_prompt is not None:
-        mm_flags["limit-mm-per-prompt"] = a.limit_mm_per_prompt
-    if a.skip_mm_profiling:
-        mm_flags["skip-mm-profiling"] = "true"
+    # the what-if flags as the vLLM flags they stand for, read and classified as a container's
+    # (the table of the release's own flags, the modelled/neutral/refused lists, the multimodal
+    # profile's rules)
+    flags = read_flags(
+        {"name": "what-if", "command": ["vllm", "serve", a.model], "args": whatif_vllm_args(a)}
+    )
+    env = {"VLLM_USE_V1": "0"} if a.engine == "v0" else {}
     mm_notes: list[str] = []
-    if a.mm_processor_kwargs is not None:
-        mm_flags["mm-processor-kwargs"] = a.mm_processor_kwargs
-    refused = classify(mm_flags, {})
+    refused = classify(flags, env, version)
     mm_limits, skip_mm, shape = multimodal_profile(
-        shape, version, mm_flags, refused, mm_notes, source.preprocessor
+        shape, version, flags, refused, mm_notes, source.preprocessor
     )
     unsupported = None
+    mm_refused = False
     if refused:
-        # a what-if still shows numbers: those of the text-only profile, labelled (a manifest's
-        # plan and the operator make none, cli/manifest.py)
+        # a what-if still shows numbers (a manifest's plan and the operator make none,
+        # cli/manifest.py); a refused multimodal flag: those of the text-only profile, labelled
+        mm_refused = any(u.name.removeprefix("--") in _MM_FLAGS for u in refused)
         unsupported = (
             f"Supported=False (UnsupportedFlag): the command line {UNMODELLED}: "
             + "; ".join(str(u) for u in refused)
-            + f". {TEXT_ONLY_NUMBERS}"
+            + (f". {TEXT_ONLY_NUMBERS}" if mm_refused else "")
         )
-        skip_mm = True
+        skip_mm = skip_mm or mm_refused
+
+    def number(flag: str) -> int | None:  # as vLLM reads it (human_readable_int where it does)
+        return flag_int(flag, flags[flag]) if flag in flags else None
+
+    lora = flags.get("enable-lora") == "true"
+    gmu = flags.get("gpu-memory-utilization")
     settings = EngineSettings(
         version=version,
         engine=a.engine,
-        gpu_memory_utilization=a.gpu_memory_utilization,
-        max_model_len=a.max_model_len,
-        max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        block_size=a.block_size,
-        kv_cache_dtype=a.kv_cache_dtype or "auto",
-        dtype=a.dtype or "auto",
-        enforce_eager=a.enforce_eager,
-        max_loras=a.max_loras if a.max_loras is not None else 0,
-        max_lora_rank=a.max_lora_rank if a.max_lora_rank is not None else 16,
-        data_parallel=a.dp or 1,
-        expert_parallel=a.enable_expert_parallel,
+        gpu_memory_utilization=float(gmu) if gmu is not None else None,
+        max_model_len=number("max-model-len"),
+        max_num_seqs=number("max-num-seqs"),
+        max_num_batched_tokens=number("max-num-batched-tokens"),
+        block_size=number("block-size"),
+        kv_cache_dtype=flags.get("kv-cache-dtype", "auto"),
+        dtype=flags.get("dtype", "auto"),
+        enforce_eager=flags.get("enforce-eager") == "true",
+        max_loras=(number("max-loras") or 0) if lora else 0,
+        max_lora_rank=(number("max-lora-rank") or 16) if lora else 16,
+        data_parallel=number("data-parallel-size") or 1,
+        expert_parallel=flags.get("enable-expert-parallel") == "true",
         mm_limits=mm_limits,
         skip_mm_profiling=skip_mm,
     )
@@ -111,8 +159,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         PlanInput(
             model=shape,
             gpu=gpu,
-            tp=a.tp or 1,
-            pp=a.pp or 1,
+            tp=number("tensor-parallel-size") or 1,
+            pp=number("pipeline-parallel-size") or 1,
             engine=settings,
             workload=workload,
             headroom=Headroom(operational_fraction=headroom),
@@ -190,7 +238,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     if "error" in out:
         text += "\n\nNot usable: " + out["error"]
     elif rec.fits:
-        text += "\n\nRecommended" + (" for the text-only profile" if unsupported else "") + ": "
+        text += "\n\nRecommended" + (" for the text-only profile" if mm_refused else "") + ": "
         text += " ".join(f"--{k} {v}" for k, v in rec.recommendation.flags().items())
     else:
         text += f"\n\nNot usable: {rec.reason}: {fits_message(rec)}"

@@ -24,7 +24,6 @@ from .common import (
     CliError,
     _name_of,
     _read_text,
-    _sizing_overrides,
 )
 from .observe import observed_input
 
@@ -63,7 +62,41 @@ MANIFEST_FIELDS: dict[str, str] = {
     "itl_target_ms": "spec.workload.itlTargetMs",
     "itl_quantile": "spec.workload.itlQuantile",
     "ttft_target_ms": "spec.workload.ttftTargetMs",
+    # the operator reads these from the spec alone: with FILE they would make a plan it does not
+    # (--sizing conservative: max-num-seqs 85 and 5 replicas where the operator writes 120 and 4)
+    "sizing": "spec.policy.sizing",
+    "preemption_target": "spec.policy.preemptionTarget",
+    "hbm_efficiency": "spec.hardware.hbmEfficiency",
+    "limit_mm_per_prompt": "the container's --limit-mm-per-prompt",
+    "mm_processor_kwargs": "the container's --mm-processor-kwargs",
+    "skip_mm_profiling": "the container's --skip-mm-profiling",
 }
+#: flags of ``plan`` that go with FILE: they choose the output or add views beside the
+#: operator's plan (levers, sweep, charts), and change nothing the operator decides
+FILE_FLAGS: frozenset[str] = frozenset(
+    {
+        "command",
+        "file",
+        "model",  # refused with FILE by cmd_plan
+        "deployment",
+        "output",
+        "chart",
+        "latency_chart",
+        "fail_if_not_fits",
+        "sweep",
+        "gpu_price",
+        "gpu_prices",
+        "sweep_chart",
+        # plan FILE --observe: the operator's observation of spec.workload.fromPrometheus,
+        # with the CLI's explicit bounds (cli/observe.py)
+        "observe",
+        "prometheus_allowed_url_prefix",
+        "prometheus_ca_file",
+        "prometheus_timeout",
+        "prometheus_token_env",
+        "prometheus_token_file",
+    }
+)
 
 
 def _refuse_manifest_flags(a: argparse.Namespace) -> None:
@@ -144,7 +177,7 @@ def _plan_capacity(
     resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
     if not resolved.supported:
         return _unsupported_result(icap, resolved, decision.unsupported(resolved))
-    inp = _sizing_overrides(a, resolved.plan_input)
+    inp = resolved.plan_input  # no what-if flag reaches it (_refuse_manifest_flags)
     inp, observed = observed_input(a, spec, ns, icap.metadata.name, inp, config_maps)
     extra: dict[str, Any] = {
         "name": icap.metadata.name,
@@ -299,7 +332,8 @@ def _unsupported_result(icap: Any, resolved: Any, chosen: Any) -> tuple[dict[str
             "target": f"deployment/{spec.target_ref.name}",
             "action": chosen.action,
             "reason": chosen.reason,
-            "note": "not patched: Supported=False",
+            "note": f"not patched: Supported=False (UnsupportedFlag): {message}",
+            "message": message,
         },
     }
     text = (

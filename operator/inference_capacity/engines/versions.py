@@ -1,9 +1,10 @@
 """vLLM version strings and the memory-budget era each one belongs to.
 
-vLLM's KV budget changed meaning between releases (research/vllm-memory.md §2): the init snapshot
-moved after NCCL init in 0.11, the CUDA-graph estimate is subtracted from 0.20 (and the default
-utilization went from 0.90 to 0.92), and from 0.27 the budget is ``requested − consumed −
-transient − CG estimate``.
+vLLM's KV budget changed meaning between releases (vLLM's
+v1/worker/gpu_worker.py::determine_available_memory and utils/mem_utils.py per release): the
+init snapshot moved after NCCL init in 0.11, the CUDA-graph estimate is subtracted from 0.20
+(and the default utilization went from 0.90 to 0.92), and from 0.27 the budget is ``requested −
+consumed − transient − CG estimate``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
 
-#: the newest vLLM release whose budget rules were checked (research/vllm-memory.md §0)
+#: the newest vLLM release whose budget rules were checked against vLLM's source
 NEWEST_SUPPORTED = "0.33.0"
 
 

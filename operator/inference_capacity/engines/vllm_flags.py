@@ -15,6 +15,17 @@ wrong number into the Deployment. So each flag and variable is one of:
 
 A refusal is a :class:`Unsupported` naming the flag; the plan then says ``Supported=False`` and
 the operator does not patch. Names are canonical (:func:`.vllm_args.normalise_flag`).
+
+Before the classification, each flag is looked up in the table generated from vLLM's source
+(:mod:`.vllm_flag_table`): a flag the container's vLLM release does not have is refused with
+vLLM's words ("vLLM 0.19.0 has no --swap-space; removed in 0.18.0"), since ``vllm serve`` would
+not start. Every flag of the table is in exactly one list: modelled, neutral, refused with a
+reason, or refused as not yet reviewed (:data:`UNREVIEWED_FLAGS`); tests check both.
+
+``-O`` (read as the pseudo-flag ``O``) is what vLLM's ``FlexibleArgumentParser.parse_args``
+makes of it in that release: ``--optimization-level N`` from 0.12, ``--compilation-config
+'{"level": N}'`` in 0.11 (:class:`FlagRules`, :func:`optimization_level`,
+:func:`cuda_graphs_off`).
 """
 
 from __future__ import annotations
@@ -27,18 +38,23 @@ from typing import Any, Final
 
 from ..units import GiB, KiB, MiB, TiB
 from ..vocab import KV_CACHE_DTYPES
+from .vllm_flag_table import flag_table
 from .vllm_mm import parse_limit_mm_per_prompt
 
 __all__ = [
+    "FlagRules",
     "MODELLED_ENV",
     "MODELLED_FLAGS",
     "NEUTRAL_ENV",
     "NEUTRAL_FLAGS",
     "REFUSED_FLAGS",
+    "UNREVIEWED_FLAGS",
     "SpeculativeConfig",
     "Unsupported",
     "classify",
+    "cuda_graphs_off",
     "human_readable_int",
+    "optimization_level",
     "parse_json_flag",
     "parse_speculative_config",
 ]
@@ -96,6 +112,8 @@ MODELLED_FLAGS: Final = frozenset(
         "no-async-scheduling",
         "load-format",
         "lora-dtype",
+        # -O / --optimization-level: CUDA graphs off at O0 (cuda_graphs_off), else captured
+        "optimization-level",
     }
 )
 
@@ -212,6 +230,58 @@ NEUTRAL_FLAGS: Final = frozenset(
         "engine-use-ray",
         "worker-use-ray",
         "disable-mm-preprocessor-cache",
+        # server, logging, networking and queue limits of 0.12–0.33 (entrypoints/*/cli_args.py,
+        # config/observability.py, config/scheduler.py queue caps: no GPU memory)
+        "aggregate-engine-logging",
+        "anthropic-disabled-thinking-effort",
+        "cohere-format",
+        "cohere-is-reasoning-model",
+        "cpu-distributed-timeout-seconds",
+        "custom-histogram-buckets",
+        "cudagraph-metrics",
+        "data-parallel-rank",
+        "data-parallel-supervisor-port",
+        "default-chat-template-kwargs",
+        "disable-access-log-for-endpoints",
+        "distributed-timeout-seconds",
+        "dp-supervisor-probe-failure-threshold",
+        "dp-supervisor-probe-interval-s",
+        "dp-supervisor-probe-timeout-s",
+        "enable-layerwise-nvtx-tracing",
+        "enable-log-deltas",
+        "enable-logging-iteration-details",
+        "enable-offline-docs",
+        "enable-per-request-metrics",
+        "fail-on-environ-validation",
+        "grpc",
+        "grpc-port",
+        "jit-monitor-mode",
+        "jit-monitor-verbose",
+        "kv-cache-metrics-sample",
+        "kv-events-config",
+        "log-level",
+        "logging-config",
+        "master-addr",
+        "master-port",
+        "max-num-queued-reqs",
+        "max-num-queued-tokens",
+        "mm-hasher-algorithm",
+        "numa-bind",
+        "numa-bind-cpus",
+        "numa-bind-nodes",
+        "per-request-spec-decode-metrics",
+        "profiler-config",
+        "reasoning-effort-map",
+        "reasoning-parser-plugin",
+        "renderer-num-workers",
+        "safetensors-prefetch-block-size",
+        "safetensors-prefetch-num-threads",
+        "shutdown-timeout",
+        "sse-keep-alive-interval",
+        "ssl-ciphers",
+        "tokens-only",
+        "tool-strict-level",
+        "watchdog-config",
         # observability
         "otlp-traces-endpoint",
         "collect-detailed-traces",
@@ -272,7 +342,48 @@ REFUSED_FLAGS: Final[Mapping[str, str]] = {
     "gpu-memory-utilization-override": "not a vLLM flag the ledger knows",
     "ubatch-size": "micro-batching (not modelled)",
     "disable-custom-all-reduce": "changes the memory taken before vLLM's snapshot (not modelled)",
+    "cudagraph-capture-sizes": "CUDA-graph capture sizes (give them in --compilation-config)",
+    "max-cudagraph-capture-size": "CUDA-graph capture sizes (give them in --compilation-config)",
+    "nnodes": "a replica over several nodes (GPUs per pod not modelled)",
+    "node-rank": "a replica over several nodes (GPUs per pod not modelled)",
 }
+#: vLLM flags (0.11–0.33, from the generated table) not reviewed for their memory effect: refused,
+#: each with :data:`UNREVIEWED`, until someone reads vLLM's handling and classifies them
+UNREVIEWED: Final = "a vLLM flag not yet reviewed for its memory effect (not modelled)"
+UNREVIEWED_FLAGS: Final = frozenset(
+    """additional-config allow-deprecated-quantization attention-backend attention-config
+    aux-output-config cp-kv-cache-interleave-size cpu-offload-params data-parallel-multi-port-
+    external-lb dbo-decode-token-threshold dbo-prefill-token-threshold dcp-comm-backend
+    dcp-kv-cache-interleave-size dcp-q-replicate default-mm-loras device-ids diffusion-config
+    disable-hybrid-kv-cache-manager disable-nccl-for-dp-synchronization dp-sync-interval
+    ec-manager-config ec-transfer-config enable-bf16x3-router-gemm
+    enable-mamba-fine-grained-prefix-cache elastic-ep-max-dp-size enable-batch-sharded-sampling
+    enable-cumem-allocator enable-elastic-ep enable-ep-weight-filter enable-fault-tolerance
+    enable-flash-late-interaction enable-flashinfer-autotune enable-hc-sp
+    enable-mamba-cache-stochastic-rounding enable-mamba-shared-prefix-checkpoint
+    enable-mixed-moe-lora-format enable-moe-shared-loras enable-nccl-comm-suspend
+    enable-prompt-embeds enable-return-routed-experts enable-scale-out enable-shm-tensor-arena
+    enable-tower-connector-lora enable-trace-replay engram-config eplb-log-balancedness
+    eplb-step-interval eplb-window-size fault-tolerance-config fingerprint-mode fingerprint-value
+    gdn-prefill-backend io-processor-plugin ir-op-priority kda-decode-backend kda-prefill-backend
+    kernel-config kv-cache-dtype-skip-layers kv-sharing-fast-prefill language-model-only
+    linear-backend logits-processor-pattern logits-processors long-prefill-token-threshold-
+    adaptive lora-extra-vocab-size lora-target-modules mamba-backend mamba-cache-philox-rounds
+    mamba-ssu-algorithm max-lora-cls-labels max-num-active-seqs max-num-scheduled-tokens
+    mm-device-do-normalize mm-encoder-attn-dtype mm-encoder-fp8-scale-path
+    mm-encoder-fp8-scale-save-margin mm-encoder-fp8-scale-save-path mm-encoder-only
+    mm-ipc-gpu-memory-gb mm-processor-device mm-tensor-ipc model-class-overrides moe-backend
+    monokernel num-lookahead-slots offload-backend offload-group-size offload-num-in-group
+    offload-params offload-prefetch-step override-attention-dtype prefill-context-parallel-size
+    prefill-schedule-interval prefix-cache-retention-interval prefix-match-unit
+    quantization-config replayssm-buffer-len return-sampling-mask scheduler-reserve-full-isl
+    sleep-mode-backend sleep-mode-offload-cudagraph sleep-preserve-parameter-names
+    sparse-indexer-topk-backend spec-method spec-model spec-tokens specialize-active-lora
+    swa-bounded-replay trust-request-mm-kwargs use-fp64-gumbel use-gpu-for-pooling-score
+    use-replayssm video-pruning-method watermark watermark-config weight-transfer-config""".replace(
+        "-\n    ", "-"
+    ).split()
+)
 
 #: ``--load-format`` values that read the same weights into the same layout
 #: (config/load.py::LoadConfig.load_format); others (bitsandbytes, gguf, ...) change weights.
@@ -507,16 +618,164 @@ def _value_problem(name: str, value: str) -> str | None:
     return None
 
 
-def classify(flags: Mapping[str, str], env: Mapping[str, str | None]) -> list[Unsupported]:
+@dataclass(frozen=True, slots=True)
+class FlagRules:
+    """The version-dependent flag rules of one vLLM release, in one record (the release's own
+    flags and what ``-O`` means come from the table generated from vLLM's source)."""
+
+    version: str | None
+    #: the table's release ``version`` reads (the newest at or below it); None: before the
+    #: table (0.11.0) or no version, where only the hand-written classification applies
+    release: str | None
+    #: what ``-O<n>`` becomes (``FlexibleArgumentParser.parse_args``): ``optimization-level``
+    #: (0.12+), ``compilation-config.level`` (0.11.0) / ``.mode`` (0.11.1, 0.11.2), None
+    dash_o: str | None
+
+    @classmethod
+    def for_version(cls, version: str | None) -> FlagRules:
+        if version is None:
+            return cls(None, None, None)
+        table = flag_table()
+        return cls(version, table.release(version), table.dash_o_target(version))
+
+    @property
+    def dash_o_is_compilation(self) -> bool:
+        return self.dash_o is not None and self.dash_o.startswith("compilation-config")
+
+    def absent(self, name: str) -> str | None:
+        """vLLM's words when this release has no ``--name`` (None: it has it, or the release
+        is before the table)."""
+        if self.version is None or self.release is None or name == DASH_O:
+            return None
+        return _absent(name, self.version)
+
+
+#: the pseudo-flag :mod:`.vllm_args` reads ``-O3`` / ``-O 3`` / ``-O=3`` into
+DASH_O: Final = "O"
+#: optimization levels vLLM defines (0.12+ config/vllm.py OPTIMIZATION_LEVEL_TO_CONFIG; 0.11
+#: config/compilation.py CompilationLevel 0..3)
+_LEVELS: Final = ("0", "1", "2", "3")
+
+
+def optimization_level(flags: Mapping[str, str], version: str | None) -> tuple[str, str] | None:
+    """(``optimization-level`` or ``compilation-config.level``, N) when ``-O`` or
+    ``--optimization-level`` sets a level, as ``version`` reads it; None when neither is given."""
+    target = FlagRules.for_version(version).dash_o
+    if "optimization-level" in flags:
+        return "optimization-level", flags["optimization-level"].strip()
+    if DASH_O in flags:
+        return target or "compilation-config.level", flags[DASH_O].strip()
+    return None
+
+
+def _json_mode(flags: Mapping[str, str]) -> str | None:
+    """The compilation level/mode a ``--compilation-config`` JSON sets, when it sets one and no
+    ``cudagraph_mode`` (which would win)."""
+    text = flags.get("compilation-config", "").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(cfg, dict) or "cudagraph_mode" in cfg:
+        return None
+    mode = cfg.get("mode", cfg.get("level"))
+    return None if mode is None else str(mode)
+
+
+def cuda_graphs_off(flags: Mapping[str, str], version: str | None) -> bool:
+    """Whether the optimization level turns CUDA graphs off in ``version``.
+
+    0.12–0.33 (``--optimization-level``, config/vllm.py OPTIMIZATION_LEVEL_00..03): O0 sets
+    ``cudagraph_mode`` NONE; O1 PIECEWISE, O2 and O3 FULL_AND_PIECEWISE (graphs captured: the
+    ledger's CUDA-graph estimate applies, for O1 an upper bound as it has no full graphs).
+    0.11.x (``-O N`` is ``--compilation-config '{"level": N}'``, ``"mode"`` from 0.11.1;
+    config/__init__.py and config/vllm.py VllmConfig.__post_init__): with ``cudagraph_mode``
+    unset, a level/mode other than 3 (PIECEWISE / VLLM_COMPILE) leaves it NONE; the same for the
+    level or mode given in the JSON. An explicit ``cudagraph_mode`` in ``--compilation-config``
+    is read by the caller (it wins in vLLM too)."""
+    got = optimization_level(flags, version)
+    if got is not None and got[0] == "optimization-level":
+        return got[1] == "0"
+    if FlagRules.for_version(version).dash_o_is_compilation:
+        level = got[1] if got is not None else _json_mode(flags)
+        return level is not None and level != "3"
+    return False
+
+
+def _level_problem(flags: Mapping[str, str], version: str | None) -> Unsupported | None:
+    got = optimization_level(flags, version)
+    rules = FlagRules.for_version(version)
+    target = rules.dash_o
+    mode = _json_mode(flags)
+    if got is None:
+        if mode is not None and mode != "3" and not rules.dash_o_is_compilation:
+            return Unsupported(
+                "--compilation-config",
+                f"compilation mode {mode} without cudagraph_mode: from 0.12 the CUDA-graph mode "
+                "it leads to changes between releases (not modelled); give cudagraph_mode",
+            )
+        return None
+    _, level = got
+    name = "--optimization-level" if "optimization-level" in flags else "-O"
+    if level not in _LEVELS:
+        return Unsupported(name, f"optimization level {level!r} is not one of 0-3")
+    if DASH_O in flags and "optimization-level" in flags:
+        return Unsupported(
+            "-O",
+            "given with --optimization-level: which one vLLM uses depends on their order, "
+            "which the plan does not keep",
+        )
+    if version is not None and target is None and DASH_O in flags:
+        return Unsupported("-O", f"what -O means in vLLM {version} (before 0.11) is not modelled")
+    if DASH_O in flags and target != "optimization-level" and "compilation-config" in flags:
+        return Unsupported(
+            "-O",
+            f"in vLLM {version} -O is --compilation-config, which is given too: vLLM uses "
+            "the last one, and the plan does not keep their order",
+        )
+    return None
+
+
+def _absent(name: str, version: str) -> str | None:
+    """vLLM's words when ``version`` has no such flag; ``no-x`` is looked up as ``x``'s
+    ``--no-x`` alias (BooleanOptionalAction)."""
+    table = flag_table()
+    if name == DASH_O:
+        return None
+    if name.startswith("no-") and name not in table.flags and name[3:] in table.flags:
+        run = table.run(name[3:], version)
+        if run is None:
+            return table.absence(name[3:], version)
+        if f"--{name}" not in run.aliases:
+            return f"vLLM {version} has no --{name} (--{name[3:]} takes a value)"
+        return None
+    return table.absence(name, version)
+
+
+def classify(
+    flags: Mapping[str, str], env: Mapping[str, str | None], version: str | None = None
+) -> list[Unsupported]:
     """The flags and ``VLLM_*`` variables the plan cannot honour (empty: all classified).
 
     ``flags`` as :func:`.vllm_args.read_flags` returns them; ``env`` maps each variable of the
     container's ``env`` to its value, None when Kubernetes resolves it at run time
-    (``valueFrom``) so the operator cannot read it.
+    (``valueFrom``) so the operator cannot read it. With ``version``, a flag that release of
+    vLLM does not have is refused first (vLLM would not start).
     """
     out: list[Unsupported] = []
+    level = _level_problem(flags, version)
+    if level is not None:
+        out.append(level)
+    rules = FlagRules.for_version(version)
     for name, value in flags.items():
-        if name in MODELLED_FLAGS:
+        missing = rules.absent(name)
+        if missing is not None:
+            out.append(Unsupported(f"--{name}", missing))
+        elif name == DASH_O:
+            continue  # checked above
+        elif name in MODELLED_FLAGS:
             problem = _value_problem(name, value)
             if problem is not None:
                 out.append(Unsupported(f"--{name}", problem))
@@ -526,6 +785,8 @@ def classify(flags: Mapping[str, str], env: Mapping[str, str | None]) -> list[Un
             continue
         elif name in REFUSED_FLAGS:
             out.append(Unsupported(f"--{name}", REFUSED_FLAGS[name]))
+        elif name in UNREVIEWED_FLAGS:
+            out.append(Unsupported(f"--{name}", UNREVIEWED))
         else:
             out.append(
                 Unsupported(

@@ -9,7 +9,7 @@ log that ran the profile
 (:data:`CALIBRATED_PROFILES`: Llama 4, inside ``MOE_WORKSPACE_HIDDEN_COPIES`` fitted on
 ``vllm-startup-041``), or **unknown** (every other tower): resolve.py refuses the last unless
 the profile is text-only. The formula is derived from vLLM's code (0.11–0.33), not calibrated
-on a log (no startup log of a model with a sized tower is in shared/data):
+on a log (no startup log of a model with a sized tower is in tests/data/vllm-startup-logs.jsonl):
 
 * ``v1/worker/gpu_model_runner.py::GPUModelRunner.profile_run``: unless
   ``skip_mm_profiling``, and when the encoder budget is non-zero, it picks the modality with
@@ -75,7 +75,7 @@ class Calibration:
     """A fitted constant of engines/vllm.py that absorbed an encoder profile, and the log."""
 
     constant: str
-    log: str  # the point of shared/data/vllm-startup-logs.jsonl
+    log: str  # the point of tests/data/vllm-startup-logs.jsonl
     point: str  # what that start ran
     moe_only: bool  # the constant is only counted for MoE models (moe_workspace)
 

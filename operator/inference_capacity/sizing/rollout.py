@@ -1,4 +1,4 @@
-"""Replicas and rolling-update headroom (DESIGN.md §4).
+"""Replicas and rolling-update headroom (README "Install the CRD and run the operator").
 
 ``N_min = ceil(peak / per-replica concurrency)`` replicas hold the peak; ``N = N_min + recovery``
 survive a pod failure. During a rolling update capacity is ``(N − maxUnavailable) × per-replica``

@@ -18,7 +18,8 @@ Two rules drive the design:
   exactly what the operator did and a no-op rewrite is the identity.
 * **Refuse rather than guess.** When the value cannot be changed safely (a shell
   expansion after ``vllm serve`` that might set the same flag, a ``valueFrom``
-  reference, a flag given twice, ...) a :class:`VllmArgsError` carries a CamelCase
+  reference, ...; a flag given twice is read, and rewritten, where it is given last,
+  as vLLM's argparse keeps the last value) a :class:`VllmArgsError` carries a CamelCase
   ``reason`` that the controller turns into a status condition.
 
 The package is pure: containers are plain mappings as in

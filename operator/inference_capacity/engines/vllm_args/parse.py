@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..vllm_flags import DASH_O
 from .entrypoints import _argv, _container_name, _Entry, _entry_at, _find_entry, _Site, _str_list
 from .environment import _Env, _env_table, _expand, _Expanded, _Ref
 from .errors import VllmArgsError, _unsafe
@@ -27,6 +28,9 @@ __all__ = ["hidden_flags", "read_flags", "unresolved_flags"]
 
 
 _NEGATIVE_NUMBER: Final = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+#: ``-O3``, ``-O=3`` (vLLM's FlexibleArgumentParser.parse_args: -O without a space); ``-O.x``
+#: (the dotted compilation-config form) is not this
+_DASH_O_INLINE: Final = re.compile(r"-O=?([^.=].*)")
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,9 @@ def _option_at(tokens: Sequence[_Token], i: int) -> tuple[_Occurrence | None, in
     """
     token = tokens[i]
     known_upto = len(token.text) if token.unknown_at is None else token.unknown_at
+    dash_o = _DASH_O_INLINE.fullmatch(token.text) if token.known else None
+    if dash_o is not None:
+        return _Occurrence(DASH_O, token, None, True, dash_o.group(1), True), 1
     equals = token.text.find("=")
     if 0 <= equals < known_upto:
         name, value = normalise_flag(token.text[:equals]), token.text[equals + 1 :]

@@ -54,7 +54,8 @@ def rewrite_flags(
     the vLLM invocation; a value held in a literal ``env`` var through ``$(VAR)`` is
     changed in the env var. Everything else stays byte-identical; when every value
     already matches, the result equals the input. Raises :class:`VllmArgsError` when
-    the change cannot be made safely. Values are written as given (``--flag value``);
+    the change cannot be made safely. A flag given several times is changed where it is given
+    last (vLLM's argparse keeps the last value). Values are written as given (``--flag value``);
     switching boolean flags on or off is not supported. Each flag of ``remove`` that is present
     is deleted with its value (``--kv-cache-memory-bytes`` when the plan sets the utilization).
     """
@@ -66,16 +67,16 @@ def rewrite_flags(
     appends: list[tuple[str, str]] = []
     for name, value in _canonical(desired, parsed.container).items():
         found = parsed.find(name)
-        if len(found) > 1:
-            raise VllmArgsError("DuplicateFlag", parsed.container, "set more than once", name)
         if not found:
             appends.append((name, value))
             continue
-        plan = _plan(parsed, found[0], value)
+        # a flag given twice (Helm-built args often repeat one): vLLM's argparse keeps the last,
+        # so the last is the one changed; the earlier ones stay as written, without effect
+        plan = _plan(parsed, found[-1], value)
         if isinstance(plan, _Edit):
             edits.append(plan)
         elif isinstance(plan, _EnvEdit):
-            env_edits.append((plan, found[0]))
+            env_edits.append((plan, found[-1]))
     _check_env_edits(parsed, env_edits)
     edits.extend(_appends(parsed.append_at, appends))
     for name in sorted({normalise_flag(r) for r in remove}):

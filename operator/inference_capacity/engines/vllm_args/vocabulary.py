@@ -13,7 +13,8 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from ..vllm_flags import human_readable_int
+from ..vllm_flag_table import flag_table
+from ..vllm_flags import DASH_O, human_readable_int
 
 __all__ = [
     "HUMAN_READABLE_INT_FLAGS",
@@ -33,9 +34,11 @@ SIZING_FLAGS: Final = (
     "kv-cache-dtype",
 )
 
-# Short spellings vLLM's argparse defines (``-tp``) plus the ``--tp``/``--pp``
-# spellings people write in manifests.
+# Short spellings vLLM's argparse defines (``-tp``, ``-cc``; every release's, from the table
+# generated from vLLM's source) plus the ``--tp``/``--pp`` spellings people write in manifests.
+# ``-O`` is not an alias here: what it means depends on the release (vllm_flags.DASH_O).
 _ALIASES: Final[Mapping[str, str]] = {
+    **{k: v for k, v in flag_table().aliases().items() if k != DASH_O},
     "tp": "tensor-parallel-size",
     "pp": "pipeline-parallel-size",
     "dp": "data-parallel-size",
@@ -43,9 +46,10 @@ _ALIASES: Final[Mapping[str, str]] = {
     "q": "quantization",
 }
 
-# Flags that never take a separate value (argparse store_true/BooleanOptionalAction).
-# Needed to tell ``--trust-remote-code MODEL`` (flag + positional) from ``--flag value``.
-_BOOLEAN_FLAGS: Final = frozenset(
+# Flags that never take a separate value (argparse store_true/BooleanOptionalAction): those of
+# the generated table (any release from 0.11) and the V0-era ones before it. Needed to tell
+# ``--trust-remote-code MODEL`` (flag + positional) from ``--flag value``.
+_BOOLEAN_FLAGS: Final = flag_table().boolean() | frozenset(
     {
         "allow-credentials",
         "async-scheduling",
