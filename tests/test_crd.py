@@ -343,6 +343,7 @@ rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
 policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 policy.stabilizationWindowSeconds policy.replicaStabilizationWindowSeconds
+policy.predictionDriftPercent policy.observeStartup
 """
 
 STATUS_CONTRACT = """
@@ -372,6 +373,13 @@ observed.at sizing.rule sizing.maxNumSeqs sizing.preemptionProbability
 sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemptionTarget
 sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
 latency.itlLimit latency.hbmEfficiency
+observed.startup[].templateHash observed.startup[].pod observed.startup[].reason
+observed.startup[].vllmVersion observed.startup[].weightsGib
+observed.startup[].activationPeakGib observed.startup[].nonTorchGib
+observed.startup[].cudaGraphGib observed.startup[].cudaGraphEstimatedGib
+observed.startup[].availableKvCacheGib observed.startup[].kvCacheTokens
+observed.startup[].maxConcurrency observed.startup[].failure
+observed.startup[].predictionErrorPercent observed.startup[].at
 """
 
 

@@ -29,7 +29,7 @@ from ..report import (
     startup_json,
 )
 from ..resolve import Resolved, ResolveError, resolve
-from . import k8s, metrics, models, observing, state
+from . import k8s, metrics, models, observing, startup, state
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -243,6 +243,8 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
+    if spec.policy.observe_startup:
+        _startup_status(ctx, spec, dep, resolved)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
     return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg)
 
@@ -438,6 +440,22 @@ def _observed_status(ctx: _Ctx, observed: observing.Observed) -> None:
         blocks = observed.status.get("numGpuBlocks")
         if blocks is not None:
             metrics.OBSERVED_BLOCKS.labels(ctx.ns, ctx.name).set(blocks)
+
+
+def _startup_status(ctx: _Ctx, spec: Any, dep: Mapping[str, Any], resolved: Resolved) -> None:
+    """What the target's vLLM printed at startup (pods/log), per pod-template hash, against the
+    prediction for each pod's flags: status.observed.startup, PredictionDrift, one Event."""
+    entries = startup.observe(
+        ctx.uid or ctx.name, ctx.ns, dep, spec.target_ref.container, resolved.plan_input
+    )
+    if entries is None:
+        return
+    ctx.status["observed"] = {**(ctx.status.get("observed") or {}), "startup": entries}
+    status, reason, message = startup.drift(entries, spec.policy.prediction_drift_percent)
+    ctx.cond("PredictionDrift", status, reason, message)
+    if status == "True":
+        ctx.event("Warning", "PredictionDrift", message)
+    startup.publish(ctx.ns, ctx.name, entries)
 
 
 def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, plan: Plan) -> None:
