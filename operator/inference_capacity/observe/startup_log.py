@@ -71,8 +71,8 @@ BOUNDS: Final[dict[str, tuple[float, float]]] = {
     "utilization": (0.0, 1.0),
 }
 
-_NUM = r"-?\d{1,7}(?:\.\d{1,8})?"  # a GiB figure as vLLM formats it (bounded: no ReDoS)
-_INT = r"(?:\d{1,3}(?:,\d{3}){1,4}|\d{1,12})"  # "1,044,688" (0.10+) or "1044688"
+_NUM = r"-?\d{1,15}(?:\.\d{1,12})?"  # a GiB figure as vLLM formats it (bounded: no ReDoS)
+_INT = r"(?:\d{1,3}(?:,\d{3}){1,5}|\d{1,15})"  # "1,044,688" (0.10+) or "1044688"
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: vLLM's log prefix: ``(EngineCore pid=243) INFO 04-22 00:26:42 [v1/worker/x.py:436] `` (0.11+,

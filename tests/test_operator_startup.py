@@ -1,0 +1,207 @@
+"""The operator reads vLLM's own startup lines back from the pods, through the real apiserver's
+``pods/log``, which reaches kwok's kubelet API: kwok serves each pod's log from the file a
+``ClusterLogs`` object names (tests/realk8s/podlogs.py). The logs are real vLLM 0.19.0 startup
+logs from tests/data/vllm-startup-logs.jsonl; every expected number is the ``logged`` value
+recorded there for that log.
+
+One operator for the module, one namespace per scenario, all applied before any is waited for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference_capacity.observe.startup_log import LIMIT_BYTES
+from tests.operator_harness import Cluster, cluster, poll
+from tests.realk8s.fixtures import wait_for
+from tests.realk8s.podlogs import cluster_logs, write_cri_log
+
+__all__ = ["cluster"]
+
+DATA = Path(__file__).resolve().parent / "data" / "vllm-startup-logs.jsonl"
+POINTS = {json.loads(line)["id"]: json.loads(line) for line in DATA.read_text().splitlines()}
+#: codellama/CodeLlama-7b-hf, vLLM 0.19.0, one H100 80GB, --gpu-memory-utilization 0.95,
+#: --max-model-len 8192 (the llm-d capacity-planner accuracy sweep's raw server log)
+POINT = POINTS["vllm-startup-033"]
+NAME = "codellama"
+
+
+def _objects(ns: str, util: float, drift_percent: float = 3.0) -> list[dict[str, Any]]:
+    icap = {
+        "apiVersion": "capacity.inference.dev/v1alpha1",
+        "kind": "InferenceCapacity",
+        "metadata": {"name": NAME, "namespace": ns},
+        "spec": {
+            "mode": "Recommend",
+            "targetRef": {"kind": "Deployment", "name": NAME, "container": "vllm"},
+            "model": {"name": "codellama/CodeLlama-7b-hf"},
+            "hardware": {"gpu": "H100-SXM-80GB"},
+            "engine": {"version": "0.19.0"},
+            "workload": {"maxModelLen": 8192},
+            "policy": {"predictionDriftPercent": drift_percent},
+        },
+    }
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": ns, "labels": {"app": NAME}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": NAME}},
+            "template": {
+                "metadata": {"labels": {"app": NAME}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": "vllm/vllm-openai:v0.19.0",
+                            "command": ["vllm", "serve", "codellama/CodeLlama-7b-hf"],
+                            "args": [
+                                "--max-model-len",
+                                "8192",
+                                "--gpu-memory-utilization",
+                                str(util),
+                            ],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    return [icap, dep]
+
+
+def _startup(c: Cluster, ns: str) -> list[dict[str, Any]]:
+    status = c.icap(ns, NAME).get("status") or {}
+    out: list[dict[str, Any]] = (status.get("observed") or {}).get("startup") or []
+    return out
+
+
+def _wait_entry(c: Cluster, ns: str, reason: str, timeout: float = 60) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        got = _startup(c, ns)
+        return got[0] if got and got[0]["reason"] == reason else None
+
+    try:
+        out: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.5, message=reason)
+    except AssertionError:
+        raise AssertionError(
+            f"{ns}: startup entry {reason} not reached: {_startup(c, ns)}\n{c.diagnostics()}"
+        ) from None
+    return out
+
+
+def _drift_events(c: Cluster, ns: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in c.events(ns)
+        if e["reason"] == "PredictionDrift" and e["involvedObject"]["name"] == NAME
+    ]
+
+
+@pytest.fixture(scope="module")
+def scenarios(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Every scenario's namespace, its ClusterLogs and objects applied at once."""
+    c = cluster
+    work = tmp_path_factory.mktemp("podlogs")
+    real = POINT["raw_lines"]
+    files = {
+        "match": write_cri_log(work / "match.log", real),
+        "drift": write_cri_log(work / "drift.log", real),
+        "silent": write_cri_log(work / "silent.log", []),
+        "hostile": write_cri_log(
+            work / "hostile.log",
+            [
+                "x" * (64 * 1024),  # a huge line
+                bytes(b for b in range(256) if b != 10) * 8,  # binary
+                *real,
+                "(EngineCore pid=1) INFO 04-22 00:26:42 [v1/core/kv_cache_utils.py:1319] GPU KV "
+                "cache size: 99,999,999,999 tokens",  # vLLM's format, a number no vLLM prints
+            ],
+        ),
+        # the startup lines come after the first 256 KiB: never read
+        "bound": write_cri_log(
+            work / "bound.log",
+            ["(APIServer pid=1) INFO 04-22 00:00:00 [x.py:1] " + "y" * 900] * 300 + real,
+        ),
+    }
+    out = {}
+    for key, path in files.items():
+        ns = c.namespace(f"st-{key}")
+        c.api.apply(cluster_logs(ns, ns, path, containers=("vllm",)))
+        out[key] = ns
+    out["nolog"] = c.namespace("st-nolog")  # no ClusterLogs: kwok has no log for the pod
+    for key, ns in out.items():
+        # the drift scenario's Deployment claims 0.90 while its vLLM ran (and printed) 0.95
+        c.api.apply(*_objects(ns, 0.90 if key == "drift" else 0.95))
+    return out
+
+
+def test_observed_equals_what_the_pod_printed(cluster: Cluster, scenarios: dict[str, str]) -> None:
+    c, ns = cluster, scenarios["match"]
+    e = _wait_entry(c, ns, "Observed")
+    logged = POINT["logged"]
+    assert e["weightsGib"] == logged["weights_gib"]
+    assert e["activationPeakGib"] == logged["activation_peak_gib"]
+    assert e["nonTorchGib"] == logged["non_torch_gib"]
+    assert e["cudaGraphGib"] == logged["cuda_graph_gib"]
+    assert e["availableKvCacheGib"] == logged["kv_cache_gib"]
+    assert e["kvCacheTokens"] == logged["kv_cache_tokens"]
+    assert e["numGpuBlocks"] == logged["gpu_blocks"]
+    assert e["maxConcurrency"] == logged["max_concurrency"]
+    assert e["maxConcurrencyLen"] == logged["max_concurrency_len"]
+    assert e["cudaGraphEstimatedGib"] == 0.84  # "Estimated CUDA graph memory: 0.84 GiB total"
+    pod = c.api.get_json("pods", "-n", ns, "-l", f"app={NAME}")["items"][0]
+    assert e["pod"] == pod["metadata"]["name"]
+    assert e["templateHash"] == pod["metadata"]["labels"]["pod-template-hash"]
+    assert 0 < e["bytesRead"] <= LIMIT_BYTES
+    errors = e["predictionErrorPercent"]
+    assert set(errors) >= {"weights", "availableKvCache", "kvCacheTokens", "maxConcurrency"}
+    predicted = e["predictedKvCacheTokens"]
+    observed = logged["kv_cache_tokens"]
+    assert errors["kvCacheTokens"] == pytest.approx((predicted - observed) / observed * 100, abs=1e-3)
+    # the ledger is within the threshold on this log: no drift, no Event
+    cond = c.wait_condition(ns, NAME, "PredictionDrift", "False", "WithinThreshold")
+    assert f"{observed:,}" in cond["message"]
+    assert _drift_events(c, ns) == []
+
+
+def test_a_drift_raises_the_condition_and_one_event(
+    cluster: Cluster, scenarios: dict[str, str]
+) -> None:
+    c, ns = cluster, scenarios["drift"]
+    e = _wait_entry(c, ns, "Observed")
+    err = e["predictionErrorPercent"]["kvCacheTokens"]
+    # predicted at --gpu-memory-utilization 0.90: ~0.05 x 79.19 GiB less pool than vLLM printed
+    assert err < -3.0
+    c.wait_condition(ns, NAME, "PredictionDrift", "True", "KvTokensDrift")
+    wait_for(lambda: _drift_events(c, ns), timeout=20, message="a PredictionDrift Event")
+    poll(4 * c.operator.refresh)  # several refreshes later: still the one Event
+    events = _drift_events(c, ns)
+    assert len(events) == 1 and events[0].get("count", 1) == 1, events
+    assert f"{e['kvCacheTokens']:,}" in events[0]["message"]
+
+
+def test_a_pod_that_never_logs_and_one_without_a_log(
+    cluster: Cluster, scenarios: dict[str, str]
+) -> None:
+    c = cluster
+    silent = _wait_entry(c, scenarios["silent"], "NoStartupLines")
+    assert "kvCacheTokens" not in silent and silent["bytesRead"] == 0
+    c.wait_condition(scenarios["silent"], NAME, "PredictionDrift", "Unknown", "NotObserved")
+    nolog = _wait_entry(c, scenarios["nolog"], "LogUnavailable")
+    assert "pods/log" in nolog["message"] and "kvCacheTokens" not in nolog
+
+
+def test_a_hostile_log_and_the_byte_bound(cluster: Cluster, scenarios: dict[str, str]) -> None:
+    c = cluster
+    hostile = _wait_entry(c, scenarios["hostile"], "Rejected")
+    for key in ("kvCacheTokens", "weightsGib", "availableKvCacheGib", "predictionErrorPercent"):
+        assert key not in hostile, key
+    c.wait_condition(scenarios["hostile"], NAME, "PredictionDrift", "Unknown", "NotObserved")
+    bound = _wait_entry(c, scenarios["bound"], "NoStartupLines")
+    assert 0 < bound["bytesRead"] <= LIMIT_BYTES and "kvCacheTokens" not in bound
