@@ -163,7 +163,8 @@ def test_observed_equals_what_the_pod_printed(cluster: Cluster, scenarios: dict[
     assert set(errors) >= {"weights", "availableKvCache", "kvCacheTokens", "maxConcurrency"}
     predicted = e["predictedKvCacheTokens"]
     observed = logged["kv_cache_tokens"]
-    assert errors["kvCacheTokens"] == pytest.approx((predicted - observed) / observed * 100, abs=1e-3)
+    expected = (predicted - observed) / observed * 100
+    assert errors["kvCacheTokens"] == pytest.approx(expected, abs=1e-3)
     # the ledger is within the threshold on this log: no drift, no Event
     cond = c.wait_condition(ns, NAME, "PredictionDrift", "False", "WithinThreshold")
     assert f"{observed:,}" in cond["message"]

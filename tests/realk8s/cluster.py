@@ -470,7 +470,8 @@ class RealCluster:
                 got = self.request(
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
-                conds = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+                status = got.get("status", {})
+                conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
                 if conds.get("Established") == "True":
                     break
                 if time.monotonic() > end:
