@@ -40,6 +40,7 @@ __all__ = [
     "ObservedQuantiles",
     "ObservedStartup",
     "Recommendation",
+    "Risk",
     "Sizing",
     "StatusContractError",
     "Summary",
@@ -371,6 +372,26 @@ class Observed(_Status):
     )
 
 
+class Risk(_Status):
+    """One of the six ways a replica runs out of memory, with its margin."""
+
+    kind: Literal["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"] = Field(
+        description=(
+            "load (weights + a layer in flight vs free memory), startup (vLLM's free-memory "
+            "check), kvExhaustion (one request at max-model-len; preemption of the batch), "
+            "activation (spikes beyond the profiled batch), cudaGraph (the graph pool's capture), "
+            "host (the pod's memory vs the load-time host peak)."
+        )
+    )
+    resource: Literal["gpu", "host"] = Field(description="gpu (per rank) or host (per pod).")
+    margin_bytes: SInt64 | None = Field(
+        None, description="Bytes to spare (negative: it runs out). null: unknown."
+    )
+    at_risk: bool = Field(description="The margin is negative (or preemption above target).")
+    flag: str = Field(description="The flag or field that moves the margin.")
+    detail: str = Field("", max_length=1024, description="The numbers behind the margin.")
+
+
 class InferenceCapacityStatus(_Status):
     """Observed state, written by the operator: the ledger, the recommendation, what was applied
     and what was measured."""
@@ -424,6 +445,9 @@ class InferenceCapacityStatus(_Status):
     )
     applied: Applied | None = Field(
         None, description="What the operator last wrote to the target. null: nothing yet."
+    )
+    risks: tuple[Risk, ...] = Field(
+        (), description="The six OOM kinds per resource, each with its margin and its flag."
     )
     observed: Observed | None = Field(
         None,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import decision, settings
+from .. import decision, risks, settings
 from ..api import API_VERSION, KIND, InferenceCapacity, ManifestError, status_document
 from ..decide import set_condition
 from ..engines.vllm_args import VllmArgsError, read_flags
@@ -243,6 +243,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
+    _risks_status(ctx, dep, resolved, plan)
     if spec.policy.observe_startup:
         _startup_status(ctx, spec, dep, resolved)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
@@ -473,3 +474,19 @@ def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, 
     s["recommendation"] = recommendation_json(plan)
     s["sizing"] = sizing_status(plan)
     s["latency"] = latency_status(plan)
+
+
+def _risks_status(ctx: _Ctx, dep: Mapping[str, Any], resolved: Resolved, plan: Plan) -> None:
+    """status.risks: the six OOM kinds, host memory against the vLLM container's resources."""
+    host = startup.host_input(dep, resolved.container_index or 0, resolved.running_flags)
+    ctx.status["risks"] = [
+        {
+            "kind": r.kind,
+            "resource": r.resource,
+            "marginBytes": r.margin_bytes,
+            "atRisk": r.at_risk,
+            "flag": r.flag,
+            "detail": r.detail[:1000],
+        }
+        for r in risks.assess(plan, host)
+    ]

@@ -30,6 +30,7 @@ from ..engines import predict_startup
 from ..engines.vllm_args import find_vllm_container, read_flags
 from ..observe.startup_log import LIMIT_BYTES, StartupLog, parse, prediction_errors
 from ..planner import PlanInput
+from ..risks import HostInput
 from . import k8s, metrics, state
 
 log = logging.getLogger("inference_capacity.startup")
@@ -315,3 +316,35 @@ def publish(namespace: str, name: str, entries: list[dict[str, Any]]) -> None:
 
 def forget(key: str) -> None:
     _reads.pop_where(lambda k: k[0] != key)
+
+
+def _quantity(value: Any) -> int | None:
+    """Bytes of a Kubernetes memory quantity ("64Gi", "1e9"); None when absent or unreadable."""
+    if value is None:
+        return None
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return int(parse_quantity(str(value)))  # type: ignore[no-untyped-call]
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def host_input(dep: Mapping[str, Any], index: int, flags: Mapping[str, str]) -> HostInput:
+    """The vLLM container's memory request/limit and the host-memory flags it runs with."""
+    containers = (dep.get("spec") or {}).get("template", {}).get("spec", {}).get("containers")
+    res = ((containers or [{}])[index] if containers else {}).get("resources") or {}
+
+    def gb(flag: str) -> float:
+        try:
+            return max(0.0, float(flags.get(flag) or 0.0))
+        except ValueError:
+            return 0.0
+
+    return HostInput(
+        memory_request=_quantity((res.get("requests") or {}).get("memory")),
+        memory_limit=_quantity((res.get("limits") or {}).get("memory")),
+        cpu_offload_gb=gb("cpu-offload-gb"),
+        swap_space_gb=gb("swap-space"),
+        mm_processor_cache_gb=gb("mm-processor-cache-gb"),
+    )
