@@ -343,7 +343,7 @@ rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
 policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 policy.stabilizationWindowSeconds policy.replicaStabilizationWindowSeconds
-policy.predictionDriftPercent policy.observeStartup
+policy.predictionDriftPercent policy.observeStartup policy.calibrateFromObserved
 """
 
 STATUS_CONTRACT = """

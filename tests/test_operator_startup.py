@@ -206,3 +206,89 @@ def test_a_hostile_log_and_the_byte_bound(cluster: Cluster, scenarios: dict[str,
     c.wait_condition(scenarios["hostile"], NAME, "PredictionDrift", "Unknown", "NotObserved")
     bound = _wait_entry(c, scenarios["bound"], "NoStartupLines")
     assert 0 < bound["bytesRead"] <= LIMIT_BYTES and "kvCacheTokens" not in bound
+
+
+#: vLLM 0.19.0's free-memory check at startup (v1/worker/utils.py::request_memory), as its
+#: traceback's last line prints it: 75.23 GiB requested (0.95 x 79.19), 70.10 GiB free
+FREE_MEMORY_ERROR = (
+    "ValueError: Free memory on device cuda:0 (70.1/79.19 GiB) on startup is less than desired "
+    "GPU memory utilization (0.95, 75.23 GiB). Decrease GPU memory utilization or reduce GPU "
+    "memory used by other processes."
+)
+
+
+def _deployment_patches(c: Cluster, ns: str) -> int:
+    return sum(
+        1
+        for r in c.operator_requests()
+        if r.method == "PATCH" and r.resource == "deployments" and f"/namespaces/{ns}/" in r.path
+    )
+
+
+def test_a_failed_start_steps_back_once(cluster: Cluster, tmp_path: Path) -> None:
+    c = cluster
+    ns = c.namespace("st-failed")
+    empty = write_cri_log(tmp_path / "now.log", [])
+    prev = write_cri_log(tmp_path / "prev.log", [*POINT["raw_lines"][:4], FREE_MEMORY_ERROR])
+    c.api.apply(cluster_logs(ns, ns, empty, containers=("vllm",), previous_logs_file=prev))
+    icap, dep = _objects(ns, 0.95)
+    icap["spec"]["mode"] = "Enforce"
+    icap["spec"]["policy"]["stabilizationWindowSeconds"] = 3600
+    c.api.apply(icap, dep)
+    c.wait_condition(ns, NAME, "Applied", "True", timeout=60)
+
+    def current_pod() -> dict[str, Any] | None:
+        d = c.deployment(ns, NAME)
+        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        for p in c.api.get_json("pods", "-n", ns, "-l", f"app={NAME}")["items"]:
+            ready = any(
+                x["type"] == "Ready" and x["status"] == "True"
+                for x in p["status"].get("conditions", [])
+            )
+            if p["spec"]["containers"][0]["args"] == args and ready:
+                return dict(p)
+        return None
+
+    pod = wait_for(current_pod, timeout=60, message="a Ready pod of the current template")
+    util_before = float(
+        c.container(ns, NAME)["args"][
+            c.container(ns, NAME)["args"].index("--gpu-memory-utilization") + 1
+        ]
+    )
+    poll(2 * c.operator.refresh)
+    before = _deployment_patches(c, ns)
+    # the container restarted after vLLM's startup check failed; it is not Ready
+    statuses = pod["status"]["containerStatuses"]
+    for s in statuses:
+        s.update(
+            ready=False,
+            restartCount=1,
+            lastState={"terminated": {"exitCode": 1, "reason": "Error"}},
+        )
+    conditions = [
+        {**x, "status": "False"} if x["type"] in ("Ready", "ContainersReady") else x
+        for x in pod["status"]["conditions"]
+    ]
+    c.api.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status",
+        "--type=merge",
+        "-p", json.dumps({"status": {"containerStatuses": statuses, "conditions": conditions}}),
+    )  # fmt: skip
+    ready = c.wait_condition(ns, NAME, "Ready", "False", "StartupFailedFreeMemoryCheck", timeout=60)
+    assert "Free memory on device" in ready["message"]
+    args = c.wait_args(
+        ns,
+        NAME,
+        lambda a: float(a[a.index("--gpu-memory-utilization") + 1]) < util_before,
+        timeout=60,
+    )
+    util_after = float(args[args.index("--gpu-memory-utilization") + 1])
+    # the measured shortfall: 75.23 - 70.10 GiB of the H100's 79.19 GiB (catalog bytes)
+    shortfall = (75.23 - 70.1) / 79.19
+    assert util_before - util_after == pytest.approx(shortfall, abs=0.002)
+    adjustment = c.icap(ns, NAME)["status"]["observed"]["adjustment"]
+    assert adjustment["kind"] == "StepBack"
+    poll(5 * c.operator.refresh)  # refreshes later: one step back, not a loop
+    assert _deployment_patches(c, ns) == before + 1
+    events = [e for e in c.events(ns) if e["reason"] == "StartupFailed"]
+    assert len(events) == 1

@@ -78,6 +78,7 @@ def test_failed_starts() -> None:
         "total capacity of 79.19 GiB of which 1.02 GiB is free.\n"
     )
     assert oom.failure is not None and oom.failure.kind == "CudaOutOfMemory"
+    assert oom.failure.needed_gib == 2.0  # "Tried to allocate 2.00 GiB": the measured shortfall
     free = parse(
         "ValueError: Free memory on device (70.1/79.19 GiB) on startup is less than desired GPU "
         "memory utilization (0.95, 75.23 GiB). Decrease GPU memory utilization or reduce GPU "

@@ -3,7 +3,7 @@ with its margin in bytes (negative: it happens) and the flag that moves it.
 
 1. ``load`` (GPU): the weights, plus one decoder layer in flight (a dequant / repack copy, assumed),
    against the memory free when the weights load (the device less the CUDA context).
-2. ``startup`` (GPU): vLLM's free-memory check at startup (``gpu_worker.py::init_device``, 0.11+):
+2. ``startup`` (GPU): vLLM's free-memory check at startup (``v1/worker/utils.py::request_memory``):
    free memory must be at least ``--gpu-memory-utilization`` x total.
 3. ``kvExhaustion`` (GPU): the KV pool against one request at max-model-len (vLLM refuses to start
    below it: ``kv_cache_utils.py::check_enough_kv_cache_memory``); the preemption probability of
@@ -71,8 +71,11 @@ class Risk:
 
 
 def _items(plan: Plan, rank: int) -> dict[str, int]:
+    """The ledger items of global rank ``rank`` (the ledger lists each distinct rank once: an
+    identical rank uses the first one's)."""
+    ledger = next((rl for rl in plan.ledger if rl.rank == rank), plan.ledger[0])
     out: dict[str, int] = {}
-    for item in plan.ledger[rank].items:
+    for item in ledger.items:
         out[item.name] = out.get(item.name, 0) + item.bytes
     return out
 
@@ -98,8 +101,8 @@ def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:
         if cur is None or (r.margin_bytes or 0) < (cur.margin_bytes or 0):
             worst[r.kind] = r
 
-    for i, rank in enumerate(plan.prediction.ranks):
-        items = _items(plan, i)
+    for rank in plan.prediction.ranks:
+        items = _items(plan, rank.rank)
         context = items.get("cuda_context", 0)
         weights = rank.weights.total
         layers = max(1, plan.input.model.num_layers // max(1, plan.input.pp))

@@ -791,6 +791,14 @@ class PolicySpec(_Spec):
             "pod's flags by more than this percent, in (0, 100]."
         ),
     )
+    calibrate_from_observed: SBool = Field(
+        False,
+        description=(
+            "Size max-num-seqs and replicas from the KV-cache tokens vLLM printed at startup "
+            "when they are below the prediction (never raised above it); recorded in "
+            "status.observed.adjustment."
+        ),
+    )
     observe_startup: SBool = Field(
         True,
         description=(

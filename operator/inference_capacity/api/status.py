@@ -306,6 +306,9 @@ class ObservedStartup(_Status):
             "CudaOutOfMemory or OOMKilled. null: no failure seen."
         ),
     )
+    shortfall_gib: float | None = Field(
+        None, description="GiB the failed start was short of, as vLLM's error line measured it."
+    )
     restart_count: int | None = Field(None, ge=0, description="The vLLM container's restarts.")
     predicted_kv_cache_tokens: int | None = Field(
         None, ge=0, description="KV-cache tokens the ledger predicts for this pod's flags."
@@ -320,6 +323,27 @@ class ObservedStartup(_Status):
     )
     bytes_read: int = Field(0, ge=0, description="Log bytes read (at most 256 KiB).")
     at: DateTime = Field(description="When the log was read (RFC 3339).")
+
+
+class StartupAdjustment(_Status):
+    """How the plan was changed after what the pods printed at startup."""
+
+    kind: Literal["StepBack", "Calibrated", "StepBackAndCalibrated"] = Field(
+        description=(
+            "StepBack: a failed start lowered --gpu-memory-utilization by its measured shortfall; "
+            "Calibrated: spec.policy.calibrateFromObserved sized from the observed KV tokens."
+        )
+    )
+    reason: str = Field(max_length=2048, description="Why, with the numbers.")
+    operational_fraction_added: float | None = Field(
+        None, ge=0, le=1, description="Operational headroom added by steps back (GPU fraction)."
+    )
+    kv_tokens_ratio: float | None = Field(
+        None, gt=0, le=1, description="Observed / predicted KV tokens the sizing used."
+    )
+    kv_safety_fraction: float | None = Field(
+        None, ge=0, le=1, description="The KV safety fraction that ratio gives."
+    )
 
 
 class Observed(_Status):
@@ -359,6 +383,9 @@ class Observed(_Status):
     )
     at: DateTime | None = Field(
         None, description="When Prometheus was queried (RFC 3339). null: no Prometheus."
+    )
+    adjustment: StartupAdjustment | None = Field(
+        None, description="How the plan changed after the startup lines. null: it did not."
     )
     startup: tuple[ObservedStartup, ...] = Field(
         (),

@@ -161,6 +161,9 @@ def _entry(
         e = {k: v for k, v in e.items() if v is not None}
         if parsed.failure is not None:
             e["failure"] = parsed.failure.kind
+            short = shortfall_gib(parsed)
+            if short is not None:
+                e["shortfallGib"] = round(short, 4)
         if predicted is not None:
             e["predictionErrorPercent"] = prediction_errors(parsed, dict(predicted))
             tokens = predicted.get("kv_cache_tokens")
@@ -316,6 +319,7 @@ def publish(namespace: str, name: str, entries: list[dict[str, Any]]) -> None:
 
 def forget(key: str) -> None:
     _reads.pop_where(lambda k: k[0] != key)
+    _steps.pop_where(lambda k: k != key)
 
 
 def _quantity(value: Any) -> int | None:
@@ -348,3 +352,121 @@ def host_input(dep: Mapping[str, Any], index: int, flags: Mapping[str, str]) -> 
         swap_space_gb=gb("swap-space"),
         mm_processor_cache_gb=gb("mm-processor-cache-gb"),
     )
+
+
+def shortfall_gib(parsed: StartupLog) -> float | None:
+    """The GiB a failed start was short of, as vLLM's error line measured it: the free memory
+    below the request (FreeMemoryCheck), the KV memory below one request at max-model-len
+    (MaxSeqLenTooLong), the allocation that failed (CudaOutOfMemory: "Tried to allocate X")."""
+    f = parsed.failure
+    if f is None or f.needed_gib is None:
+        return None
+    if f.kind == "CudaOutOfMemory":
+        return f.needed_gib
+    if f.available_gib is None:
+        return None
+    return max(0.0, f.needed_gib - f.available_gib)
+
+
+#: failures a lower --gpu-memory-utilization cures (more memory left outside vLLM's request)
+STEP_BACK_KINDS = ("CudaOutOfMemory", "FreeMemoryCheck")
+#: the most operational headroom steps back may add in all (fraction of the GPU)
+MAX_STEP_BACK_FRACTION = 0.2
+
+#: resource key -> (template hashes stepped back for, monotonic time of the last step, fraction
+#: added in all)
+_steps: state.Bounded[str, tuple[frozenset[str], float, float]] = state.Bounded()
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    plan_input: PlanInput
+    #: status.observed.adjustment (None: nothing changed)
+    status: dict[str, Any] | None
+    #: (kind, message) of a failed start of the newest template, for Ready=False
+    failed: tuple[str, str] | None
+
+
+def _current(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return entries[0] if entries else None
+
+
+def adjust(
+    key: str,
+    inp: PlanInput,
+    entries: list[dict[str, Any]],
+    enforce: bool,
+    window_s: float,
+    hysteresis_percent: float,
+    calibrate: bool,
+    now: float | None = None,
+) -> Adjustment:
+    """The plan input after what the pods printed: a failed start of the newest template gives
+    ``failed``; in Enforce mode a CudaOutOfMemory / FreeMemoryCheck failure adds its measured
+    shortfall to the operational headroom (a lower --gpu-memory-utilization), once per template
+    hash and at most once per stabilization window; with ``calibrate`` (spec.policy
+    .calibrateFromObserved) KV tokens vLLM printed below the prediction shrink the usable pool by
+    their ratio (max-num-seqs and replicas sized from the observed tokens; never raised)."""
+    t = time.monotonic() if now is None else now
+    cur = _current(entries)
+    failed = None
+    out = inp
+    status: dict[str, Any] | None = None
+    steps, last, added = _steps.get(key) or (frozenset(), -1e18, 0.0)
+    if cur is not None and cur.get("failure"):
+        failed = (str(cur["failure"]), str(cur.get("message", "")))
+        short = cur.get("shortfallGib")
+        h = str(cur["templateHash"])
+        if (
+            enforce
+            and cur["failure"] in STEP_BACK_KINDS
+            and isinstance(short, int | float)
+            and h not in steps
+            and t - last >= window_s
+            and added < MAX_STEP_BACK_FRACTION
+        ):
+            measured = short * 2**30 / inp.gpu.total_bytes
+            # at least the hysteresis, or the decision would call the change immaterial
+            util = inp.engine.gpu_memory_utilization or 0.9
+            step = max(measured, util * hysteresis_percent / 100 * 1.01)
+            step = min(step, MAX_STEP_BACK_FRACTION - added)
+            steps, last, added = steps | {h}, t, added + step
+            _steps.set(key, (steps, last, added))
+    if added > 0:
+        hr = replace(
+            out.headroom,
+            operational_fraction=min(0.9, out.headroom.operational_fraction + added),
+        )
+        out = replace(out, headroom=hr)
+        status = {
+            "kind": "StepBack",
+            "reason": (
+                f"vLLM failed to start ({failed[0] if failed else 'earlier'}); operational "
+                f"headroom +{added:.4f} of the GPU (the measured shortfall, at least the "
+                "hysteresis), so --gpu-memory-utilization is lower; at most one step per "
+                "template hash and stabilization window"
+            ),
+            "operationalFractionAdded": round(added, 6),
+        }
+    if calibrate and cur is not None and cur.get("reason") == "Observed":
+        obs, pred = cur.get("kvCacheTokens"), cur.get("predictedKvCacheTokens")
+        if isinstance(obs, int) and isinstance(pred, int) and 0 < obs < pred:
+            ratio = obs / pred
+            kv = out.headroom.kv_safety_fraction
+            new_kv = 1 - (1 - kv) * ratio
+            out = replace(out, headroom=replace(out.headroom, kv_safety_fraction=new_kv))
+            status = {
+                **(status or {}),
+                "kind": "Calibrated" if status is None else "StepBackAndCalibrated",
+                "kvTokensRatio": round(ratio, 6),
+                "kvSafetyFraction": round(new_kv, 6),
+                "reason": (status["reason"] + "; " if status else "")
+                + f"vLLM printed {obs:,} KV tokens, {(1 - ratio) * 100:.2f} % below the "
+                f"predicted {pred:,}: max-num-seqs and replicas sized from the observed tokens "
+                f"(usable pool x {ratio:.4f})",
+            }
+    return Adjustment(out, status, failed)
+
+
+def forget_steps(key: str) -> None:
+    _steps.pop_where(lambda k: k != key)

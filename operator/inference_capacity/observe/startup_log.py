@@ -24,7 +24,7 @@ through ``pods/log`` and hands the bytes here. The formats are vLLM's, per versi
   ``kv_cache_utils.py::check_enough_kv_cache_memory``), ``The model's max seq len (L) is larger
   than the maximum number of tokens that can be stored in KV cache (N)`` (V0), ``Free memory on
   device (X/Y GiB) on startup is less than desired GPU memory utilization (U, Z GiB)``
-  (``gpu_worker.py::init_device``, the startup free-memory check) and ``CUDA out of memory``
+  (``v1/worker/utils.py::request_memory``, the startup free-memory check) and ``CUDA out of memory``
   (PyTorch's ``OutOfMemoryError``).
 
 Hostile-safe: only the first :data:`LIMIT_BYTES` are read; a line longer than
@@ -234,7 +234,11 @@ _FAILURES: tuple[tuple[re.Pattern[str], FailureKind, tuple[str, ...]], ...] = (
         "FreeMemoryCheck",
         ("available_gib", "total_gib", "utilization", "needed_gib"),
     ),
-    (re.compile(_ERR + r".{0,200}CUDA out of memory"), "CudaOutOfMemory", ()),
+    (
+        re.compile(_ERR + rf".{{0,200}}CUDA out of memory\.(?: Tried to allocate ({_NUM}) GiB)?"),
+        "CudaOutOfMemory",
+        ("needed_gib",),
+    ),
 )
 
 _FAILURE_BOUND = {
