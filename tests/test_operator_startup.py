@@ -225,6 +225,45 @@ def _deployment_patches(c: Cluster, ns: str) -> int:
     )
 
 
+def _current_pods(c: Cluster, ns: str) -> list[dict[str, Any]] | None:
+    """Every pod, once all run the current template and are Ready."""
+    d = c.deployment(ns, NAME)
+    args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+    pods = c.api.get_json("pods", "-n", ns, "-l", f"app={NAME}")["items"]
+    ok = [
+        p
+        for p in pods
+        if p["spec"]["containers"][0]["args"] == args
+        and any(
+            x["type"] == "Ready" and x["status"] == "True"
+            for x in p["status"].get("conditions", [])
+        )
+    ]
+    return ok if ok and len(ok) == len(pods) == d["spec"]["replicas"] else None
+
+
+def _fail(c: Cluster, ns: str, pods: list[dict[str, Any]]) -> None:
+    # every container restarted after vLLM's startup check failed; none is Ready (nothing
+    # serves: the operator may patch, as a Deployment whose pods all crash)
+    for pod in pods:
+        statuses = pod["status"]["containerStatuses"]
+        for st in statuses:
+            st.update(
+                ready=False,
+                restartCount=1,
+                lastState={"terminated": {"exitCode": 1, "reason": "Error"}},
+            )
+        conditions = [
+            {**x, "status": "False"} if x["type"] in ("Ready", "ContainersReady") else x
+            for x in pod["status"]["conditions"]
+        ]
+        body = {"status": {"containerStatuses": statuses, "conditions": conditions}}
+        c.api.kubectl(
+            "patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status",
+            "--type=merge", "-p", json.dumps(body),
+        )  # fmt: skip
+
+
 def test_a_failed_start_steps_back_once(cluster: Cluster, tmp_path: Path) -> None:
     c = cluster
     ns = c.namespace("st-failed")
@@ -237,45 +276,19 @@ def test_a_failed_start_steps_back_once(cluster: Cluster, tmp_path: Path) -> Non
     c.api.apply(icap, dep)
     c.wait_condition(ns, NAME, "Applied", "True", timeout=60)
 
-    def current_pod() -> dict[str, Any] | None:
-        d = c.deployment(ns, NAME)
-        args = d["spec"]["template"]["spec"]["containers"][0]["args"]
-        for p in c.api.get_json("pods", "-n", ns, "-l", f"app={NAME}")["items"]:
-            ready = any(
-                x["type"] == "Ready" and x["status"] == "True"
-                for x in p["status"].get("conditions", [])
-            )
-            if p["spec"]["containers"][0]["args"] == args and ready:
-                return dict(p)
-        return None
-
-    pod = wait_for(current_pod, timeout=60, message="a Ready pod of the current template")
-    util_before = float(
-        c.container(ns, NAME)["args"][
-            c.container(ns, NAME)["args"].index("--gpu-memory-utilization") + 1
-        ]
+    pods = wait_for(
+        lambda: _current_pods(c, ns), timeout=90, message="the current template's pods Ready"
     )
+    args0 = c.container(ns, NAME)["args"]
+    util_before = float(args0[args0.index("--gpu-memory-utilization") + 1])
     poll(2 * c.operator.refresh)
     before = _deployment_patches(c, ns)
-    # the container restarted after vLLM's startup check failed; it is not Ready
-    statuses = pod["status"]["containerStatuses"]
-    for s in statuses:
-        s.update(
-            ready=False,
-            restartCount=1,
-            lastState={"terminated": {"exitCode": 1, "reason": "Error"}},
-        )
-    conditions = [
-        {**x, "status": "False"} if x["type"] in ("Ready", "ContainersReady") else x
-        for x in pod["status"]["conditions"]
-    ]
-    c.api.kubectl(
-        "patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status",
-        "--type=merge",
-        "-p", json.dumps({"status": {"containerStatuses": statuses, "conditions": conditions}}),
-    )  # fmt: skip
-    ready = c.wait_condition(ns, NAME, "Ready", "False", "StartupFailedFreeMemoryCheck", timeout=60)
-    assert "Free memory on device" in ready["message"]
+    _fail(c, ns, pods)
+    wait_for(
+        lambda: [e for e in c.events(ns) if e["reason"] == "StartupFailed"],
+        timeout=60,
+        message="a StartupFailed Event",
+    )
     args = c.wait_args(
         ns,
         NAME,
@@ -292,3 +305,21 @@ def test_a_failed_start_steps_back_once(cluster: Cluster, tmp_path: Path) -> Non
     assert _deployment_patches(c, ns) == before + 1
     events = [e for e in c.events(ns) if e["reason"] == "StartupFailed"]
     assert len(events) == 1
+
+
+def test_a_failed_start_is_ready_false(cluster: Cluster, tmp_path: Path) -> None:
+    """Recommend mode: the failure is reported (Ready=False naming it), nothing is patched."""
+    c = cluster
+    ns = c.namespace("st-failrec")
+    empty = write_cri_log(tmp_path / "now.log", [])
+    prev = write_cri_log(tmp_path / "prev.log", [*POINT["raw_lines"][:4], FREE_MEMORY_ERROR])
+    c.api.apply(cluster_logs(ns, ns, empty, containers=("vllm",), previous_logs_file=prev))
+    c.api.apply(*_objects(ns, 0.95))
+    pods = wait_for(lambda: _current_pods(c, ns), timeout=90, message="the pods Ready")
+    _fail(c, ns, pods)
+    ready = c.wait_condition(ns, NAME, "Ready", "False", "StartupFailedFreeMemoryCheck", timeout=60)
+    assert "Free memory on device" in ready["message"]
+    entry = _startup(c, ns)[0]
+    assert entry["reason"] == "Failed" and entry["failure"] == "FreeMemoryCheck"
+    assert entry["shortfallGib"] == pytest.approx(75.23 - 70.1)
+    assert _deployment_patches(c, ns) == 0

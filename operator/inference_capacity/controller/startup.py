@@ -84,8 +84,9 @@ def _oom_killed(cs: Mapping[str, Any]) -> bool:
 
 
 def _pick_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """template hash -> the pod to read: a Ready one, else a failed or restarted one, else any
-    (its NotReady entry); the hashes of the newest pods first, at most MAX_TEMPLATES."""
+    """template hash -> the pod to read: one whose start failed (not Ready, restarted or
+    OOM-killed: its previous log has vLLM's error), else a Ready one, else any (its NotReady
+    entry); the hashes of the newest pods first, at most MAX_TEMPLATES."""
     by_hash: dict[str, list[dict[str, Any]]] = {}
     for p in pods:
         h = ((p.get("metadata") or {}).get("labels") or {}).get(TEMPLATE_HASH_LABEL)
@@ -99,9 +100,18 @@ def _pick_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
     for h in order:
         ps = sorted(by_hash[h], key=lambda p: str(p["metadata"].get("name")))
+        failed = [p for p in ps if not _ready(p) and _restarted_or_oom(p)]
         ready = [p for p in ps if _ready(p)]
-        out[h] = ready[0] if ready else ps[0]
+        out[h] = (failed or ready or ps)[0]
     return out
+
+
+def _restarted_or_oom(pod: Mapping[str, Any]) -> bool:
+    """A container of the pod restarted or was OOM-killed: evidence of a failed start."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if int(cs.get("restartCount") or 0) > 0 or _oom_killed(cs):
+            return True
+    return False
 
 
 def _predicted(inp: PlanInput, flags: Mapping[str, str]) -> dict[str, object] | None:
