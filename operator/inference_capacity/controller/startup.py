@@ -52,6 +52,8 @@ class _Read:
 
 #: (resource key, template hash) -> the last read
 _reads: state.Bounded[tuple[str, str], _Read] = state.Bounded()
+#: resource key -> (label selector, monotonic time, the pods listed)
+_pods: state.Bounded[str, tuple[str, float, list[dict[str, Any]]]] = state.Bounded(limit=1000)
 
 
 def _iso(ts: float) -> str:
@@ -81,6 +83,24 @@ def _oom_killed(cs: Mapping[str, Any]) -> bool:
         if term.get("reason") == "OOMKilled":
             return True
     return False
+
+
+def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What is read of a listed Pod (kept for the listing's TTL): name, labels, times, the
+    containers (their flags) and the status of containers and readiness."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    keep = ("name", "labels", "creationTimestamp", "deletionTimestamp")
+    return {
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": {"containers": (pod.get("spec") or {}).get("containers") or []},
+        "status": {
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+            "containerStatuses": [
+                {k: cs.get(k) for k in ("name", "restartCount", "state", "lastState")}
+                for cs in status.get("containerStatuses") or []
+            ],
+        },
+    }
 
 
 def _pick_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -254,13 +274,23 @@ def observe(
     if not selector:
         return None
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-    try:
-        pods = k8s.list_pods(namespace, label_selector)
-    except Exception as exc:
-        log.info("pods of %s not listed: %s", namespace, k8s.describe_error(exc))
-        return None
-    if pods is None:
-        return None
+    listed = _pods.get(key)
+    if (
+        listed is not None
+        and listed[0] == label_selector
+        and (time.monotonic() - listed[1] < s.startup_pods_ttl_seconds)
+    ):
+        pods = listed[2]
+    else:
+        try:
+            got = k8s.list_pods(namespace, label_selector)
+        except Exception as exc:
+            log.info("pods of %s not listed: %s", namespace, k8s.describe_error(exc))
+            return None
+        if got is None:
+            return None
+        pods = [_slim(p) for p in got]
+        _pods.set(key, (label_selector, time.monotonic(), pods))
     chosen = _pick_pods(pods)
     tmpl = (dep.get("spec") or {}).get("template", {}).get("spec", {}).get("containers") or []
     try:
@@ -329,6 +359,7 @@ def publish(namespace: str, name: str, entries: list[dict[str, Any]]) -> None:
 
 def forget(key: str) -> None:
     _reads.pop_where(lambda k: k[0] != key)
+    _pods.pop_where(lambda k: k != key)
     _steps.pop_where(lambda k: k != key)
 
 
