@@ -344,6 +344,7 @@ rollout.managePodDisruptionBudget rollout.spareGpuNodeSelector
 policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
 policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 policy.stabilizationWindowSeconds policy.replicaStabilizationWindowSeconds
+policy.predictionDriftPercent policy.observeStartup policy.calibrateFromObserved
 """
 
 STATUS_CONTRACT = """
@@ -374,6 +375,13 @@ sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemption
 sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
 latency.itlLimit latency.hbmEfficiency latency.itlMsP99 latency.ttftMsP50 latency.ttftMsP95
 latency.saturated
+observed.startup[].templateHash observed.startup[].pod observed.startup[].reason
+observed.startup[].vllmVersion observed.startup[].weightsGib
+observed.startup[].activationPeakGib observed.startup[].nonTorchGib
+observed.startup[].cudaGraphGib observed.startup[].cudaGraphEstimatedGib
+observed.startup[].availableKvCacheGib observed.startup[].kvCacheTokens
+observed.startup[].maxConcurrency observed.startup[].failure
+observed.startup[].predictionErrorPercent observed.startup[].at
 """
 
 

@@ -120,10 +120,16 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
     # an edit, a refusal, drift put back, deletion
     c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"maxModelLen": 16384}}})
     c.wait_args(ns, "llama-8b", lambda a: "16384" in a)
-    before = api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"]
-    c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"peakConcurrency": 500}}})
     from tests.realk8s.fixtures import wait_for
 
+    # vLLM's startup lines: the operator lists the target's pods and reads a Ready one's log
+    wait_for(
+        lambda: any(r.subresource == "log" for r in _operator_records(c)),
+        timeout=60,
+        message="a pods/log read of a Ready pod of the target",
+    )
+    before = api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"]
+    c.patch_icap(ns, "llama-8b", {"spec": {"workload": {"peakConcurrency": 500}}})
     wait_for(
         lambda: api.get_json("pdb", "llama-8b", "-n", ns)["spec"]["minAvailable"] != before,
         timeout=20,

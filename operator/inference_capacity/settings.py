@@ -56,6 +56,15 @@ class Settings:
     observe_wait_seconds: float = 0.5
     #: URL prefixes spec.workload.fromPrometheus.url may start with; empty: all refused
     prometheus_allowed_url_prefixes: tuple[str, ...] = ()
+    # --- vLLM's startup lines (controller/startup.py) -----------------------------------------
+    #: one pods/log read, from its start to its last byte (seconds)
+    startup_log_timeout_seconds: float = 5.0
+    #: a log without vLLM's startup lines (yet) is read again after this long (seconds)
+    startup_log_retry_seconds: float = 30.0
+    #: a log that had them is read again after this long (seconds): the bounded schedule
+    startup_log_refresh_seconds: float = 600.0
+    #: the target's pods are listed at most once per this long per resource (seconds)
+    startup_pods_ttl_seconds: float = 5.0
     # --- the Hub (model/source.py, controller/models.py) -------------------------------------
     #: per Hub request, from its start to its last byte (seconds)
     hub_timeout: float = 10.0

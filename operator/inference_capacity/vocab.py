@@ -172,6 +172,7 @@ ConditionType = Literal[
     "Calibrated",
     "ModelResolved",
     "Supported",
+    "PredictionDrift",
 ]
 CONDITION_TYPES: Final = frozenset(get_args(ConditionType))
 ConditionStatus = Literal["True", "False", "Unknown"]

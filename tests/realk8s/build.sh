@@ -26,7 +26,23 @@ complete() {
   [ -s "$OUT/kwok-stages.yaml" ] && [ -s "$OUT/VERSIONS" ]
 }
 
+# kwok's Logs and ClusterLogs CRDs (the cluster serves them, so pod logs reach kwok's kubelet
+# API), read from kwok's module at build time, never committed. A cache built before they were
+# copied gets them here (seconds: the module is in the module cache or the proxy).
+kwok_crds() { # kwok_crds DEST
+  local dir
+  dir=$(cd "${TMPDIR:-/tmp}" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$1/kwok-crds"
+  for k in logs clusterlogs; do
+    cp "$dir/kustomize/crd/bases/kwok.x-k8s.io_$k.yaml" "$1/kwok-crds/"
+  done
+}
+
 mkdir -p "$CACHE"
+if complete && [ ! -s "$OUT/kwok-crds/kwok.x-k8s.io_clusterlogs.yaml" ]; then
+  kwok_crds "$OUT.crds" && mv "$OUT.crds/kwok-crds" "$OUT/" && rmdir "$OUT.crds"
+fi
 if complete; then
   ln -sfn "$OUT" "$CACHE/current"
   step "cache hit ($OUT)" "$t0"
@@ -106,6 +122,7 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
          pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
   [ $first = 1 ] || echo '---'; first=0; cat "$S/$f"
 done > "$OUT.tmp/kwok-stages.yaml"
+kwok_crds "$OUT.tmp"
 step "kwok" "$s"
 
 "$OUT.tmp/kube-apiserver" --version >&2

@@ -13,7 +13,11 @@ What runs, and what is left out (and why):
   collector, namespaces, service accounts, pod GC, disruption for PDB status).
 * kube-scheduler: the default profile; ``nvidia.com/gpu`` is an extended resource it fits.
 * kwok: manages Nodes labelled ``type=kwok`` (Ready, leases) and their Pods (Running/Ready, deleted
-  at once when terminating), with kwok's own stages read at build time from its module.
+  at once when terminating), with kwok's own stages read at build time from its module. It also
+  serves the Nodes' kubelet API on loopback (each Node's InternalIP and kubelet port point at it),
+  with its ``Logs`` and ``ClusterLogs`` CRDs installed and enabled: a ``ClusterLogs`` object
+  (``spec.selector.matchNamespaces``, ``spec.logs[].containers``, ``logsFile`` in the CRI log
+  format) makes ``pods/log`` of the real apiserver return that file, as a kubelet would.
 
 Every component logs to ``<workdir>/logs/<name>.log``.
 """
@@ -49,6 +53,8 @@ GFD = {
     "NVIDIA-L4": (23034, "ada-lovelace", 8, 9),
 }
 READY_TIMEOUT = 120.0
+#: kwok's CRDs the cluster serves (``--enable-crds``): pod logs through kwok's kubelet API
+KWOK_CRDS = ("Logs", "ClusterLogs")
 
 
 class ClusterError(RuntimeError):
@@ -318,6 +324,7 @@ class RealCluster:
             f'{self.admin_token},realk8s-admin,realk8s-admin,"system:masters"\n'
         )
         etcd_port, peer_port, api_port, kcm_port, sch_port = (free_port() for _ in range(5))
+        self.kubelet_port = free_port()
         self.server = f"https://127.0.0.1:{api_port}"
 
         etcd = self.procs.start(
@@ -356,6 +363,10 @@ class RealCluster:
                 "--authorization-mode=RBAC",
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--allow-privileged=true",
+                # pods/log, exec and port-forward go to the Node's InternalIP (kwok's, loopback)
+                # at the port the Node reports (kwok's kubelet API); kwok serves it with a
+                # self-signed certificate, so no --kubelet-certificate-authority (not verified)
+                "--kubelet-preferred-address-types=InternalIP",
                 "--v=1",
             ],
         )  # fmt: skip
@@ -398,13 +409,20 @@ class RealCluster:
         )  # fmt: skip
         home = d / "kwok-home"
         home.mkdir(exist_ok=True)
+        self.install_kwok_crds()
         kwok = self.procs.start(
             "kwok",
             [
                 self.bin("kwok"), f"--kubeconfig={self.admin_kubeconfig}",
                 f"--config={self.bin('kwok-stages.yaml')}",
                 "--manage-all-nodes=false", "--manage-nodes-with-label-selector=type=kwok",
-                "--cidr=10.244.0.0/16", "--node-ip=10.0.0.2",
+                "--cidr=10.244.0.0/16",
+                # the kubelet API of every kwok Node: kwok's server on loopback, the Nodes'
+                # InternalIP and daemonEndpoints port set to it (kwok's node-initialize stage),
+                # serving pod logs from the Logs / ClusterLogs objects (kubectl apply them)
+                "--node-ip=127.0.0.1", f"--node-port={self.kubelet_port}",
+                f"--server-address=127.0.0.1:{self.kubelet_port}",
+                f"--enable-crds={','.join(KWOK_CRDS)}",
                 "--node-lease-duration-seconds=40",
             ],
             env={**os.environ, "HOME": str(home)},
@@ -431,6 +449,34 @@ class RealCluster:
 
     def stop(self) -> None:
         self.procs.stop_all()
+
+    def install_kwok_crds(self, timeout: float = 60.0) -> None:
+        """kwok's ``Logs`` and ``ClusterLogs`` CRDs (copied from kwok's module by build.sh), so
+        ``kubectl apply`` of a ``ClusterLogs`` points pods' logs at a file kwok serves."""
+        import yaml  # the tests' and the standalone mode's venv has it
+
+        folder = self.bin("kwok-crds")
+        names = []
+        for kind in KWOK_CRDS:
+            path = folder / f"kwok.x-k8s.io_{kind.lower()}.yaml"
+            if not path.exists():
+                raise ClusterError(f"{path}: missing; run tests/realk8s/build.sh")
+            crd = yaml.safe_load(path.read_text())
+            self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            names.append(crd["metadata"]["name"])
+        end = time.monotonic() + timeout
+        for name in names:
+            while True:
+                got = self.request(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
+                status = got.get("status", {})
+                conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > end:
+                    raise ClusterError(f"CRD {name} not Established")
+                time.sleep(0.2)
 
     def alive(self) -> list[str]:
         """Names of components that have exited."""

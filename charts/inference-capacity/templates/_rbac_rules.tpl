@@ -39,6 +39,14 @@ rules (CRD scanning, plus nodes and pods when rbac.spareGpuCounting).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]
+# vLLM's startup lines (spec.policy.observeStartup): the target's pods, one per pod-template
+# hash, and the first 256 KiB of their vLLM container's log (pods/log get only).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 {{- with .Values.rbac.secretNames }}
 # workload.fromPrometheus bearer tokens: only the Secrets named in rbac.secretNames (and the
 # operator uses one only if it carries capacity.inference.dev/prometheus-token: "true").

@@ -792,6 +792,31 @@ class PolicySpec(_Spec):
             "(300 s)."
         ),
     )
+    prediction_drift_percent: SFloat = Field(
+        3.0,
+        gt=0,
+        le=100,
+        description=(
+            "PredictionDrift=True (and one Event) when the KV-cache tokens a pod's vLLM printed at "
+            'startup ("GPU KV cache size: N tokens") differ from the prediction for that '
+            "pod's flags by more than this percent, in (0, 100]."
+        ),
+    )
+    calibrate_from_observed: SBool = Field(
+        False,
+        description=(
+            "Size max-num-seqs and replicas from the KV-cache tokens vLLM printed at startup "
+            "when they are below the prediction (never raised above it); recorded in "
+            "status.observed.adjustment."
+        ),
+    )
+    observe_startup: SBool = Field(
+        True,
+        description=(
+            "Read the startup lines of one Ready pod per pod-template hash (pods/log, the first "
+            "256 KiB) and write status.observed.startup."
+        ),
+    )
 
 
 class InferenceCapacitySpec(_Spec):

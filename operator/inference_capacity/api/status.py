@@ -38,7 +38,9 @@ __all__ = [
     "ModelStatus",
     "Observed",
     "ObservedQuantiles",
+    "ObservedStartup",
     "Recommendation",
+    "Risk",
     "Sizing",
     "StatusContractError",
     "Summary",
@@ -270,8 +272,97 @@ class ObservedQuantiles(_Status):
     p99: float = Field(ge=0, description="99th percentile (tokens).")
 
 
+class ObservedStartup(_Status):
+    """What vLLM printed at startup in one pod of one pod-template hash (read through
+    pods/log), and how the prediction for that pod's flags compares."""
+
+    template_hash: str = Field(description="The pods' pod-template-hash label.")
+    pod: str = Field(description="The pod whose log was read.")
+    reason: Literal[
+        "Observed", "Failed", "NoStartupLines", "Rejected", "LogUnavailable", "NotReady"
+    ] = Field(
+        description=(
+            "Observed: the numbers below are vLLM's; Failed: vLLM did not start (failure says "
+            "why); NoStartupLines: the log has none of vLLM's startup lines (yet); Rejected: a "
+            "line in vLLM's format has a number no vLLM prints, nothing is taken from the log; "
+            "LogUnavailable: the log could not be read (message says why); NotReady: no pod of "
+            "this hash is Ready and none failed."
+        )
+    )
+    message: str = Field("", max_length=1024, description="Details, one line.")
+    vllm_version: str | None = Field(None, description="The version vLLM printed.")
+    weights_gib: float | None = Field(None, description='"Model loading took X GiB".')
+    activation_peak_gib: float | None = Field(
+        None, description='"torch peak memory increase" (GiB).'
+    )
+    non_torch_gib: float | None = Field(
+        None, description='"non-torch forward increase memory" (GiB).'
+    )
+    cuda_graph_gib: float | None = Field(
+        None, description='"CUDA graph pool memory: X GiB (actual)" (or V0 graph capture).'
+    )
+    cuda_graph_estimated_gib: float | None = Field(
+        None, description='"Estimated CUDA graph memory" (GiB).'
+    )
+    available_kv_cache_gib: float | None = Field(
+        None, description='"Available KV cache memory" (GiB).'
+    )
+    kv_cache_tokens: int | None = Field(None, ge=0, description='"GPU KV cache size" (tokens).')
+    num_gpu_blocks: int | None = Field(None, ge=0, description="KV-cache blocks, where printed.")
+    max_concurrency: float | None = Field(
+        None, ge=0, description='"Maximum concurrency for L tokens per request: Cx".'
+    )
+    max_concurrency_len: int | None = Field(None, ge=1, description="L of that line (tokens).")
+    failure: str | None = Field(
+        None,
+        description=(
+            "Why vLLM did not start: NoKvCacheMemory, MaxSeqLenTooLong, FreeMemoryCheck, "
+            "CudaOutOfMemory or OOMKilled. null: no failure seen."
+        ),
+    )
+    shortfall_gib: float | None = Field(
+        None, description="GiB the failed start was short of, as vLLM's error line measured it."
+    )
+    restart_count: int | None = Field(None, ge=0, description="The vLLM container's restarts.")
+    predicted_kv_cache_tokens: int | None = Field(
+        None, ge=0, description="KV-cache tokens the ledger predicts for this pod's flags."
+    )
+    prediction_error_percent: dict[str, float] = Field(
+        {},
+        description=(
+            "(predicted - observed) / observed x 100 per term: weights, activationPeak, "
+            "nonTorch, cudaGraph (the estimate), availableKvCache, kvCacheTokens, "
+            "maxConcurrency."
+        ),
+    )
+    bytes_read: int = Field(0, ge=0, description="Log bytes read (at most 256 KiB).")
+    at: DateTime = Field(description="When the log was read (RFC 3339).")
+
+
+class StartupAdjustment(_Status):
+    """How the plan was changed after what the pods printed at startup."""
+
+    kind: Literal["StepBack", "Calibrated", "StepBackAndCalibrated"] = Field(
+        description=(
+            "StepBack: a failed start lowered --gpu-memory-utilization by its measured shortfall; "
+            "Calibrated: spec.policy.calibrateFromObserved sized from the observed KV tokens."
+        )
+    )
+    reason: str = Field(max_length=2048, description="Why, with the numbers.")
+    operational_fraction_added: float | None = Field(
+        None, ge=0, le=1, description="Operational headroom added by steps back (GPU fraction)."
+    )
+    kv_tokens_ratio: float | None = Field(
+        None, gt=0, le=1, description="Observed / predicted KV tokens the sizing used."
+    )
+    kv_safety_fraction: float | None = Field(
+        None, ge=0, le=1, description="The KV safety fraction that ratio gives."
+    )
+
+
 class Observed(_Status):
-    """What Prometheus shows the fleet doing, and how the prediction compares."""
+    """What Prometheus shows the fleet doing, what vLLM printed at startup, and how the
+    prediction compares."""
 
     num_gpu_blocks: int | None = Field(None, ge=0, description="KV-cache blocks vLLM reports.")
     block_size: int | None = Field(None, ge=1, description="KV-cache block size vLLM reports.")
@@ -301,8 +392,45 @@ class Observed(_Status):
     samples: int = Field(
         0, ge=0, description="Finished requests in the window the quantiles are drawn from."
     )
-    window: str = Field(description="Look-back window queried (Prometheus duration).")
-    at: DateTime = Field(description="When Prometheus was queried (RFC 3339).")
+    window: str | None = Field(
+        None, description="Look-back window queried (Prometheus duration). null: no Prometheus."
+    )
+    at: DateTime | None = Field(
+        None, description="When Prometheus was queried (RFC 3339). null: no Prometheus."
+    )
+    adjustment: StartupAdjustment | None = Field(
+        None, description="How the plan changed after the startup lines. null: it did not."
+    )
+    startup: tuple[ObservedStartup, ...] = Field(
+        (),
+        description=(
+            "Per pod-template hash: what one of its pods' vLLM printed at startup (pods/log)."
+        ),
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["templateHash"],
+        },
+    )
+
+
+class Risk(_Status):
+    """One of the six ways a replica runs out of memory, with its margin."""
+
+    kind: Literal["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"] = Field(
+        description=(
+            "load (weights + a layer in flight vs free memory), startup (vLLM's free-memory "
+            "check), kvExhaustion (one request at max-model-len; preemption of the batch), "
+            "activation (spikes beyond the profiled batch), cudaGraph (the graph pool's capture), "
+            "host (the pod's memory vs the load-time host peak)."
+        )
+    )
+    resource: Literal["gpu", "host"] = Field(description="gpu (per rank) or host (per pod).")
+    margin_bytes: SInt64 | None = Field(
+        None, description="Bytes to spare (negative: it runs out). null: unknown."
+    )
+    at_risk: bool = Field(description="The margin is negative (or preemption above target).")
+    flag: str = Field(description="The flag or field that moves the margin.")
+    detail: str = Field("", max_length=1024, description="The numbers behind the margin.")
 
 
 class InferenceCapacityStatus(_Status):
@@ -358,6 +486,9 @@ class InferenceCapacityStatus(_Status):
     )
     applied: Applied | None = Field(
         None, description="What the operator last wrote to the target. null: nothing yet."
+    )
+    risks: tuple[Risk, ...] = Field(
+        (), description="The six OOM kinds per resource, each with its margin and its flag."
     )
     observed: Observed | None = Field(
         None,

@@ -22,7 +22,7 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from . import k8s, metrics, observing, state
+from . import k8s, metrics, observing, startup, state
 from .diffbase import BoundedDiffBaseStorage
 from .reconcile import Outcome, reconcile
 
@@ -188,6 +188,7 @@ def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
     history: a new resource for that Deployment starts from what runs)."""
     metrics.forget(namespace, name)
     observing.forget(uid or name)
+    startup.forget(uid or name)
     state.forget_resource(namespace, name, uid)
     if target:
         state.forget_deployment(namespace, str(target))

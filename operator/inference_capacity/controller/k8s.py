@@ -339,3 +339,53 @@ def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, st
         except (ValueError, UnicodeDecodeError):
             continue
     return labels, data
+
+
+def list_pods(namespace: str, label_selector: str) -> list[dict[str, Any]] | None:
+    """The Pods of a namespace matching the selector (raw JSON), or None when RBAC forbids it."""
+    api = client.CoreV1Api(api_client())
+    try:
+        raw = api.list_namespaced_pod(
+            namespace, label_selector=label_selector, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            return None
+        raise
+    return _items(raw)
+
+
+def read_pod_log(
+    namespace: str,
+    name: str,
+    container: str,
+    limit_bytes: int,
+    timeout: float,
+    previous: bool = False,
+) -> bytes:
+    """The first ``limit_bytes`` of a container's log (``pods/log`` with ``limitBytes``; no more
+    is read off the socket whatever the server sends), within ``timeout`` seconds."""
+    # _preload_content=False gives the urllib3 response, whatever the declared return type
+    resp: Any = client.CoreV1Api(api_client()).read_namespaced_pod_log(
+        name,
+        namespace,
+        container=container,
+        limit_bytes=limit_bytes,
+        previous=previous,
+        _preload_content=False,
+        _request_timeout=(min(timeout, 3.0), timeout),
+    )
+    try:
+        chunks: list[bytes] = []
+        left = limit_bytes
+        deadline = time.monotonic() + timeout
+        while left > 0 and time.monotonic() < deadline:
+            chunk = resp.read(min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        resp.close()
+        resp.release_conn()

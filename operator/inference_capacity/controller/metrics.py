@@ -34,6 +34,17 @@ PREDICTED_BLOCKS = Gauge(
 OBSERVED_BLOCKS = Gauge(
     "inference_capacity_observed_num_gpu_blocks", "num_gpu_blocks vLLM reports (Prometheus)", _L
 )
+KV_TOKENS_BY_SOURCE = Gauge(
+    "inference_capacity_kv_tokens",
+    "KV-cache tokens of one pod: what vLLM printed at startup (observed) and the prediction for "
+    "its flags (predicted)",
+    (*_L, "source"),
+)
+PREDICTION_ERROR = Gauge(
+    "inference_capacity_prediction_error_percent",
+    "(predicted - observed) / observed x 100 per startup term (vLLM's own startup lines)",
+    (*_L, "term"),
+)
 LEDGER_BYTES = Gauge(
     "inference_capacity_ledger_bytes", "Ledger item bytes per rank", (*_L, "rank", "item")
 )
@@ -56,6 +67,7 @@ def forget(namespace: str, name: str) -> None:
             g.remove(namespace, name)
         except KeyError:
             pass
-    for labels in list(LEDGER_BYTES._metrics):  # noqa: SLF001 - prometheus_client has no API
-        if labels[0] == namespace and labels[1] == name:
-            LEDGER_BYTES.remove(*labels)
+    for labelled in (LEDGER_BYTES, KV_TOKENS_BY_SOURCE, PREDICTION_ERROR):
+        for labels in list(labelled._metrics):  # noqa: SLF001 - prometheus_client has no API
+            if labels[0] == namespace and labels[1] == name:
+                labelled.remove(*labels)

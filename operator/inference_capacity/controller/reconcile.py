@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import decision, settings
+from .. import decision, risks, settings
 from ..api import API_VERSION, KIND, InferenceCapacity, ManifestError, status_document
 from ..decide import set_condition
 from ..engines.vllm_args import VllmArgsError, read_flags
@@ -29,7 +29,7 @@ from ..report import (
     startup_json,
 )
 from ..resolve import Resolved, ResolveError, resolve
-from . import k8s, metrics, models, observing, state
+from . import k8s, metrics, models, observing, startup, state
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -64,6 +64,8 @@ class _Ctx:
         self.status: dict[str, Any] = {}
         self.outcome = Outcome(self.status)
         self._emit = emit
+        #: conditions set last (a failed vLLM start: Ready=False)
+        self.overrides: list[tuple[str, str, str, str]] = []
 
     def cond(self, type_: str, status: str, reason: str, message: str) -> None:
         self.conditions = set_condition(
@@ -86,6 +88,8 @@ class _Ctx:
             )
 
     def finish(self) -> Outcome:
+        for c in self.overrides:  # what vLLM's own log says wins over the plan's Ready
+            self.cond(*c)
         self.status["conditions"] = self.conditions
         self.status["observedGeneration"] = self.gen
         # written through the status models the CRD is generated from: what is written and
@@ -228,6 +232,9 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         if not resolved.supported:
             return _perform(ctx, decision.unsupported(resolved), dep, spec)
         ctx.cond(*_fields(decision.SUPPORTED))
+        adj = _startup_adjust(ctx, spec, dep, resolved) if spec.policy.observe_startup else None
+        if adj is not None:
+            resolved = replace(resolved, plan_input=adj[1].plan_input)
         planned = _plan(ctx, spec, dep, resolved, hpa_min)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
@@ -243,6 +250,9 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
+    _risks_status(ctx, dep, resolved, plan)
+    if adj is not None:
+        _startup_status(ctx, spec, *adj)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
     return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg)
 
@@ -440,6 +450,50 @@ def _observed_status(ctx: _Ctx, observed: observing.Observed) -> None:
             metrics.OBSERVED_BLOCKS.labels(ctx.ns, ctx.name).set(blocks)
 
 
+def _startup_adjust(
+    ctx: _Ctx, spec: Any, dep: Mapping[str, Any], resolved: Resolved
+) -> tuple[list[dict[str, Any]], startup.Adjustment] | None:
+    """What the target's vLLM printed at startup (pods/log), one pod per template hash, and the
+    plan input after it (a step back after a failed start, calibrateFromObserved)."""
+    entries = startup.observe(
+        ctx.uid or ctx.name, ctx.ns, dep, spec.target_ref.container, resolved.plan_input
+    )
+    if entries is None:
+        return None
+    policy = spec.policy
+    window = policy.stabilization_window_seconds
+    adj = startup.adjust(
+        ctx.uid or ctx.name,
+        resolved.plan_input,
+        entries,
+        enforce=spec.mode == "Enforce",
+        window_s=float(settings.current().stabilization_seconds if window is None else window),
+        hysteresis_percent=policy.hysteresis_percent,
+        calibrate=policy.calibrate_from_observed,
+    )
+    return entries, adj
+
+
+def _startup_status(
+    ctx: _Ctx, spec: Any, entries: list[dict[str, Any]], adj: startup.Adjustment
+) -> None:
+    """status.observed.startup against the prediction for each pod's flags, PredictionDrift and
+    one Event; a failed start of the newest template: Ready=False naming the failure."""
+    observed = {**(ctx.status.get("observed") or {}), "startup": entries}
+    if adj.status is not None:
+        observed["adjustment"] = adj.status
+    ctx.status["observed"] = observed
+    if adj.failed is not None:
+        kind, message = adj.failed
+        ctx.overrides.append(("Ready", "False", f"StartupFailed{kind}", message))
+        ctx.event("Warning", "StartupFailed", message)
+    status, reason, message = startup.drift(entries, spec.policy.prediction_drift_percent)
+    ctx.cond("PredictionDrift", status, reason, message)
+    if status == "True":
+        ctx.event("Warning", "PredictionDrift", message)
+    startup.publish(ctx.ns, ctx.name, entries)
+
+
 def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, plan: Plan) -> None:
     s = ctx.status
     s["engineVersion"] = version
@@ -455,3 +509,19 @@ def _fill_status(ctx: _Ctx, icap: InferenceCapacity, version: str, source: str, 
     s["recommendation"] = recommendation_json(plan)
     s["sizing"] = sizing_status(plan)
     s["latency"] = latency_status(plan)
+
+
+def _risks_status(ctx: _Ctx, dep: Mapping[str, Any], resolved: Resolved, plan: Plan) -> None:
+    """status.risks: the six OOM kinds, host memory against the vLLM container's resources."""
+    host = startup.host_input(dep, resolved.container_index or 0, resolved.running_flags)
+    ctx.status["risks"] = [
+        {
+            "kind": r.kind,
+            "resource": r.resource,
+            "marginBytes": r.margin_bytes,
+            "atRisk": r.at_risk,
+            "flag": r.flag,
+            "detail": r.detail[:1000],
+        }
+        for r in risks.assess(plan, host)
+    ]

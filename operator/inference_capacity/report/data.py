@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..planner import Plan, format_utilization
+from ..risks import risks_json
 from ..sizing import PATHS, Z95, Z99, LatencyPoint, LogNormal
 from ..units import GiB
 
@@ -287,6 +288,8 @@ def plan_json(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]
         "notes": list(plan.notes),
         "sizing": sizing_json(plan),
         "latency": latency_json(plan),
+        # the six OOM kinds per resource (risks.py): margin in bytes and the flag that moves it
+        "risks": risks_json(plan),
     }
     if extra:
         out.update(extra)

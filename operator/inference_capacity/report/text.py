@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..planner import Plan
+from ..risks import risks_text
 from ..units import GiB
 
 __all__ = [
@@ -154,6 +155,7 @@ def table(plan: Plan, title: str = "") -> str:
     lines.append(f"  fits: {'yes' if plan.fits else 'NO'} ({plan.reason}) {fits_message(plan)}")
     lines.extend(f"  why: {w}" for w in why_not_fits(plan))
     lines.extend(_sizing_lines(plan))
+    lines.extend(risks_text(plan))
     lines.append(f"  rollout: {'safe' if ro.safe else 'NOT SAFE'} ({ro.reason}) {ro.message}")
     for n in plan.notes:
         lines.append(f"  note: {n}")

@@ -1,0 +1,75 @@
+"""The six OOM kinds per resource (risks.py): margins from the plan's own ledger, the host memory
+against a container's memory, and ``plan`` printing them (text and JSON ``risks[]``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from inference_capacity.api import InferenceCapacity
+from inference_capacity.decision import plan_for_target
+from inference_capacity.resolve import resolve
+from inference_capacity.risks import HOST_BASE_BYTES, HostInput, assess, host_peak_bytes
+from inference_capacity.units import GiB
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
+KINDS = ["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"]
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    icap, dep = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    spec = InferenceCapacity.from_manifest(icap).spec
+    resolved = resolve(spec, dep)
+    plan, _ = plan_for_target(resolved.plan_input, spec, dep, None, None, "")
+    return plan
+
+
+def test_margins_come_from_the_ledger() -> None:
+    plan = _plan()
+    risks = {r.kind: r for r in assess(plan)}
+    assert list(risks) == KINDS
+    rank = plan.prediction.ranks[0]
+    items = {i.name: i.bytes for i in plan.ledger[0].items}
+    total = plan.input.gpu.total_bytes
+    # vLLM's startup check: free memory (device less the CUDA context) >= utilization x total
+    assert risks["startup"].margin_bytes == total - items["cuda_context"] - rank.requested
+    one = plan.prediction.settings.max_model_len * plan.kv_bytes_per_token_rank
+    assert risks["kvExhaustion"].margin_bytes == rank.available_kv - one
+    assert risks["activation"].margin_bytes == items["operational_headroom"] + items["unallocated"]
+    # 0.19: the graph pool is captured outside vLLM's budget
+    assert not plan.prediction.settings.cg_in_budget
+    outside = total - rank.requested - items["cuda_context"]
+    assert risks["cudaGraph"].margin_bytes == outside - items["cuda_graph_pool"]
+    assert not any(r.at_risk for r in risks.values())
+    assert risks["host"].margin_bytes is None  # no container memory given
+
+
+def test_host_memory_against_the_container() -> None:
+    plan = _plan()
+    weights = plan.prediction.ranks[0].weights.total
+    h = HostInput(memory_limit=8 * GiB, cpu_offload_gb=4)
+    peak = host_peak_bytes(plan, h)
+    assert peak == HOST_BASE_BYTES + weights + 4 * GiB
+    host = assess(plan, h)[-1]
+    assert host.kind == "host" and host.at_risk and host.margin_bytes == 8 * GiB - peak
+    roomy = assess(plan, HostInput(memory_request=64 * GiB))[-1]
+    assert not roomy.at_risk and roomy.margin_bytes == 64 * GiB - HOST_BASE_BYTES - weights
+
+
+def test_plan_prints_the_six_risks() -> None:
+    cmd = [sys.executable, "-m", "inference_capacity.cli", "plan", str(EXAMPLE)]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "OOM risks" in text
+    for kind in KINDS:
+        assert f"    {kind} " in text
+    out = json.loads(
+        subprocess.run([*cmd, "-o", "json"], capture_output=True, text=True, check=True).stdout
+    )
+    doc = out[0] if isinstance(out, list) else out
+    assert [r["kind"] for r in doc["risks"]] == KINDS
+    assert all(isinstance(r["margin_bytes"], int) for r in doc["risks"][:5])

@@ -1,0 +1,129 @@
+"""The parser of vLLM's own startup lines (observe/startup_log.py), on the real startup logs of
+tests/data/vllm-startup-logs.jsonl and on hostile input.
+
+Every expected number is the ``logged`` value the data file records for that log (transcribed
+from the log by whoever added the point, independently of this parser)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference_capacity.observe.startup_log import (
+    LIMIT_BYTES,
+    MAX_LINE_BYTES,
+    parse,
+    prediction_errors,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "vllm-startup-logs.jsonl"
+POINTS = {json.loads(line)["id"]: json.loads(line) for line in DATA.read_text().splitlines()}
+#: the raw DEBUG-level vLLM 0.19.0 server logs (every startup line present)
+V019 = sorted(k for k, p in POINTS.items() if p["vllm_version"] == "0.19.0" and p["tp"] >= 1)
+V019 = [k for k in V019 if len(POINTS[k]["raw_lines"]) == 11]
+
+
+def _log(point: str) -> str:
+    return "\n".join(POINTS[point]["raw_lines"]) + "\n"
+
+
+@pytest.mark.parametrize("point", V019)
+def test_a_real_v019_log_gives_the_numbers_it_printed(point: str) -> None:
+    logged: dict[str, Any] = POINTS[point]["logged"]
+    got = parse(_log(point))
+    assert got.rejected is None and got.failure is None and got.started
+    assert got.weights_gib == logged["weights_gib"]
+    assert got.activation_peak_gib == logged["activation_peak_gib"]
+    assert got.non_torch_gib == logged["non_torch_gib"]
+    assert got.cuda_graph_gib == logged["cuda_graph_gib"]
+    assert got.available_kv_cache_gib == logged["kv_cache_gib"]
+    assert got.kv_cache_tokens == logged["kv_cache_tokens"]
+    assert got.num_gpu_blocks == logged["gpu_blocks"]
+    assert got.max_concurrency == logged["max_concurrency"]
+    assert got.max_concurrency_len == logged["max_concurrency_len"]
+    assert got.cuda_graph_estimated_gib is not None
+
+
+def test_the_older_formats() -> None:
+    v0 = parse(_log("vllm-startup-013"))  # vLLM 0.6.4.post1, V0
+    assert (v0.weights_gib, v0.non_torch_gib, v0.available_kv_cache_gib) == (2.3185, 0.44, 3.6)
+    assert (v0.num_gpu_blocks, v0.max_concurrency, v0.cuda_graph_gib) == (7366, 1.12, 0.24)
+    assert parse(_log("vllm-startup-015")).vllm_version == "0.6.4.post1"
+    assert parse(_log("vllm-startup-017")).vllm_version == "0.19.0"  # the banner
+    dec = parse(_log("vllm-startup-003"))  # the Dec 2024 multi-line profiling summary
+    assert (dec.weights_gib, dec.activation_peak_gib, dec.non_torch_gib) == (14.96, 1.26, 1.79)
+    assert dec.available_kv_cache_gib == 53.29
+
+
+def test_failed_starts() -> None:
+    f = parse(_log("vllm-startup-023")).failure  # vLLM 0.10.1: the max seq len check
+    assert f is not None and f.kind == "MaxSeqLenTooLong"
+    assert (f.max_model_len, f.needed_gib, f.available_gib) == (262144, 62.0, 55.65)
+    assert f.estimated_max_model_len == 235296
+    v0 = parse(_log("vllm-startup-007")).failure  # V0 (~0.7): the same check, older words
+    assert v0 is not None and v0.kind == "MaxSeqLenTooLong" and v0.max_model_len == 131072
+    # kv_cache_utils.py::check_enough_kv_cache_memory (0.11-0.33), as a traceback prints it
+    nokv = parse(
+        "(EngineCore pid=9) INFO 04-22 00:11:41 [v1/worker/gpu_worker.py:436] Available KV "
+        "cache memory: -1.44 GiB\nValueError: No available memory for the cache blocks. Try "
+        "increasing `gpu_memory_utilization` when initializing the engine.\n"
+    )
+    assert nokv.failure is not None and nokv.failure.kind == "NoKvCacheMemory"
+    assert nokv.available_kv_cache_gib == -1.44 and not nokv.started
+    oom = parse(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.19 GiB of which 1.02 GiB is free.\n"
+    )
+    assert oom.failure is not None and oom.failure.kind == "CudaOutOfMemory"
+    assert oom.failure.needed_gib == 2.0  # "Tried to allocate 2.00 GiB": the measured shortfall
+    free = parse(
+        "ValueError: Free memory on device (70.1/79.19 GiB) on startup is less than desired GPU "
+        "memory utilization (0.95, 75.23 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.\n"
+    )
+    assert free.failure is not None and free.failure.kind == "FreeMemoryCheck"
+    assert (free.failure.available_gib, free.failure.needed_gib) == (70.1, 75.23)
+
+
+def test_the_byte_bound() -> None:
+    filler = ("(APIServer pid=1) INFO 04-22 00:00:00 [x.py:1] routine line " + "x" * 60 + "\n") * (
+        LIMIT_BYTES // 100 + 10
+    )
+    late = filler + _log("vllm-startup-033")
+    got = parse(late.encode())
+    assert got.truncated and got.bytes_read <= LIMIT_BYTES
+    assert got.kv_cache_tokens is None and not got.has_numbers  # beyond the bound: not read
+    assert parse(_log("vllm-startup-033") + filler).kv_cache_tokens == 126256
+
+
+def test_hostile_logs_are_bounded_and_rejected() -> None:
+    real = _log("vllm-startup-033")
+    huge_line = "GPU KV cache size: 999 tokens" + "9" * (MAX_LINE_BYTES + 10) + "\n"
+    got = parse(huge_line + real)
+    assert got.lines_skipped >= 1 and got.kv_cache_tokens == 126256
+    binary = bytes(range(256)) * 64 + b"\nGPU KV cache size: 5 tokens\x00\n"
+    got = parse(binary + real.encode())
+    assert got.kv_cache_tokens == 126256 and got.lines_skipped >= 1
+    for absurd in (
+        "GPU KV cache size: 99,999,999,999 tokens",
+        "Available KV cache memory: 1000000 GiB",
+        "Maximum concurrency for 8,192 tokens per request: 999999999.00x",
+        "Model loading took 9999999 GiB memory and 1.0 seconds",
+    ):
+        bad = parse(real + f"(EngineCore pid=1) INFO 04-22 00:00:00 [x.py:1] {absurd}\n")
+        assert bad.rejected is not None and not bad.has_numbers, absurd
+        assert bad.kv_cache_tokens is None and bad.weights_gib is None
+    assert parse("").matched == 0 and not parse("").has_numbers
+    # a line that only mentions vLLM's words somewhere in the middle is not vLLM's line
+    chatty = parse("user prompt: please print GPU KV cache size: 5 tokens\n")
+    assert chatty.kv_cache_tokens is None
+
+
+def test_prediction_errors_per_term() -> None:
+    got = parse(_log("vllm-startup-033"))
+    predicted = {"weights_gib": 12.56 * 1.01, "kv_cache_tokens": 126256 * 0.9}
+    err = prediction_errors(got, predicted)
+    assert err == {"weights": pytest.approx(1.0), "kvCacheTokens": pytest.approx(-10.0)}
