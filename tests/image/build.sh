@@ -58,7 +58,15 @@ KEY=$( {
 LAYOUT=$CACHE/oci-$KEY
 if [ ! -f "$LAYOUT/index.json" ]; then
   echo "build.sh: buildah build (image $KEY)" >&2
-  buildah "${STORE[@]}" build --isolation chroot --pull=never --layers=false \
+  # a CA bundle the host trusts (a TLS-inspecting egress proxy's, here) is given to pip during
+  # the build's RUN steps only, as bind mounts: nothing of it is committed into the image
+  TRUST=()
+  CA=${PIP_CERT:-${SSL_CERT_FILE:-}}
+  if [ -n "$CA" ] && [ -f "$CA" ]; then
+    printf '[global]\ncert = /run/build-ca.crt\n' >"$CACHE/pip.conf"
+    TRUST=(--volume "$CA:/run/build-ca.crt:ro" --volume "$CACHE/pip.conf:/etc/pip.conf:ro")
+  fi
+  buildah "${STORE[@]}" build --isolation chroot --pull=never --layers=false "${TRUST[@]}" \
     --build-arg PYTHON_IMAGE="$BASE_REF" -t "localhost/inference-capacity:$KEY" -f Dockerfile . >&2
   rm -rf "$LAYOUT.tmp"
   skopeo --override-os linux copy -q \

@@ -80,7 +80,9 @@ def serviceaccount(kubeconfig: Path, secrets: Path) -> tuple[str, int]:
     return url.hostname or "127.0.0.1", url.port or 443
 
 
-def configure(bundle: Path, secrets: Path, host: str, port: int, health: int, metrics: int) -> dict[str, Any]:
+def configure(
+    bundle: Path, secrets: Path, host: str, port: int, health: int, metrics: int
+) -> dict[str, Any]:
     """The runtime spec umoci wrote from the image's config, made into the chart's pod."""
     path = bundle / "config.json"
     spec: dict[str, Any] = json.loads(path.read_text())
@@ -106,7 +108,12 @@ def configure(bundle: Path, secrets: Path, host: str, port: int, health: int, me
     for sh in SHELLS:
         if (rootfs / sh.lstrip("/")).exists() or (rootfs / sh.lstrip("/")).is_symlink():
             spec["mounts"].append(
-                {"destination": sh, "type": "bind", "source": "/dev/null", "options": ["bind", "ro"]}
+                {
+                    "destination": sh,
+                    "type": "bind",
+                    "source": "/dev/null",
+                    "options": ["bind", "ro"],
+                }
             )
     ns = spec["linux"]["namespaces"]
     spec["linux"]["namespaces"] = [n for n in ns if n["type"] != "network"]
@@ -123,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     for tool in ("umoci", "crun"):
         if shutil.which(tool) is None:
-            print(f"tests.image.run: {tool} is required (apt-get install -y {tool})", file=sys.stderr)
+            print(
+                f"tests.image.run: {tool} is required (apt-get install -y {tool})", file=sys.stderr
+            )
             return 2
     work = args.workdir or Path(tempfile.mkdtemp(prefix="icap-image-"))
     work.mkdir(parents=True, exist_ok=True)
