@@ -1,7 +1,10 @@
 """``python -m tests.image.run --image OUTDIR --kubeconfig K``: the operator image, started.
 
 Unpacks the OCI layout OUTDIR (``tests/image/build.sh``) with ``umoci`` and starts the image's
-own entrypoint and user with ``crun``, as the chart's pod runs it: the chart's ServiceAccount
+own entrypoint, user, environment and working directory with ``bwrap`` (crun stops here with
+"cgroups in hybrid mode not supported, drop all controllers from cgroupv2", even with
+``--cgroup-manager=disabled``; bwrap needs no cgroups), as the chart's pod runs it: the chart's
+ServiceAccount
 (its RBAC applied with K's admin credentials) with a TokenRequest token, ``ca.crt`` and
 ``namespace`` mounted at /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST
 and _PORT set, a read-only root filesystem with a tmpfs /tmp, and no shell (/usr/bin/sh, dash
@@ -80,45 +83,62 @@ def serviceaccount(kubeconfig: Path, secrets: Path) -> tuple[str, int]:
     return url.hostname or "127.0.0.1", url.port or 443
 
 
-def configure(
-    bundle: Path, secrets: Path, host: str, port: int, health: int, metrics: int
-) -> dict[str, Any]:
-    """The runtime spec umoci wrote from the image's config, made into the chart's pod."""
-    path = bundle / "config.json"
-    spec: dict[str, Any] = json.loads(path.read_text())
+def inside(rootfs: Path, path: str) -> Path:
+    """``path`` in the image, its symlinks resolved within ``rootfs`` (Debian's /var/run is a
+    link to /run: followed as is, it would lead out of the image into the host's /run)."""
+    here = rootfs
+    for part in Path(path).relative_to("/").parts:
+        nxt = here / part
+        hops = 0
+        while nxt.is_symlink() and hops < 16:
+            target = os.readlink(nxt)
+            nxt = inside(rootfs, target) if target.startswith("/") else (here / target)
+            hops += 1
+        here = nxt
+    return here
+
+
+def sandbox(
+    bundle: Path,
+    secrets: Path,
+    host: str,
+    port: int,
+    health: int,
+    metrics: int,
+    image_env: list[str] = (),  # type: ignore[assignment]
+) -> tuple[list[str], dict[str, Any]]:
+    """The bwrap command that runs the image's own entrypoint, user, env and working directory
+    (from the runtime config umoci wrote from the image) as the chart's pod runs it."""
+    spec: dict[str, Any] = json.loads((bundle / "config.json").read_text())
     proc = spec["process"]
-    # the chart's args (deployment.yaml), on free ports of the shared network
-    proc["args"] = [*proc["args"], "--standalone", f"--liveness=http://127.0.0.1:{health}/healthz",
-                    f"--metrics-port={metrics}"]  # fmt: skip
-    proc["env"] = [e for e in proc.get("env", []) if not e.startswith("KUBERNETES_SERVICE_")]
-    proc["env"] += [f"KUBERNETES_SERVICE_HOST={host}", f"KUBERNETES_SERVICE_PORT={port}"]
-    proc["terminal"] = False
-    spec["root"] = {"path": "rootfs", "readonly": True}
     rootfs = bundle / "rootfs"
-    # the mount points exist in the image (a read-only root cannot get new ones)
-    (rootfs / SA_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    spec["mounts"] += [
-        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-         "options": ["nosuid", "nodev", "mode=1777", "size=256m"]},
-        {"destination": SA_DIR, "type": "bind", "source": str(secrets),
-         "options": ["rbind", "ro"]},
-        {"destination": "/etc/resolv.conf", "type": "bind", "source": "/etc/resolv.conf",
-         "options": ["rbind", "ro"]},
-    ]  # fmt: skip
+    # the chart's args (deployment.yaml), on free ports of the shared network
+    args = [*proc["args"], "--standalone", f"--liveness=http://127.0.0.1:{health}/healthz",
+            f"--metrics-port={metrics}"]  # fmt: skip
+    # the image's own Env over umoci's (which sets HOME from /etc/passwd; the image says /tmp)
+    env_map = dict(e.partition("=")[::2] for e in proc.get("env", []))
+    env_map.update(dict(e.partition("=")[::2] for e in image_env))
+    env = [f"{k}={v}" for k, v in env_map.items() if not k.startswith("KUBERNETES_SERVICE_")]
+    env += [f"KUBERNETES_SERVICE_HOST={host}", f"KUBERNETES_SERVICE_PORT={port}"]
+    # the mount point exists in the image (a read-only root cannot get new ones)
+    mount_point = inside(rootfs, SA_DIR)
+    mount_point.mkdir(parents=True, exist_ok=True)
+    # bwrap is given the link-free path (/run/secrets/...): the image's /var/run leads there
+    sa_dest = "/" + str(mount_point.relative_to(rootfs))
+    cmd = ["bwrap", "--ro-bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev",
+           "--tmpfs", "/tmp", "--ro-bind", str(secrets), sa_dest]  # fmt: skip
     for sh in SHELLS:
-        if (rootfs / sh.lstrip("/")).exists() or (rootfs / sh.lstrip("/")).is_symlink():
-            spec["mounts"].append(
-                {
-                    "destination": sh,
-                    "type": "bind",
-                    "source": "/dev/null",
-                    "options": ["bind", "ro"],
-                }
-            )
-    ns = spec["linux"]["namespaces"]
-    spec["linux"]["namespaces"] = [n for n in ns if n["type"] != "network"]
-    path.write_text(json.dumps(spec, indent=2))
-    return spec
+        if os.path.lexists(inside(rootfs, sh)):
+            cmd += ["--ro-bind", "/dev/null", sh]
+    user = proc.get("user", {})
+    cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-user",
+            "--uid", str(user.get("uid", 0)), "--gid", str(user.get("gid", 0)),
+            "--cap-drop", "ALL", "--die-with-parent", "--chdir", proc.get("cwd", "/"),
+            "--clearenv"]  # fmt: skip
+    for e in env:
+        k, _, v = e.partition("=")
+        cmd += ["--setenv", k, v]
+    return [*cmd, "--", *args], {"uid": user.get("uid"), "gid": user.get("gid"), "args": args}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="latest")
     p.add_argument("--workdir", type=Path, help="bundle and secrets (default: a temporary one)")
     args = p.parse_args(argv)
-    for tool in ("umoci", "crun"):
+    for tool in ("umoci", "bwrap"):
         if shutil.which(tool) is None:
             print(
                 f"tests.image.run: {tool} is required (apt-get install -y {tool})", file=sys.stderr
@@ -144,14 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         check=True, capture_output=True,
     )  # fmt: skip
     host, port = serviceaccount(args.kubeconfig, secrets)
-    spec = configure(bundle, secrets, host, port, free_port(), free_port())
-    user = spec["process"]["user"]
-    print(f"tests.image.run: uid {user.get('uid')} gid {user.get('gid')}, read-only root, "
-          f"args {spec['process']['args']}", file=sys.stderr)  # fmt: skip
-    cid = f"icap-{os.getpid()}"
+    config = json.loads(
+        subprocess.run(
+            ["skopeo", "inspect", "--config", f"oci:{args.image}:{args.tag}"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )["config"]  # fmt: skip
+    cmd, seen = sandbox(
+        bundle, secrets, host, port, free_port(), free_port(), config.get("Env") or []
+    )
+    print(f"tests.image.run: uid {seen['uid']} gid {seen['gid']}, read-only root, "
+          f"args {seen['args']}", file=sys.stderr)  # fmt: skip
     proc = subprocess.Popen(
-        ["crun", "run", "--bundle", str(bundle), cid],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        text=True, start_new_session=True,
     )  # fmt: skip
     stop = threading.Event()
 
@@ -176,13 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=pump, daemon=True).start()
     stop.wait()
     if proc.poll() is None:
-        subprocess.run(["crun", "kill", cid, "TERM"], capture_output=True)
+        # bwrap and the operator share a process group: SIGTERM reaches Kopf, which exits cleanly
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            subprocess.run(["crun", "kill", cid, "KILL"], capture_output=True)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    subprocess.run(["crun", "delete", "-f", cid], capture_output=True)
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if proc.returncode in (0, -signal.SIGTERM, 143) else int(proc.returncode or 1)
