@@ -1,6 +1,6 @@
 """The operator image, built from the Dockerfile without a daemon (``tests/image/build.sh``:
 debootstrap + buildah, vfs storage, chroot isolation) and run from its own entrypoint and user
-(``tests.image.run``: umoci + crun, read-only root, the chart's ServiceAccount token mounted as
+(``tests.image.run``: umoci + bwrap, read-only root, the chart's ServiceAccount token mounted as
 in a pod), reconciles an example on the real control plane.
 
 The build is cached by its inputs' hash under ~/.cache/inference-capacity/image (a cold build:
@@ -26,7 +26,7 @@ from tests.operator_harness import apply_crd, flag_value, load_example
 from tests.realk8s.fixtures import RealKubeAPI
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ("debootstrap", "buildah", "skopeo", "umoci", "crun")
+TOOLS = ("debootstrap", "buildah", "skopeo", "umoci", "bwrap")
 ARTIFACTS = ROOT / "tmp" / "artifacts"
 
 missing = [t for t in TOOLS if shutil.which(t) is None]
@@ -36,7 +36,7 @@ if missing:
         allow_module_level=True,
     )
 if os.geteuid() != 0:
-    pytest.skip("the chroot build and crun need root here", allow_module_level=True)
+    pytest.skip("the chroot build and bwrap run need root here", allow_module_level=True)
 
 
 def layout_bytes(layout: Path) -> int:
