@@ -9,8 +9,9 @@ ServiceAccount
 ``namespace`` mounted at /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST
 and _PORT set, a read-only root filesystem with a tmpfs /tmp, and no shell (/usr/bin/sh, dash
 and bash masked by /dev/null). It shares the host's network (the control plane listens on
-loopback). Prints ``running`` once the operator inside has logged in (Kopf's login activity
-succeeded), its log after that to stderr, and stops the container on SIGTERM or SIGINT.
+loopback). Prints ``running`` once the operator inside has logged in (its preflight request
+with the mounted token answered, then Kopf's login activity succeeded), its log after that to
+stderr, and stops the container on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -188,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     def pump() -> None:
-        announced = False
+        announced = in_cluster = False
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stderr.write(line)
-            if not announced and "login" in line and "succeeded" in line:
+            # the operator's preflight asked the API server its version with the mounted token
+            # ("cluster: the in-cluster service account"), then Kopf's login activity succeeded
+            in_cluster = in_cluster or "cluster: the in-cluster service account" in line
+            if not announced and in_cluster and "login" in line and "succeeded" in line:
                 announced = True
                 print(f"tests.image.run: logged in {time.monotonic() - t0:.1f} s after unpack "
                       "began", file=sys.stderr)  # fmt: skip
