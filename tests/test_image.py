@@ -43,6 +43,7 @@ def layout_bytes(layout: Path) -> int:
     return sum(p.stat().st_size for p in (layout / "blobs").rglob("*") if p.is_file())
 
 
+@pytest.mark.timeout(2400)  # a cold build: debootstrap and pip from PyPI (minutes; then cached)
 def test_image_reconciles_an_example(real_kube: RealKubeAPI, tmp_path: Path) -> None:
     image = tmp_path / "image"
     t0 = time.monotonic()

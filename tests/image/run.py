@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in proc.stdout:
             sys.stderr.write(line)
             # the operator's preflight asked the API server its version with the mounted token
-            # ("cluster: the in-cluster service account"), then Kopf's login activity succeeded
-            in_cluster = in_cluster or "cluster: the in-cluster service account" in line
+            # ("cluster: ... (from the in-cluster service account)"), then Kopf logged in
+            in_cluster = in_cluster or "(from the in-cluster service account)" in line
             if not announced and in_cluster and "login" in line and "succeeded" in line:
                 announced = True
                 print(f"tests.image.run: logged in {time.monotonic() - t0:.1f} s after unpack "
