@@ -164,6 +164,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     return code
 
 
+def cmd_ui(a: argparse.Namespace) -> int:
+    from ..ui.server import serve
+
+    if not 0 <= a.port <= 65535:
+        raise CliError(f"ui: --port must be in [0, 65535], got {a.port}")
+    return serve(a.host, a.port)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -174,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gpus": cmd_gpus,
         "run": cmd_run,
         "observe": cmd_observe,
+        "ui": cmd_ui,
     }
     try:
         return handlers[a.command](a)

@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the built-in model catalog")
     sub.add_parser("gpus", help="list the GPU catalog")
     _add_run(sub)
+    _add_ui(sub)
     return p
 
 
@@ -288,3 +289,13 @@ def _add_run(sub: Any) -> None:
         "http://prometheus.monitoring:9090/; none (the default): every fromPrometheus is refused",
     )
     run.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+
+def _add_ui(sub: Any) -> None:
+    """``ui``: the what-if page (inference_capacity.ui), every number from ``plan -o json``."""
+    ui = sub.add_parser(
+        "ui",
+        help="serve the what-if page (GET /api/plan?<plan flags> answers plan -o json)",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")

@@ -1,0 +1,1 @@
+"""The what-if page: ``inference-capacity ui`` (:mod:`.server`; assets in ``static/``)."""
