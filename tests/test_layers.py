@@ -39,9 +39,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sizing",),
     ("observe",),
     ("api",),
-    ("planner", "whatif", "report", "resolve"),
+    ("planner", "whatif", "report", "resolve", "risks"),
     ("decide", "patching", "decision"),
-    ("cli", "controller"),
+    # ui: the what-if page, the CLI's plan behind an HTTP API (``inference-capacity ui``)
+    ("cli", "controller", "ui"),
 )
 _LAYER_OF = {top: n for n, tops in enumerate(LAYERS) for top in tops}
 _NAMES = {n: "/".join(tops) for n, tops in enumerate(LAYERS)}

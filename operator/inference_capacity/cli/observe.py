@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -260,7 +261,8 @@ def observed_input(
             file=sys.stderr,
         )
     out = {"used": obs.ok and fp.mode != "spec-only", "mode": fp.mode, **observation_json(obs)}
-    return fromspec.fold(inp, obs, fp.mode), out
+    workload = fromspec.fold(inp.workload, obs, fp.mode)
+    return (inp if workload is inp.workload else replace(inp, workload=workload)), out
 
 
 # ---- observe ----------------------------------------------------------------------------------

@@ -226,7 +226,8 @@ def observe_and_merge(
             window=fp.window,
             at=time.time(),
         )
-    new_inp = fromspec.fold(inp, obs, fp.mode)
+    workload = fromspec.fold(inp.workload, obs, fp.mode)
+    new_inp = inp if workload is inp.workload else replace(inp, workload=workload)
     calibration = None
     predicted = None
     if obs.pods:

@@ -31,6 +31,7 @@ from ..engines.vllm_args import find_vllm_container, read_flags
 from ..observe.startup_log import LIMIT_BYTES, StartupLog, parse, prediction_errors
 from ..planner import PlanInput
 from ..risks import HostInput
+from ..units import GiB
 from . import k8s, metrics, state
 
 log = logging.getLogger("inference_capacity.startup")
@@ -466,7 +467,7 @@ def adjust(
             and t - last >= window_s
             and added < MAX_STEP_BACK_FRACTION
         ):
-            measured = short * 2**30 / inp.gpu.total_bytes
+            measured = short * GiB / inp.gpu.total_bytes
             # at least the hysteresis, or the decision would call the change immaterial
             util = inp.engine.gpu_memory_utilization or 0.9
             step = max(measured, util * hysteresis_percent / 100 * 1.01)

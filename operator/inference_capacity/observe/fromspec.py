@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..planner import PlanInput
 from ..sizing import Workload
 from .merge import merge_cohorts, peak_concurrency
 from .observation import PROMETHEUS_NOT_ALLOWED, Observation, Reason
@@ -57,12 +56,13 @@ def source(
     )
 
 
-def fold(inp: PlanInput, obs: Observation, mode: str) -> PlanInput:
-    """The plan input with the observed workload merged in as ``fromPrometheus.mode`` says (an
-    observation that is not ``ok``, or ``spec-only``: unchanged)."""
+def fold(workload: Workload | None, obs: Observation, mode: str) -> Workload | None:
+    """The plan's workload with the observed one merged in as ``fromPrometheus.mode`` says (an
+    observation that is not ``ok``, or ``spec-only``: unchanged). The caller puts it back into
+    its ``PlanInput`` (the planner is a layer above ``observe``)."""
     if not obs.ok or mode == "spec-only":
-        return inp
-    base = inp.workload or Workload(cohorts=())
+        return workload
+    base = workload or Workload(cohorts=())
     cohorts = tuple(merge_cohorts(base.cohorts, obs, mode))
     peak = peak_concurrency(base.peak_concurrency, obs.peak_concurrency, mode)
-    return replace(inp, workload=replace(base, cohorts=cohorts, peak_concurrency=peak))
+    return replace(base, cohorts=cohorts, peak_concurrency=peak)

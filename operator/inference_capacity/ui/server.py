@@ -28,6 +28,7 @@ from aiohttp import web
 
 from ..api.bounded_yaml import MAX_MANIFEST_BYTES
 from ..engines.versions import NEWEST_SUPPORTED
+from ..units import GiB
 
 #: ``plan`` flags the page cannot pass: output, files written or read by path, and the positional
 #: FILE (a manifest is posted to /api/manifest instead)
@@ -249,7 +250,7 @@ async def api_meta(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "models": list(catalog_names()),
-            "gpus": [{"name": g.name, "gib": round(g.total_bytes / 2**30, 2)} for g in list_gpus()],
+            "gpus": [{"name": g.name, "gib": round(g.total_bytes / GiB, 2)} for g in list_gpus()],
             "newest_engine_version": NEWEST_SUPPORTED,
             "max_manifest_bytes": MAX_MANIFEST_BYTES,
             "flags": [
