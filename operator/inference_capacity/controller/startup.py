@@ -471,7 +471,11 @@ def adjust(
     status: dict[str, Any] | None = None
     steps, last, added = _steps.get(key) or (frozenset(), -1e18, 0.0)
     if cur is not None and cur.get("failure"):
-        failed = (str(cur["failure"]), str(cur.get("message", "")))
+        message = str(cur.get("message", ""))
+        if cur["failure"] == "OOMKilled" and "OOMKilled" not in message:
+            # the container status says so even when its previous log cannot be read
+            message = f"pod {cur.get('pod')}: last termination OOMKilled; {message}"
+        failed = (str(cur["failure"]), message)
         short = cur.get("shortfallGib")
         h = str(cur["templateHash"])
         if (
