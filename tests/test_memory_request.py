@@ -197,3 +197,20 @@ def test_plan_o_patch_carries_the_request(tmp_path: Path) -> None:
         == {"requests": {"memory": want}}
         == (d.patch["spec"]["template"]["spec"]["containers"][0]["resources"])
     )
+
+
+def test_an_unmodelled_host_flag_fails_closed() -> None:
+    icap, dep = _docs({"requests": "4Gi"})
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    args += ["--api-server-count", "2"]
+    _, d = _decide(icap, dep)
+    assert d.action == "refuse" and d.reason == "UnsupportedFlag" and not d.patch
+    assert "--api-server-count" in d.applied_message
+    args[-1] = "1"  # one API server: what the estimate assumes
+    _, ok = _decide(icap, dep)
+    assert ok.action == "patch"
+    # the policy off: the flag is none of the decision's business
+    icap["spec"]["policy"]["setMemoryRequest"] = False
+    args[-1] = "2"
+    _, off = _decide(icap, dep)
+    assert off.action == "patch"

@@ -30,7 +30,13 @@ from .decide import (
 from .patching import REMOVED, DeploymentChange, build_change
 from .planner import Plan, PlanInput, make_plan
 from .resolve import Resolved
-from .risks import MemoryStep, host_input, memory_resources, memory_target_bytes
+from .risks import (
+    MemoryStep,
+    host_input,
+    host_unmodelled,
+    memory_resources,
+    memory_target_bytes,
+)
 from .sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
 from .vocab import ConditionStatus, ConditionType
 
@@ -557,6 +563,14 @@ def decide(
     changes = material_changes(running, desired, spec.policy.hysteresis_percent)
     changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     planned = ro.replicas if manages_replicas(spec, world.hpa_min_replicas) else None
+    unmodelled = host_unmodelled(running) if spec.policy.set_memory_request else []
+    if unmodelled:
+        return refuse(
+            "UnsupportedFlag",
+            "spec.policy.setMemoryRequest: the host-memory estimate does not model "
+            + "; ".join(unmodelled)
+            + "; no memory request is written (turn the policy off or drop the flag)",
+        )
     try:
         mem = memory_change(spec, plan, world, index, running)
     except ValueError as exc:

@@ -159,6 +159,23 @@ def host_input(container: Mapping[str, Any], flags: Mapping[str, str]) -> HostIn
     )
 
 
+#: flags that put bytes in host memory the estimate does not model: with
+#: spec.policy.setMemoryRequest no request is written while the container sets one (fail closed)
+HOST_UNMODELLED_FLAGS: Final[Mapping[str, str]] = {
+    "kv-transfer-config": "a KV connector may keep KV blocks in host memory (LMCache, offloading)",
+    "api-server-count": "more API-server processes, each with its own processor cache",
+}
+
+
+def host_unmodelled(flags: Mapping[str, str]) -> list[str]:
+    """What the container sets that the host estimate does not model ([] when nothing)."""
+    return [
+        f"--{f}: {why}"
+        for f, why in HOST_UNMODELLED_FLAGS.items()
+        if f in flags and not (f == "api-server-count" and flags[f].strip() == "1")
+    ]
+
+
 #: each OOMKilled step multiplies the memory request by this (bounded: at most
 #: :data:`MAX_MEMORY_STEPS` steps per resource, one per template hash and stabilization window)
 MEMORY_STEP_FACTOR: Final = 1.25
