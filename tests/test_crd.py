@@ -345,6 +345,7 @@ policy.setMaxModelLen policy.setMaxNumBatchedTokens policy.setKvCacheDtype
 policy.hysteresisPercent policy.useKvCacheMemoryBytes policy.sizing policy.preemptionTarget
 policy.stabilizationWindowSeconds policy.replicaStabilizationWindowSeconds
 policy.predictionDriftPercent policy.observeStartup policy.calibrateFromObserved
+policy.setMemoryRequest
 """
 
 STATUS_CONTRACT = """

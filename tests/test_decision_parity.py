@@ -139,6 +139,7 @@ def _compared(dep: dict[str, Any]) -> dict[str, Any]:
         "command": c.get("command"),
         "args": c.get("args"),
         "env": c.get("env"),
+        "resources": c.get("resources"),
         "replicas": spec.get("replicas"),
         "strategy": spec.get("strategy"),
         "annotations": ann,

@@ -30,6 +30,13 @@ from .decide import (
 from .patching import REMOVED, DeploymentChange, build_change
 from .planner import Plan, PlanInput, make_plan
 from .resolve import Resolved
+from .risks import (
+    MemoryStep,
+    host_input,
+    host_unmodelled,
+    memory_resources,
+    memory_target_bytes,
+)
 from .sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
 from .vocab import ConditionStatus, ConditionType
 
@@ -84,6 +91,9 @@ class World:
     replica_history: Sequence[tuple[float, int]] = ()
     #: unix seconds
     now: float = 0.0
+    #: OOMKilled steps up of the memory request taken so far (the operator's memory; None in
+    #: ``plan``, which sees no pods' history)
+    memory_step: MemoryStep | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +502,33 @@ def _stabilize(
     return _Stable(changes, replicas, tuple(held), hold_s, history)
 
 
+def memory_change(
+    spec: InferenceCapacitySpec, plan: Plan, world: World, index: int, running: Mapping[str, str]
+) -> tuple[dict[str, Any], str] | None:
+    """spec.policy.setMemoryRequest: the ``resources`` patch that raises the vLLM container's
+    memory request to the load-time host peak (:func:`risks.memory_target_bytes`, raised by the
+    OOMKilled steps), and what it says for people; None when off or already covered (a request
+    is never lowered). ValueError: the container's memory is not a quantity."""
+    if not spec.policy.set_memory_request:
+        return None
+    containers = ((world.deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "containers"
+    ) or []
+    if index >= len(containers):
+        return None
+    container = containers[index]
+    target = memory_target_bytes(plan, host_input(container, running), world.memory_step)
+    got = memory_resources(container, target)
+    if got is None:
+        return None
+    res, (old, new) = got
+    was = "(unset)" if old is None else f"{old / 2**30:.2f}Gi"
+    text = f"resources.requests.memory {was}→{res['requests']['memory']}"
+    if "limits" in res:
+        text += " (limit raised to it)"
+    return res, text
+
+
 def decide(
     spec: InferenceCapacitySpec,
     owner: str,
@@ -526,8 +563,41 @@ def decide(
     changes = material_changes(running, desired, spec.policy.hysteresis_percent)
     changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     planned = ro.replicas if manages_replicas(spec, world.hpa_min_replicas) else None
+    unmodelled = host_unmodelled(running) if spec.policy.set_memory_request else []
+    if unmodelled:
+        return refuse(
+            "UnsupportedFlag",
+            "spec.policy.setMemoryRequest: the host-memory estimate does not model "
+            + "; ".join(unmodelled)
+            + "; no memory request is written (turn the policy off or drop the flag)",
+        )
+    try:
+        mem = memory_change(spec, plan, world, index, running)
+    except ValueError as exc:
+        return refuse("InvalidInput", f"spec.policy.setMemoryRequest: {exc}")
     st = _stabilize(spec, changes, planned, world, windows)
     changes, replicas, held = st.changes, st.replicas, st.held
+    if mem is not None and spec.mode == "Enforce" and world.memory_step is None:
+        # a pod-template change: the template window holds it as it holds the flags (but the
+        # step up after an OOMKilled start, a safety raise with a window of its own)
+        window = _window(spec.policy.stabilization_window_seconds, windows.template_s)
+        mem_hold = st.hold_s
+        if mem_hold is None:
+            mem_hold = template_hold(
+                {"resources.requests.memory": ("", mem[1])},
+                template_changed_at(dep),
+                world.now,
+                window,
+            )
+        if mem_hold is not None:
+            if st.hold_s is None:
+                held = (
+                    *held,
+                    f"{mem[1]} (stabilization window: the pod template changed less than "
+                    f"{window:g} s ago; applied in {mem_hold:.0f} s)",
+                )
+                st = replace(st, hold_s=mem_hold, held=held)
+            mem = None
     # a change within the hysteresis (or held) is not written: the running value stays
     flags = {
         k: (v if k in changes else running.get(k, v))
@@ -568,7 +638,7 @@ def decide(
         replica_history=st.history,
         held=held,
     )
-    if not changes and not rep_change and not strat_change:
+    if not changes and not rep_change and not strat_change and mem is None:
         if held:
             msg = "waiting to apply " + "; ".join(held)
             return replace(
@@ -591,6 +661,8 @@ def decide(
             pdb_min_available=pdb(current_replicas),
         )
     want = _arrows(changes)
+    if mem is not None:
+        want += f"{', ' if want else ''}{mem[1]}"
     if rep_change:
         want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
     if strat_change:
@@ -598,9 +670,17 @@ def decide(
             f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
         )
     change = build_change(
-        dep, index, flags, running, replicas, strategy, owner=owner, remove=remove
+        dep,
+        index,
+        flags,
+        running,
+        replicas,
+        strategy,
+        owner=owner,
+        remove=remove,
+        resources=mem[0] if mem is not None else None,
     )
-    if change.changed_flags and change.patch:
+    if (change.changed_flags or change.resources) and change.patch:
         # the pod template changes: the stabilization window starts now
         change.patch.setdefault("metadata", {}).setdefault("annotations", {})[
             ANNOTATION_TEMPLATE_CHANGED

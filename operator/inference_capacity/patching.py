@@ -30,6 +30,8 @@ class DeploymentChange:
     replicas: tuple[int | None, int] | None
     strategy: tuple[dict[str, Any] | None, dict[str, Any]] | None
     applied_hash: str
+    #: the container's ``resources`` the patch sets (spec.policy.setMemoryRequest), None: none
+    resources: dict[str, Any] | None = None
 
     @property
     def empty(self) -> bool:
@@ -37,12 +39,19 @@ class DeploymentChange:
 
 
 def applied_hash(
-    flags: Mapping[str, str], replicas: int | None, strategy: Mapping[str, Any] | None
+    flags: Mapping[str, str],
+    replicas: int | None,
+    strategy: Mapping[str, Any] | None,
+    resources: Mapping[str, Any] | None = None,
 ) -> str:
-    blob = json.dumps(
-        {"flags": dict(sorted(flags.items())), "replicas": replicas, "strategy": strategy},
-        sort_keys=True,
-    )
+    body: dict[str, Any] = {
+        "flags": dict(sorted(flags.items())),
+        "replicas": replicas,
+        "strategy": strategy,
+    }
+    if resources:
+        body["resources"] = resources
+    blob = json.dumps(body, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -55,9 +64,11 @@ def build_change(
     strategy: Mapping[str, Any] | None,
     owner: str | None = None,
     remove: Collection[str] = (),
+    resources: Mapping[str, Any] | None = None,
 ) -> DeploymentChange:
     """The patch that sets ``flags`` on the container and deletes the flags of ``remove`` that
-    it carries, and replicas/strategy when given."""
+    it carries, the container's ``resources`` (memory: merged key by key by the strategic merge)
+    and replicas/strategy when given."""
     spec = deployment.get("spec", {})
     containers = spec.get("template", {}).get("spec", {}).get("containers", [])
     container = containers[container_index]
@@ -65,19 +76,21 @@ def build_change(
     dropped = [k for k in remove if k in current_flags]
     changed.update({k: (current_flags[k], REMOVED) for k in dropped})
     patch: dict[str, Any] = {}
+    cpatch: dict[str, Any] = {"name": container["name"]}
     if changed:
         new = rewrite_flags(container, {k: v for k, v in flags.items()}, dropped)
-        cpatch: dict[str, Any] = {"name": container["name"]}
         for key in ("command", "args"):
             if new.get(key) != container.get(key):
                 cpatch[key] = new.get(key)
         if new.get("env") != container.get("env"):
             old_env = {e.get("name"): e for e in container.get("env", []) or []}
             cpatch["env"] = [e for e in new.get("env", []) or [] if old_env.get(e.get("name")) != e]
-        if len(cpatch) > 1:
-            patch.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})[
-                "containers"
-            ] = [cpatch]
+    if resources:
+        cpatch["resources"] = json.loads(json.dumps(resources))
+    if len(cpatch) > 1:
+        patch.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})[
+            "containers"
+        ] = [cpatch]
     rep_change = None
     if replicas is not None and spec.get("replicas") != replicas:
         patch.setdefault("spec", {})["replicas"] = replicas
@@ -92,7 +105,7 @@ def build_change(
                 "rollingUpdate": dict(strategy),
             }
             strat_change = (cur, dict(strategy))
-    h = applied_hash({**flags, **{k: REMOVED for k in dropped}}, replicas, strategy)
+    h = applied_hash({**flags, **{k: REMOVED for k in dropped}}, replicas, strategy, resources)
     if patch:
         ann = {
             ANNOTATION_APPLIED: json.dumps(
@@ -101,6 +114,7 @@ def build_change(
                     **({"removed": sorted(dropped)} if dropped else {}),
                     "replicas": replicas,
                     "strategy": dict(strategy) if strategy else None,
+                    **({"resources": dict(resources)} if resources else {}),
                     "hash": h,
                 },
                 sort_keys=True,
@@ -109,7 +123,9 @@ def build_change(
         if owner:
             ann[ANNOTATION_OWNER] = owner
         patch.setdefault("metadata", {})["annotations"] = ann
-    return DeploymentChange(patch, changed, rep_change, strat_change, h)
+    return DeploymentChange(
+        patch, changed, rep_change, strat_change, h, dict(resources) if resources else None
+    )
 
 
 def apply_strategic(deployment: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +150,10 @@ def apply_strategic(deployment: Mapping[str, Any], patch: Mapping[str, Any]) -> 
                                     envs[e["name"]].update(e)
                                 else:
                                     tgt.setdefault("env", []).append(e)
+                        elif ck == "resources" and isinstance(cv, Mapping):
+                            res = tgt.setdefault("resources", {})
+                            for part, vals in cv.items():
+                                res.setdefault(part, {}).update(vals)
                         else:
                             tgt[ck] = cv
             elif isinstance(v, Mapping) and isinstance(dst.get(k), dict):

@@ -14,21 +14,25 @@ with its margin in bytes (negative: it happens) and the flag that moves it.
 5. ``cudaGraph`` (GPU): the CUDA-graph pool captured after the KV cache: outside vLLM's budget
    before 0.20 (it must fit in what vLLM does not request), an estimate inside it from 0.20
    (the capture can exceed the estimate: the 0.19 logs show up to +121 %).
-6. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak:
-   the per-replica weights passing through host memory while safetensors are read (mmap'd pages
-   charged to the pod's cgroup), ``--cpu-offload-gb`` and ``--swap-space`` per rank,
-   ``--mm-processor-cache-gb``, and a base process of :data:`HOST_BASE_BYTES` (assumed).
+6. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak
+   (:func:`host_peak_bytes`, the one estimate: the risk, ``plan -o patch`` and the operator's
+   ``spec.policy.setMemoryRequest`` all read it).
 
-Pure: no Kubernetes; the controller gives :class:`HostInput` from the container.
+Pure: no Kubernetes API; :func:`host_input` reads :class:`HostInput` from the container spec.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from .engines.vllm_flag_table import flag_table
 from .planner import Plan
 from .units import GiB
+
+MiB: Final = 2**20
 
 RiskKind = Literal["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"]
 
@@ -46,7 +50,8 @@ class HostInput:
     memory_limit: int | None = None
     cpu_offload_gb: float = 0.0
     swap_space_gb: float = 0.0
-    mm_processor_cache_gb: float = 0.0
+    #: None: the flag is not given (vLLM's default of the version, for a multimodal model)
+    mm_processor_cache_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -80,14 +85,149 @@ def _items(plan: Plan, rank: int) -> dict[str, int]:
     return out
 
 
+def mm_processor_cache_gb(plan: Plan, host: HostInput) -> float:
+    """GiB of one multimodal processor cache: ``--mm-processor-cache-gb``, else vLLM's default
+    for the version (the flag table: 4 GiB in 0.11–0.33) when the model takes images/audio/video;
+    0 for a text-only model (vLLM builds no processor cache for it)."""
+    if host.mm_processor_cache_gb is not None:
+        return host.mm_processor_cache_gb
+    if not plan.input.model.mm_modalities:
+        return 0.0
+    run = flag_table().run("mm-processor-cache-gb", str(plan.prediction.settings.version))
+    return float(run.default) if run is not None and run.default is not None else 0.0
+
+
 def host_peak_bytes(plan: Plan, host: HostInput) -> int:
-    """The load-time host peak of one pod (one replica: tp x pp ranks in the pod)."""
+    """The load-time host peak of one pod (one replica: TP x PP ranks, DP engine cores).
+
+    Terms (what is measured or read, what is assumed):
+
+    * the weights of the replica, once (every rank's ledger weights): safetensors are mmap'd and
+      read through the page cache, and the pages touched are charged to the pod's memory cgroup
+      while the weights load (assumed: all of them at once, the worst case; vLLM reads one file
+      at a time but the kernel keeps the pages until pressure);
+    * :data:`HOST_BASE_BYTES` per rank process (assumed: Python, torch, CUDA/NCCL libraries, the
+      tokenizer and pinned staging buffers);
+    * ``--cpu-offload-gb`` and ``--swap-space`` per rank (vLLM's per-GPU meanings; the flags
+      read from the container, 0 when absent: in the V1 engine of 0.11+ no swap space is
+      allocated, so counting it is conservative);
+    * the multimodal processor cache (:func:`mm_processor_cache_gb`) once per API-server process
+      and once per engine core (``config/multimodal.py``: "duplicated for each API process and
+      engine core process"; one API server assumed).
+    """
     ranks = plan.input.tp * plan.input.pp
+    dp = max(1, plan.input.engine.data_parallel)
     weights = sum(r.weights.total for r in plan.prediction.ranks)
     per_rank = (host.cpu_offload_gb + host.swap_space_gb) * GiB
-    return int(
-        HOST_BASE_BYTES * ranks + weights + per_rank * ranks + host.mm_processor_cache_gb * GiB
+    mm = mm_processor_cache_gb(plan, host) * GiB * (1 + dp)
+    return int(HOST_BASE_BYTES * ranks + weights + per_rank * ranks + mm)
+
+
+def parse_quantity(value: Any) -> int | None:
+    """Bytes of a Kubernetes memory quantity ("64Gi", "1e9", "500M"); None when absent or
+    unreadable."""
+    if value is None:
+        return None
+    from kubernetes.utils import parse_quantity as _pq
+
+    try:
+        return int(math.ceil(_pq(str(value))))  # type: ignore[no-untyped-call]
+    except (ValueError, ArithmeticError, TypeError):
+        return None
+
+
+def _gb(flags: Mapping[str, str], flag: str) -> float | None:
+    raw = flags.get(flag)
+    if raw is None:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+def host_input(container: Mapping[str, Any], flags: Mapping[str, str]) -> HostInput:
+    """The vLLM container's memory request/limit and the host-memory flags it runs with."""
+    res = container.get("resources") or {}
+    return HostInput(
+        memory_request=parse_quantity((res.get("requests") or {}).get("memory")),
+        memory_limit=parse_quantity((res.get("limits") or {}).get("memory")),
+        cpu_offload_gb=_gb(flags, "cpu-offload-gb") or 0.0,
+        swap_space_gb=_gb(flags, "swap-space") or 0.0,
+        mm_processor_cache_gb=_gb(flags, "mm-processor-cache-gb"),
     )
+
+
+#: flags that put bytes in host memory the estimate does not model: with
+#: spec.policy.setMemoryRequest no request is written while the container sets one (fail closed)
+HOST_UNMODELLED_FLAGS: Final[Mapping[str, str]] = {
+    "kv-transfer-config": "a KV connector may keep KV blocks in host memory (LMCache, offloading)",
+    "api-server-count": "more API-server processes, each with its own processor cache",
+}
+
+
+def host_unmodelled(flags: Mapping[str, str]) -> list[str]:
+    """What the container sets that the host estimate does not model ([] when nothing)."""
+    return [
+        f"--{f}: {why}"
+        for f, why in HOST_UNMODELLED_FLAGS.items()
+        if f in flags and not (f == "api-server-count" and flags[f].strip() == "1")
+    ]
+
+
+#: each OOMKilled step multiplies the memory request by this (bounded: at most
+#: :data:`MAX_MEMORY_STEPS` steps per resource, one per template hash and stabilization window)
+MEMORY_STEP_FACTOR: Final = 1.25
+MAX_MEMORY_STEPS: Final = 3
+
+
+@dataclass(frozen=True)
+class MemoryStep:
+    """Steps up after OOMKilled starts: the request becomes at least ``base_bytes`` (the
+    container's bound when first killed, or the estimate) x ``factor``."""
+
+    factor: float
+    base_bytes: int
+
+
+def quantity(b: int) -> str:
+    """A memory quantity of at least ``b`` bytes, in whole MiB."""
+    return f"{math.ceil(b / MiB)}Mi"
+
+
+def memory_target_bytes(plan: Plan, host: HostInput, step: MemoryStep | None = None) -> int:
+    """The memory request spec.policy.setMemoryRequest wants: the load-time host peak, raised by
+    the OOMKilled steps taken."""
+    peak = host_peak_bytes(plan, host)
+    if step is None:
+        return peak
+    return max(peak, math.ceil(step.factor * max(step.base_bytes, peak)))
+
+
+def memory_resources(
+    container: Mapping[str, Any], target: int
+) -> tuple[dict[str, Any], tuple[int | None, int]] | None:
+    """The ``resources`` patch that raises the container's memory request to ``target`` (and
+    its limit when one exists below it), and (old, new) request bytes; None when the request
+    already covers it. A request is never lowered."""
+    res = container.get("resources") or {}
+    req_raw = (res.get("requests") or {}).get("memory")
+    lim_raw = (res.get("limits") or {}).get("memory")
+    req, lim = parse_quantity(req_raw), parse_quantity(lim_raw)
+    if req_raw is not None and req is None:
+        raise ValueError(f"resources.requests.memory {req_raw!r} is not a quantity")
+    if lim_raw is not None and lim is None:
+        raise ValueError(f"resources.limits.memory {lim_raw!r} is not a quantity")
+    if req is None and lim is not None:
+        req = lim  # the API server defaults an unset request to the limit
+    if req is not None and req >= target:
+        return None
+    q = quantity(target)
+    out: dict[str, Any] = {"requests": {"memory": q}}
+    if lim is not None and lim < target:
+        out["limits"] = {"memory": q}
+    return out, (req, parse_quantity(q) or target)
 
 
 def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:

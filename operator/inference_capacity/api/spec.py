@@ -810,6 +810,17 @@ class PolicySpec(_Spec):
             "status.observed.adjustment."
         ),
     )
+    set_memory_request: SBool = Field(
+        False,
+        description=(
+            "Set the vLLM container's resources.requests.memory to the load-time host peak "
+            "the ledger estimates (the weights read through the page cache, a base process per "
+            "rank, --cpu-offload-gb/--swap-space per rank, the multimodal processor cache), "
+            "raising resources.limits.memory when it is lower; never lowers a request. After an "
+            "OOMKilled start (mode Enforce), one bounded step up per stabilization window, "
+            "recorded in status.observed.adjustment."
+        ),
+    )
     observe_startup: SBool = Field(
         True,
         description=(

@@ -342,10 +342,12 @@ class ObservedStartup(_Status):
 class StartupAdjustment(_Status):
     """How the plan was changed after what the pods printed at startup."""
 
-    kind: Literal["StepBack", "Calibrated", "StepBackAndCalibrated"] = Field(
+    kind: Literal["StepBack", "Calibrated", "StepBackAndCalibrated", "MemoryStepUp"] = Field(
         description=(
             "StepBack: a failed start lowered --gpu-memory-utilization by its measured shortfall; "
-            "Calibrated: spec.policy.calibrateFromObserved sized from the observed KV tokens."
+            "Calibrated: spec.policy.calibrateFromObserved sized from the observed KV tokens; "
+            "MemoryStepUp: an OOMKilled container raised the memory request "
+            "(spec.policy.setMemoryRequest; alongside another kind, memoryStepFactor is set)."
         )
     )
     reason: str = Field(max_length=2048, description="Why, with the numbers.")
@@ -357,6 +359,18 @@ class StartupAdjustment(_Status):
     )
     kv_safety_fraction: float | None = Field(
         None, ge=0, le=1, description="The KV safety fraction that ratio gives."
+    )
+    memory_step_factor: float | None = Field(
+        None,
+        ge=1,
+        le=4,
+        description="OOMKilled steps up: the memory request is at least this x memoryBaseBytes.",
+    )
+    memory_base_bytes: Int64 | None = Field(
+        None,
+        ge=0,
+        description="The container's memory limit (else request) when first OOMKilled, or the "
+        "load-time host estimate when it set none.",
     )
 
 

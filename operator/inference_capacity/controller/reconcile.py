@@ -254,7 +254,8 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     if adj is not None:
         _startup_status(ctx, spec, *adj)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
-    return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg)
+    mem_step = adj[1].memory_step if adj is not None else None
+    return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg, mem_step)
 
 
 def _plan(
@@ -296,6 +297,7 @@ def _decide_and_write(
     plan: Plan,
     hpa_min: int | None,
     spare_msg: str,
+    memory_step: risks.MemoryStep | None = None,
 ) -> Outcome:
     """Decide, and write the patch the decision gives with optimistic concurrency: the patch
     carries the resourceVersion it was decided on, so a concurrent edit makes it fail (409)
@@ -308,7 +310,7 @@ def _decide_and_write(
             f"{ctx.ns}/{ctx.name}",
             resolved,
             plan,
-            _world(ctx, spec, dep, hpa_min),
+            replace(_world(ctx, spec, dep, hpa_min), memory_step=memory_step),
             spare_message=spare_msg,
             windows=windows,
         )
@@ -470,6 +472,11 @@ def _startup_adjust(
         window_s=float(settings.current().stabilization_seconds if window is None else window),
         hysteresis_percent=policy.hysteresis_percent,
         calibrate=policy.calibrate_from_observed,
+        host=(
+            startup.host_input(dep, resolved.container_index or 0, resolved.running_flags)
+            if policy.set_memory_request
+            else None
+        ),
     )
     return entries, adj
 

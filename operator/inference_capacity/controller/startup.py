@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import settings
+from .. import risks, settings
 from ..engines import predict_startup
 from ..engines.vllm_args import find_vllm_container, read_flags
 from ..observe.startup_log import LIMIT_BYTES, StartupLog, parse, prediction_errors
@@ -362,38 +363,14 @@ def forget(key: str) -> None:
     _reads.pop_where(lambda k: k[0] != key)
     _pods.pop_where(lambda k: k != key)
     _steps.pop_where(lambda k: k != key)
-
-
-def _quantity(value: Any) -> int | None:
-    """Bytes of a Kubernetes memory quantity ("64Gi", "1e9"); None when absent or unreadable."""
-    if value is None:
-        return None
-    from kubernetes.utils import parse_quantity
-
-    try:
-        return int(parse_quantity(str(value)))  # type: ignore[no-untyped-call]
-    except (ValueError, ArithmeticError):
-        return None
+    _mem_steps.pop_where(lambda k: k != key)
 
 
 def host_input(dep: Mapping[str, Any], index: int, flags: Mapping[str, str]) -> HostInput:
     """The vLLM container's memory request/limit and the host-memory flags it runs with."""
     containers = (dep.get("spec") or {}).get("template", {}).get("spec", {}).get("containers")
-    res = ((containers or [{}])[index] if containers else {}).get("resources") or {}
-
-    def gb(flag: str) -> float:
-        try:
-            return max(0.0, float(flags.get(flag) or 0.0))
-        except ValueError:
-            return 0.0
-
-    return HostInput(
-        memory_request=_quantity((res.get("requests") or {}).get("memory")),
-        memory_limit=_quantity((res.get("limits") or {}).get("memory")),
-        cpu_offload_gb=gb("cpu-offload-gb"),
-        swap_space_gb=gb("swap-space"),
-        mm_processor_cache_gb=gb("mm-processor-cache-gb"),
-    )
+    container = (containers or [{}])[index] if containers else {}
+    return risks.host_input(container, flags)
 
 
 def shortfall_gib(parsed: StartupLog) -> float | None:
@@ -420,6 +397,10 @@ MAX_STEP_BACK_FRACTION = 0.2
 _steps: state.Bounded[str, tuple[frozenset[str], float, float]] = state.Bounded()
 
 
+#: resource key -> (template hashes stepped up for, monotonic time of the last step, the step)
+_mem_steps: state.Bounded[str, tuple[frozenset[str], float, risks.MemoryStep]] = state.Bounded()
+
+
 @dataclass(frozen=True)
 class Adjustment:
     plan_input: PlanInput
@@ -427,6 +408,38 @@ class Adjustment:
     status: dict[str, Any] | None
     #: (kind, message) of a failed start of the newest template, for Ready=False
     failed: tuple[str, str] | None
+    #: OOMKilled steps up of the memory request (spec.policy.setMemoryRequest), for the decision
+    memory_step: risks.MemoryStep | None = None
+
+
+def memory_step(
+    key: str,
+    cur: Mapping[str, Any] | None,
+    host: HostInput | None,
+    enforce: bool,
+    window_s: float,
+    now: float,
+) -> risks.MemoryStep | None:
+    """The memory step after an OOMKilled start of the newest template: one step of
+    :data:`risks.MEMORY_STEP_FACTOR` per template hash, at most one per stabilization window
+    and :data:`risks.MAX_MEMORY_STEPS` in all (never a loop: the base is the bound when first
+    killed, so a raised request does not raise itself again)."""
+    hashes, last, step = _mem_steps.get(key) or (frozenset(), -1e18, None)
+    if (
+        enforce
+        and host is not None
+        and cur is not None
+        and cur.get("failure") == "OOMKilled"
+        and str(cur.get("templateHash")) not in hashes
+        and now - last >= window_s
+    ):
+        n = 0 if step is None else round(math.log(step.factor, risks.MEMORY_STEP_FACTOR))
+        if n < risks.MAX_MEMORY_STEPS:
+            bound = host.memory_limit if host.memory_limit is not None else host.memory_request
+            base = step.base_bytes if step is not None else (bound or 0)
+            step = risks.MemoryStep(risks.MEMORY_STEP_FACTOR ** (n + 1), base)
+            _mem_steps.set(key, (hashes | {str(cur.get("templateHash"))}, now, step))
+    return step
 
 
 def _current(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -442,13 +455,16 @@ def adjust(
     hysteresis_percent: float,
     calibrate: bool,
     now: float | None = None,
+    host: HostInput | None = None,
 ) -> Adjustment:
     """The plan input after what the pods printed: a failed start of the newest template gives
     ``failed``; in Enforce mode a CudaOutOfMemory / FreeMemoryCheck failure adds its measured
     shortfall to the operational headroom (a lower --gpu-memory-utilization), once per template
     hash and at most once per stabilization window; with ``calibrate`` (spec.policy
     .calibrateFromObserved) KV tokens vLLM printed below the prediction shrink the usable pool by
-    their ratio (max-num-seqs and replicas sized from the observed tokens; never raised)."""
+    their ratio (max-num-seqs and replicas sized from the observed tokens; never raised); with
+    ``host`` (spec.policy.setMemoryRequest: the container's memory) an OOMKilled start steps
+    the memory request up (:func:`memory_step`)."""
     t = time.monotonic() if now is None else now
     cur = _current(entries)
     failed = None
@@ -456,7 +472,11 @@ def adjust(
     status: dict[str, Any] | None = None
     steps, last, added = _steps.get(key) or (frozenset(), -1e18, 0.0)
     if cur is not None and cur.get("failure"):
-        failed = (str(cur["failure"]), str(cur.get("message", "")))
+        message = str(cur.get("message", ""))
+        if cur["failure"] == "OOMKilled" and "OOMKilled" not in message:
+            # the container status says so even when its previous log cannot be read
+            message = f"pod {cur.get('pod')}: last termination OOMKilled; {message}"
+        failed = (str(cur["failure"]), message)
         short = cur.get("shortfallGib")
         h = str(cur["templateHash"])
         if (
@@ -507,8 +527,24 @@ def adjust(
                 f"predicted {pred:,}: max-num-seqs and replicas sized from the observed tokens "
                 f"(usable pool x {ratio:.4f})",
             }
-    return Adjustment(out, status, failed)
+    mem = memory_step(key, cur, host, enforce, window_s, t)
+    if mem is not None:
+        why = (
+            f"the vLLM container was OOMKilled; memory request at least {mem.factor:g} x "
+            f"{mem.base_bytes / 2**30:.2f} GiB (its memory bound when first killed, at least the "
+            "load-time host estimate); one step per template hash and stabilization window, at "
+            f"most {risks.MAX_MEMORY_STEPS}"
+        )
+        status = {
+            **(status or {}),
+            "kind": status["kind"] if status else "MemoryStepUp",
+            "reason": (status["reason"] + "; " if status else "") + why,
+            "memoryStepFactor": round(mem.factor, 6),
+            "memoryBaseBytes": mem.base_bytes,
+        }
+    return Adjustment(out, status, failed, mem)
 
 
 def forget_steps(key: str) -> None:
     _steps.pop_where(lambda k: k != key)
+    _mem_steps.pop_where(lambda k: k != key)
