@@ -38,6 +38,7 @@ from .risks import (
     memory_target_bytes,
 )
 from .sizing.gpus import container_gpu_request, spare_after_scale_up, spare_gpus
+from .units import GiB
 from .vocab import ConditionStatus, ConditionType
 
 #: the stabilization windows when spec.policy leaves them null (seconds)
@@ -522,7 +523,7 @@ def memory_change(
     if got is None:
         return None
     res, (old, new) = got
-    was = "(unset)" if old is None else f"{old / 2**30:.2f}Gi"
+    was = "(unset)" if old is None else f"{old / GiB:.2f}Gi"
     text = f"resources.requests.memory {was}→{res['requests']['memory']}"
     if "limits" in res:
         text += " (limit raised to it)"

@@ -470,8 +470,9 @@ class RealCluster:
                 got = self.request(
                     "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
                 )
-                status = got.get("status", {})
-                conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
+                # a CRD just created can answer with "conditions": null
+                status = got.get("status") or {}
+                conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
                 if time.monotonic() > end:

@@ -531,7 +531,7 @@ def adjust(
     if mem is not None:
         why = (
             f"the vLLM container was OOMKilled; memory request at least {mem.factor:g} x "
-            f"{mem.base_bytes / 2**30:.2f} GiB (its memory bound when first killed, at least the "
+            f"{mem.base_bytes / GiB:.2f} GiB (its memory bound when first killed, at least the "
             "load-time host estimate); one step per template hash and stabilization window, at "
             f"most {risks.MAX_MEMORY_STEPS}"
         )
