@@ -179,7 +179,7 @@ class Cluster:
         type_: str,
         status: str,
         reason: str | None = None,
-        timeout: float = 20,
+        timeout: float = 60,
     ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             c = self.condition(ns, name, type_)
@@ -202,7 +202,7 @@ class Cluster:
         return out
 
     def wait_args(
-        self, ns: str, name: str, predicate: Callable[[list[str]], bool], timeout: float = 20
+        self, ns: str, name: str, predicate: Callable[[list[str]], bool], timeout: float = 60
     ) -> list[str]:
         def check() -> list[str] | None:
             c = self.container(ns, name)
