@@ -375,12 +375,12 @@ def test_deleting_leaves_the_deployment_and_removes_the_pdb(cluster: Cluster) ->
     args = c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
     wait_for(
         lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False).returncode == 0,
-        timeout=20,
+        timeout=60,
     )
-    c.api.kubectl("delete", "icap", "llama-8b", "-n", ns, "--wait=true", "--timeout=20s")
+    c.api.kubectl("delete", "icap", "llama-8b", "-n", ns, "--wait=true", "--timeout=60s")
     wait_for(
         lambda: c.api.kubectl("get", "pdb", "llama-8b", "-n", ns, check=False).returncode != 0,
-        timeout=20,
+        timeout=60,
         message="PDB garbage-collected",
     )
     c2 = c.container(ns, "llama-8b")
