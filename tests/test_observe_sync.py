@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -116,12 +115,10 @@ def test_a_slow_server_times_out(slow_stub: Callable[..., SlowServer], head: byt
     """Headers late, or headers and the body's first bytes sent and the rest late."""
     srv = slow_stub(5.0, head)
     src = PromSource(srv.url, timeout_s=1.0)
-    t0 = time.monotonic()
     obs = observe_sync(src, now=1.0e9)
-    took = time.monotonic() - t0
+    # the server answers after 5 s: a client that waited for it would have an answer, not this
     assert obs.reason == "PrometheusUnreachable"
     assert obs.message == f"{srv.url} did not answer within 1 s (the per-request timeout)"
-    assert took < 4.5  # the server would have answered after 5 s: the client gave up
     assert srv.total == 1  # a timeout is not retried
     assert observe(src, now=1.0e9) == obs
 
