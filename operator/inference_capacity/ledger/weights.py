@@ -160,35 +160,12 @@ def weight_breakdown(
     0.20.0/0.25.0: ``tp_size = dp × pcp × tp`` when ``use_ep`` is False), so with
     ``--data-parallel-size`` and no EP each rank holds 1/(tp·dp) of every expert."""
     moe_tp = moe_tp if moe_tp > 0 and ep <= 1 else tp
-    key = (
-        id(shape),
-        tp,
-        pp,
-        stage,
-        dtype_bytes,
-        quant,
-        max_loras,
-        max_lora_rank,
-        ep,
-        moe_tp,
-        mxfp4_align,
-    )
+    args = (tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep, moe_tp, mxfp4_align)
+    key = (id(shape), *args)
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is shape:
         return hit[1]
-    result = _weight_breakdown(
-        shape,
-        tp,
-        pp,
-        stage,
-        dtype_bytes,
-        quant,
-        max_loras,
-        max_lora_rank,
-        ep,
-        moe_tp,
-        mxfp4_align,
-    )
+    result = _weight_breakdown(shape, *args)
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.pop(next(iter(_MEMO)))
     _MEMO[key] = (shape, result)
