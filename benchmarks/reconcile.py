@@ -1141,6 +1141,10 @@ def main(argv: list[str] | None = None) -> int:
         "INFERENCE_CAPACITY_REFRESH_SECONDS": str(a.refresh),
         "INFERENCE_CAPACITY_RETRY_SECONDS": str(a.retry),
         "INFERENCE_CAPACITY_WATCH_TIMEOUT": "300",
+        # the edit run measures edit -> patch: with the default 300 s pod-template window every
+        # edit after the first would be held (and time out); the window has its own tests
+        "INFERENCE_CAPACITY_STABILIZATION_SECONDS": "0",
+        "INFERENCE_CAPACITY_REPLICA_STABILIZATION_SECONDS": "0",
     }
     if a.workers is not None:
         env["INFERENCE_CAPACITY_WORKERS"] = str(a.workers)

@@ -223,8 +223,8 @@ def test_namespace_scoped_mode_uses_roles_and_a_minimal_cluster_role() -> None:
 def test_namespace_scoped_spare_gpu_counting_adds_only_node_and_pod_reads() -> None:
     docs = chart_docs({"watchNamespaces": ["inference"], "rbac": {"spareGpuCounting": True}})
     assert rules_of(one(docs, "ClusterRole")) == {
-        ("", "nodes", ("list",)),
-        ("", "pods", ("list",)),
+        ("", "nodes", ("list", "watch")),
+        ("", "pods", ("list", "watch")),
         ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
     }
 
@@ -235,9 +235,10 @@ def test_cluster_wide_rules_are_the_union_of_namespaced_and_cluster_rules() -> N
     role = rules_of(one(namespaced_docs, "Role"))
     assert role < cluster
     # pods list is in both: the namespaced rules list the target's pods (their startup logs,
-    # issue 23), the cluster rules every pod (spare GPUs)
+    # issue 23), the cluster rules list and watch every pod (spare GPUs, watch-fed)
     assert cluster - role == {
-        ("", "nodes", ("list",)),
+        ("", "nodes", ("list", "watch")),
+        ("", "pods", ("list", "watch")),
         ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
     }
     # Least privilege: nothing the controller does not use (tests/test_rbac_calls.py compares

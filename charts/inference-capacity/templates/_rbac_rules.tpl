@@ -69,10 +69,11 @@ rules (CRD scanning, plus nodes and pods when rbac.spareGpuCounting).
 
 {{- define "inference-capacity.rules.cluster" -}}
 {{- if or (not (include "inference-capacity.namespaced" .)) .Values.rbac.spareGpuCounting }}
-# Spare-GPU counting: Node allocatable and Pod requests of nvidia.com/gpu, cluster-wide.
+# Spare-GPU counting: Node allocatable and Pod requests of nvidia.com/gpu, cluster-wide, from
+# watch-fed caches (one list, then a watch per kind).
 - apiGroups: [""]
   resources: ["nodes", "pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 {{- end }}
 # Kopf: scanning CustomResourceDefinitions (resources appearing and disappearing).
 - apiGroups: ["apiextensions.k8s.io"]

@@ -70,12 +70,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # a deletion waits (finalizer) for the refresh timer to stop; Kopf re-checks a timer that
     # was mid-refresh after this long (its default is 60 s: kubectl delete hung a minute)
     settings.background.cancellation_polling = ours.delete_poll_seconds
+    # Nodes and Pods for spare-GPU counting from watch-fed caches, not a listing per reconcile
+    k8s.start_informers()
 
 
 @kopf.on.cleanup()
 def stop_background_work(**_: Any) -> None:
     """At shutdown: Prometheus observations are cancelled, queued refreshes dropped."""
     observing.shutdown()
+    k8s.stop_informers()
     _refresh_pool.shutdown(wait=False, cancel_futures=True)
 
 

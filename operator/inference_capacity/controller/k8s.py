@@ -18,6 +18,7 @@ from kubernetes.client import ApiException
 from .. import settings
 from ..api import GROUP, VERSION
 from ..decision import hpa_min_replicas_by_target
+from .informer import Informer, wait_tried
 
 PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"
@@ -169,7 +170,7 @@ def get_config_maps(namespace: str, names: list[str]) -> dict[str, dict[str, str
     return out
 
 
-def _slim_node(n: Mapping[str, Any]) -> dict[str, Any]:
+def slim_node(n: Mapping[str, Any]) -> dict[str, Any]:
     """What spare-GPU counting reads of a Node (sizing.gpus)."""
     meta, spec, status = n.get("metadata") or {}, n.get("spec") or {}, n.get("status") or {}
     return {
@@ -182,14 +183,17 @@ def _slim_node(n: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _slim_pod(p: Mapping[str, Any]) -> dict[str, Any]:
+def slim_pod(p: Mapping[str, Any]) -> dict[str, Any]:
     """What spare-GPU counting reads of a Pod: its node, phase and containers' resources."""
     spec = p.get("spec") or {}
 
     def res(cs: Any) -> list[dict[str, Any]]:
         return [{"resources": c.get("resources") or {}} for c in cs or []]
 
+    meta = p.get("metadata") or {}
     return {
+        # where it runs and what selects it: the startup reader skips a target with none
+        "metadata": {"namespace": meta.get("namespace"), "labels": meta.get("labels") or {}},
         "spec": {
             "nodeName": spec.get("nodeName"),
             "containers": res(spec.get("containers")),
@@ -206,6 +210,67 @@ def _items(raw: Any) -> list[dict[str, Any]]:
     return items
 
 
+#: the Pods that hold GPUs: not yet terminated
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+_informers: list[Informer] = []
+
+
+def start_informers(wait_seconds: float = 10.0) -> None:
+    """Start the watch-fed Node and Pod caches (once) and wait, at most ``wait_seconds``, for
+    their first list, so the first reconciles read them instead of listing."""
+    if not _informers:
+        api = client.CoreV1Api(api_client())
+        timeout = settings.current().watch_timeout
+        _informers.extend(
+            [
+                Informer("nodes", api.list_node, slim_node, watch_timeout=timeout),
+                Informer(
+                    "pods",
+                    api.list_pod_for_all_namespaces,
+                    slim_pod,
+                    field_selector=LIVE_PODS,
+                    watch_timeout=timeout,
+                ),
+            ]
+        )
+        for informer in _informers:
+            informer.start()
+    wait_tried(_informers, wait_seconds)
+
+
+def stop_informers() -> None:
+    for informer in _informers:
+        informer.stop()
+
+
+def cached_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The Nodes and live Pods from the watch-fed caches, or None when they are not running or
+    not (yet) synced (then :func:`list_nodes_and_pods` is the way)."""
+    if not _informers:
+        return None
+    nodes, pods = (i.snapshot() for i in _informers)
+    if nodes is None or pods is None:
+        return None
+    return nodes, pods
+
+
+def any_scheduled_pod(namespace: str, match_labels: Mapping[str, str]) -> bool | None:
+    """Whether a live Pod of the namespace with these labels is on a Node (so it may have
+    printed something), from the watch-fed cache; None when that is not synced."""
+    if not _informers:
+        return None
+
+    def matches(pod: Mapping[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != namespace or not (pod.get("spec") or {}).get("nodeName"):
+            return False
+        labels = meta.get("labels") or {}
+        return all(labels.get(k) == v for k, v in match_labels.items())
+
+    return _informers[1].any(matches)
+
+
 def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """All Nodes and non-terminated Pods (only the fields spare-GPU counting reads), or None
     when RBAC forbids it (namespace-scoped).
@@ -218,7 +283,7 @@ def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] |
         raw_nodes = api.list_node(resource_version="0", _preload_content=False)
         nodes = _items(raw_nodes)
         raw_pods = api.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            field_selector=LIVE_PODS,
             resource_version="0",
             _preload_content=False,
         )
@@ -227,7 +292,7 @@ def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] |
         if exc.status in (401, 403, 404):
             return None
         raise
-    return [_slim_node(n) for n in nodes], [_slim_pod(p) for p in pods]
+    return [slim_node(n) for n in nodes], [slim_pod(p) for p in pods]
 
 
 #: HPA listings per namespace are shared by reconciles for this many seconds
@@ -275,16 +340,25 @@ def get_pdb(namespace: str, name: str) -> dict[str, Any] | None:
     return _dict(obj)
 
 
-def upsert_pdb(namespace: str, body: dict[str, Any], owner_uid: str) -> str:
+class _NotRead:
+    """The object has not been read in this reconcile (as opposed to read and not found)."""
+
+
+NOT_READ = _NotRead()
+#: an object as read (None: not found), or NOT_READ
+Read = dict[str, Any] | None | _NotRead
+
+
+def upsert_pdb(
+    namespace: str, body: dict[str, Any], owner_uid: str, current: Read = NOT_READ
+) -> str:
     """Create or patch the PodDisruptionBudget; returns 'created', 'patched' or 'unchanged'.
-    A PDB of that name that ``owner_uid`` does not own is never changed (ForeignObject)."""
+    A PDB of that name that ``owner_uid`` does not own is never changed (ForeignObject).
+    ``current``: the PDB as this reconcile already read it (not read again)."""
     api = client.PolicyV1Api(api_client())
     name = body["metadata"]["name"]
-    try:
-        cur = _dict(api.read_namespaced_pod_disruption_budget(name, namespace))
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    cur = get_pdb(namespace, name) if isinstance(current, _NotRead) else current
+    if cur is None:
         try:
             api.create_namespaced_pod_disruption_budget(
                 namespace, cast(Any, body), field_manager=FIELD_MANAGER

@@ -66,6 +66,8 @@ class _Ctx:
         self._emit = emit
         #: conditions set last (a failed vLLM start: Ready=False)
         self.overrides: list[tuple[str, str, str, str]] = []
+        #: the PDB as read by this reconcile (None: not found), so it is read once
+        self.pdb: k8s.Read = k8s.NOT_READ
 
     def cond(self, type_: str, status: str, reason: str, message: str) -> None:
         self.conditions = set_condition(
@@ -111,6 +113,9 @@ _nodes_lock = threading.Lock()
 
 
 def _nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    cached = k8s.cached_nodes_and_pods()  # the watch-fed caches, once they have synced
+    if cached is not None:
+        return cached
     with _nodes_lock:
         at, value = _nodes_cache
         ttl = settings.current().nodes_ttl_seconds
@@ -361,7 +366,8 @@ def _world(ctx: _Ctx, spec: Any, dep: Mapping[str, Any], hpa_min: int | None) ->
     if decision.owns_pdb(spec, hpa_min):
         if _pdb_written_recently(ctx) is None:
             # not written (so owned) by this resource a moment ago: read it
-            foreign = decision.foreign_pdb(k8s.get_pdb(ctx.ns, ctx.name), ctx.name, ctx.uid, KIND)
+            ctx.pdb = k8s.get_pdb(ctx.ns, ctx.name)
+            foreign = decision.foreign_pdb(ctx.pdb, ctx.name, ctx.uid, KIND)
     return decision.World(
         deployment=dep,
         hpa_min_replicas=hpa_min,
@@ -417,7 +423,7 @@ def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
     if _pdb_written_recently(ctx) == (min_available, selector):
         return
     try:
-        what = k8s.upsert_pdb(ctx.ns, body, ctx.uid)
+        what = k8s.upsert_pdb(ctx.ns, body, ctx.uid, ctx.pdb)
     except k8s.ForeignObject as exc:
         ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
         ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))

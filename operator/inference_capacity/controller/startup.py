@@ -283,6 +283,8 @@ def observe(
         and (time.monotonic() - listed[1] < s.startup_pods_ttl_seconds)
     ):
         pods = listed[2]
+    elif k8s.any_scheduled_pod(namespace, selector) is False:
+        pods = []  # no pod of the target is on a Node (the cache says): no log to read yet
     else:
         try:
             got = k8s.list_pods(namespace, label_selector)
