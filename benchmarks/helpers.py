@@ -301,7 +301,8 @@ _REFUSAL_TERM: tuple[tuple[type[Exception], str], ...] = (
 def refusal_reason(exc: ValueError) -> str:
     """``"term: message"`` for a predictor refusal (the term it blocks: model, device, ...)."""
     term = next((t for cls, t in _REFUSAL_TERM if isinstance(exc, cls)), "settings")
-    return f"{term}: refused by the predictor ({type(exc).__name__}: {exc})"
+    first = str(exc).split(". ", 1)[0].rstrip(".")
+    return f"{term}: refused by the predictor ({type(exc).__name__}: {first})"
 
 
 def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
