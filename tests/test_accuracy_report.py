@@ -45,10 +45,19 @@ def test_accuracy_report() -> None:
     assert rep is not None and int(rep.group(2)) == n_logs
     mae = re.search(r"available-KV MAE on the replayable >= 0.20 logs: ([\d.]+) % over (\d+)", text)
     assert mae is not None and int(mae.group(2)) == int(rep.group(1))
-    # vllm-startup-047 (the only replayable one today) misses by -7.57 %: reported, not fitted on
-    assert "vllm-startup-047: available KV -7.57 %" in text
+    # the MAE is the mean |error| of the replayable logs listed above it (vllm-startup-047,
+    # gpt-oss-120b TP8 0.28.0, among them: out-of-sample, nothing fitted on it)
+    kv_errs = [
+        float(x)
+        for x in re.findall(r"^    vllm-startup-\d+: available KV ([-+][\d.]+) %$", text, re.M)
+    ]
+    assert len(kv_errs) == int(mae.group(2)) >= 1
+    assert "    vllm-startup-047: available KV " in text
+    assert abs(sum(abs(x) for x in kv_errs) / len(kv_errs) - float(mae.group(1))) < 0.01
     blocked = re.findall(r"^      (vllm-startup-\d+) \(vLLM [^)]*\): (\w+): ", text, re.M)
     assert len(blocked) == n_logs - int(rep.group(1))
     assert {term for _, term in blocked} <= {"model", "device", "version", "settings", "other"}
-    assert ("vllm-startup-089", "device") in blocked  # Qwen3-8B on an RTX A5000 (not in catalog)
+    # a predictor refusal is a reason with its term, not a crash: Qwen3-8B on an RTX A5000 (not
+    # in the GPU catalog) is refused as "device" while the catalog lacks that card
+    assert dict(blocked).get("vllm-startup-089", "device") == "device"
     assert "out-of-sample mean |error| per vLLM version band" in text

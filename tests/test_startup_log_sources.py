@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks.helpers import load_points, logged_version, version_band
+from benchmarks.helpers import load_points, logged_version, predict_point, version_band
 
 from inference_capacity.observe.startup_log import parse
 
@@ -92,3 +93,13 @@ def test_the_logged_numbers_are_the_ones_the_raw_lines_print(pid: str) -> None:
 def test_most_added_logs_carry_vllms_own_lines() -> None:
     # 085/087 are a PR's table of startup figures; every other added log has vLLM's lines
     assert ADDED_BY_ISSUE_21 - set(RAW_NEW) == {"vllm-startup-085", "vllm-startup-087"}
+
+
+def test_a_predictor_refusal_is_a_reason_naming_its_term() -> None:
+    # vllm-startup-089's setup (Qwen3-8B from the catalog) on a card the catalog cannot know:
+    # the replay is refused as "device", with the predictor's own error, instead of crashing
+    point = replace(POINTS["vllm-startup-089"], gpu="NO-SUCH-GPU 24GB", total_gpu_memory_gib=None)
+    pred, reason = predict_point(point)
+    assert pred is None and reason is not None
+    assert reason.startswith("device: refused by the predictor (UnknownGpuError: ")
+    assert "NO-SUCH-GPU" in reason
