@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.helpers import LogPoint, load_points, predict_point
+from benchmarks.helpers import LogPoint, load_points, logged_version, predict_point, version_band
 
 DEFAULT_LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm-startup-logs.jsonl"
 
@@ -50,10 +50,14 @@ IN_SAMPLE = {
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
     "one replayable startup log of vLLM >= 0.20 (vllm-startup-047: gpt-oss-120b TP8, 0.28.0);"
-    " five more (047-057) are recorded with their sources but their models are not in the data",
+    " the other >= 0.20 logs are recorded with their sources, but their models (mostly the"
+    " Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data, or their GPU is not in the"
+    " catalog (the blocking term of each is listed above)",
     "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
     "no ROCm (MI300X) startup log",
-    "no log with --kv-cache-memory-bytes, LoRA, speculative decoding or a Mamba/GDN hybrid",
+    "no replayable log with --kv-cache-memory-bytes, LoRA, speculative decoding or a Mamba/GDN"
+    " hybrid (the >= 0.20 consumer-GPU logs have MTP/DFlash and GDN hybrids, but not their"
+    " configs)",
 )
 
 #: (column, predicted key, logged key); predicted keys from StartupPrediction.to_json, rank 0
@@ -66,6 +70,7 @@ TERMS = (
     ("kv", "available_kv_cache_gib", "kv_cache_gib"),
     ("blk", "num_gpu_blocks", "gpu_blocks"),
     ("tok", "kv_cache_tokens", "kv_cache_tokens"),
+    ("conc", "max_concurrency", "max_concurrency"),
 )
 _PER_RANK = {"weights_gib", "activation_peak_gib", "available_kv_cache_gib"}
 
@@ -76,11 +81,77 @@ class Row:
     predicted: dict[str, Any] | None
     skipped: str | None
 
+    @property
+    def version(self) -> tuple[str | None, bool]:
+        """(vLLM version, shown by the log?): the log's own (printed or matched by line
+        numbers), else the one the replay assumed, else None."""
+        v = logged_version(self.point)
+        if v is not None:
+            return v, True
+        if self.predicted is not None:
+            return str(self.predicted["engine_version"]), False
+        return None, False
+
+    @property
+    def band(self) -> str:
+        return version_band(self.version[0])
+
+
+#: the version band issue 21 asks evidence for
+NEW_BAND = ">=0.20"
+#: the goal for available KV on the >= 0.20 logs (issue 21)
+KV_GOAL_PCT = 2.0
+
+
+def blocked_term(reason: str) -> str:
+    """The term a skip reason names first (``model: ...`` -> model); ``other`` if none."""
+    head = reason.split(":", 1)[0].strip()
+    return head if head in ("model", "device", "version", "settings", "weights", "kv") else "other"
+
+
+def evidence_summary(rows: list[Row]) -> dict[str, Any]:
+    """The >= 0.20 evidence: logs whose own version is >= 0.20, how many have a source URL,
+    which replay, their available-KV errors, and the term and reason of each one that does not."""
+    new = [r for r in rows if r.version[1] and r.band == NEW_BAND]
+    replayed = [r for r in new if r.predicted is not None]
+    kv = {
+        r.point.id: e
+        for r in replayed
+        if (e := term_errors(r.predicted or {}, r.point.logged)["kv"]) is not None
+    }
+    return {
+        "logs": len(new),
+        "with_source_url": sum(1 for r in new if r.point.raw.get("source_url")),
+        "replayable": len(replayed),
+        "kv_errors_pct": kv,
+        "kv_mae_pct": statistics.fmean(abs(x) for x in kv.values()) if kv else None,
+        "not_replayed": [
+            {
+                "id": r.point.id,
+                "version": r.version[0],
+                "term": blocked_term(r.skipped or ""),
+                "reason": r.skipped,
+            }
+            for r in new
+            if r.predicted is None
+        ],
+    }
+
 
 def pct(pred: float | None, real: float | None) -> float | None:
     if pred is None or real is None or real == 0:
         return None
     return 100.0 * (pred - real) / abs(real)
+
+
+#: version bands of the per-band means
+BANDS = ("<0.20", ">=0.20", "unknown")
+
+
+def _short(reason: str | None, limit: int = 150) -> str:
+    """A skip reason cut to one line for the table (the JSON keeps it whole)."""
+    text = reason or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def fmt(x: float | None, spec: str = "+.2f") -> str:
@@ -94,6 +165,10 @@ def term_errors(pr: dict[str, Any], logged: dict[str, Any]) -> dict[str, float |
     for col, pkey, lkey in TERMS:
         pred = r0[pkey] if pkey in _PER_RANK else pr.get(pkey)
         out[col] = pct(pred, logged.get(lkey))
+    # concurrency is printed for one length: compare only at the length the replay used
+    conc_len = logged.get("max_concurrency_len")
+    if conc_len is not None and conc_len != pr.get("max_model_len"):
+        out["conc"] = None
     return out
 
 
@@ -106,19 +181,37 @@ def main(argv: list[str] | None = None) -> int:
     for point in load_points(args.logs):
         pred, reason = predict_point(point)
         rows.append(Row(point, pred, reason))
-    errs: dict[tuple[str, str], list[float]] = {}  # (term, "in"|"out") -> |errors|
+    errs: dict[tuple[str, str, str], list[float]] = {}  # (term, "in"|"out", band) -> |errors|
     failed_total = failed_flagged = 0
-    out = []
+    out: list[dict[str, Any]] = []
     cols = "".join(f" {c + '%':>7}" for c, _, _ in TERMS)
-    header = f"{'id':<18} {'smp':<3} {'eng':<4} {'model':<34} {'tp/pp':<5}{cols} {'start':>9}"
+    header = (
+        f"{'id':<18} {'smp':<3} {'eng':<4} {'model':<34} {'tp/pp':<5}{cols} {'start':>9}"
+        "  vLLM (* assumed by the replay)"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         p, lg = r.point, r.point.logged
         sample = "in" if p.id in IN_SAMPLE else "out"
+        version, shown = r.version
+        vtag = f"{version or '?'}{'' if shown or version is None else '*'}"
         if r.predicted is None:
-            print(f"{p.id:<18} {sample:<3} {p.engine:<4} {p.model[:34]:<34} skipped: {r.skipped}")
-            out.append({"id": p.id, "sample": sample, "skipped": r.skipped})
+            print(
+                f"{p.id:<18} {sample:<3} {p.engine:<4} {p.model[:34]:<34} [{vtag}] skipped: "
+                f"{_short(r.skipped)}"
+            )
+            out.append(
+                {
+                    "id": p.id,
+                    "sample": sample,
+                    "skipped": r.skipped,
+                    "vllm_version": version,
+                    "version_shown_by_log": shown,
+                    "band": r.band,
+                    "source_url": p.raw.get("source_url"),
+                }
+            )
             continue
         pr = r.predicted
         te = term_errors(pr, lg)
@@ -137,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         if p.engine == "v1" and not failed and not excluded:
             for col, value in te.items():
                 if value is not None:
-                    errs.setdefault((col, sample), []).append(abs(value))
+                    errs.setdefault((col, sample, r.band), []).append(abs(value))
         elif not failed and not excluded and te["w"] is not None:
-            errs.setdefault(("w", sample), []).append(abs(te["w"]))
+            errs.setdefault(("w", sample, r.band), []).append(abs(te["w"]))
         print(
             f"{p.id:<18} {sample:<3} {p.engine:<4} {p.model[:34]:<34} {p.tp}/{p.pp:<3}"
             + "".join(f" {fmt(te[c]):>7}" for c, _, _ in TERMS)
-            + f" {start:>9}"
+            + f" {start:>9}  {vtag}"
             + (f"  (not in the mean: {EXCLUDED_FROM_MEAN[p.id]})" if excluded else "")
         )
         out.append(
@@ -155,12 +248,16 @@ def main(argv: list[str] | None = None) -> int:
                 "logged": lg,
                 "errors_pct": te,
                 "start": start,
+                "vllm_version": version,
+                "version_shown_by_log": shown,
+                "band": r.band,
+                "source_url": p.raw.get("source_url"),
             }
         )
     print()
 
-    def mean(col: str, which: tuple[str, ...]) -> str:
-        xs = [x for w in which for x in errs.get((col, w), [])]
+    def mean(col: str, which: tuple[str, ...], bands: tuple[str, ...] = BANDS) -> str:
+        xs = [x for w in which for b in bands for x in errs.get((col, w, b), [])]
         return f"{statistics.fmean(xs):6.2f} % over {len(xs):>2}" if xs else "   n/a        "
 
     print("mean |error| over the V1 points that started (V0 points: weights only)")
@@ -171,6 +268,33 @@ def main(argv: list[str] | None = None) -> int:
             f"{mean(col, ('out',)):>16}"
         )
     print("(target: available KV and tokens/blocks <= 2 % in and out of sample)")
+    print()
+    print("out-of-sample mean |error| per vLLM version band (the log's version, else the replay's)")
+    print(f"{'term':<6}" + "".join(f" {b:>16}" for b in BANDS))
+    for col, _, _ in TERMS:
+        print(f"{col:<6}" + "".join(f" {mean(col, ('out',), (b,)):>16}" for b in BANDS))
+    print()
+    ev = evidence_summary(rows)
+    mae = ev["kv_mae_pct"]
+    goal_met = mae is not None and mae <= KV_GOAL_PCT
+    print("vLLM >= 0.20 evidence (version shown by the log itself: printed, or its line numbers)")
+    print(f"  logs: {ev['logs']}, with a source URL: {ev['with_source_url']}")
+    print(f"  replayable: {ev['replayable']} of {ev['logs']}")
+    for pid, e in ev["kv_errors_pct"].items():
+        print(f"    {pid}: available KV {e:+.2f} %")
+    print(
+        "  available-KV MAE on the replayable >= 0.20 logs: "
+        + (f"{mae:.2f} % over {len(ev['kv_errors_pct'])}" if mae is not None else "n/a")
+        + f" (goal <= {KV_GOAL_PCT:g} %: {'met' if goal_met else 'NOT met'})"
+    )
+    by_term: dict[str, list[dict[str, Any]]] = {}
+    for x in ev["not_replayed"]:
+        by_term.setdefault(x["term"], []).append(x)
+    print("  not replayed, by the term that blocks them:")
+    for term, xs in sorted(by_term.items()):
+        print(f"    {term}: {len(xs)}")
+        for x in xs:
+            print(f"      {x['id']} (vLLM {x['version']}): {_short(x['reason'])}")
     for pid, why in EXCLUDED_FROM_MEAN.items():
         row = next((x for x in out if x["id"] == pid and "errors_pct" in x), None)
         if row is not None and row["errors_pct"]["kv"] is not None:
@@ -181,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     for gap in DATA_GAPS:
         print(f"  - {gap}")
     if args.json:
-        json.dump(out, sys.stdout, indent=1, default=str)
+        json.dump({"rows": out, "evidence_ge_0_20": ev}, sys.stdout, indent=1, default=str)
     return 0
 
 

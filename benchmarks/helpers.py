@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference_capacity.engines.vllm import EngineSettings, predict_startup
-from inference_capacity.hardware import get_gpu
+from inference_capacity.engines.versions import VersionError, parse_version
+from inference_capacity.engines.vllm import EngineSettings, SettingsError, predict_startup
+from inference_capacity.hardware import UnknownGpuError, get_gpu
 from inference_capacity.model import load_config, shape_from_config
+from inference_capacity.model.errors import ModelConfigError, UnknownModelError
 from inference_capacity.units import GiB
 
 #: quantization_config blocks of the public quantized checkpoints the logs used (their
@@ -54,6 +56,10 @@ _FP8_BLOCK = {
     "weight_block_size": [128, 128],
     "activation_scheme": "dynamic",
 }
+
+
+#: the skip reason of a log whose model config is not in the data (the term it blocks first)
+_NO_CONFIG = "model: %s config.json is not in the data (not in the catalog, not public here)"
 
 
 @dataclass(frozen=True)
@@ -158,15 +164,41 @@ POINT_SETUP: dict[str, PointSetup] = {
         "openai/gpt-oss-120b", note="max_model_len not stated: the model default (131072)"
     ),
     "vllm-startup-049": PointSetup(
-        None, skip="Qwen3.6-35B-A3B NVFP4 config not in the data; images on (profile not sized)"
+        None,
+        skip="model: Qwen3.6-35B-A3B NVFP4 config not in the data; images on (encoder profile not "
+        "sized)",
     ),
     "vllm-startup-051": PointSetup(
-        None, skip="Qwen3.6-35B-A3B NVFP4 config not in the data; images on (profile not sized)"
+        None,
+        skip="model: Qwen3.6-35B-A3B NVFP4 config not in the data; images on (encoder profile not "
+        "sized)",
     ),
-    "vllm-startup-053": PointSetup(None, skip="Qwen3.8-27B config not in the data"),
-    "vllm-startup-055": PointSetup(None, skip="Qwen3.8-27B-FP8 config not in the data"),
+    "vllm-startup-053": PointSetup(None, skip="model: Qwen3.8-27B config not in the data"),
+    "vllm-startup-055": PointSetup(None, skip="model: Qwen3.8-27B-FP8 config not in the data"),
     "vllm-startup-057": PointSetup(
-        None, skip="MiniMax-M2.7 config not in the data; GB10 not in the GPU catalog"
+        None, skip="model: MiniMax-M2.7 config not in the data; device: GB10 not in the GPU catalog"
+    ),
+    # vLLM >= 0.20 logs added for issue 21 (all out-of-sample; nothing is fitted on them). A skip
+    # reason starts with the term that blocks the replay ("model:", "device:", ...).
+    "vllm-startup-059": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
+    "vllm-startup-061": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B"),
+    "vllm-startup-063": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (patched image)"),
+    "vllm-startup-065": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
+    "vllm-startup-067": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
+    "vllm-startup-069": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B-FP8"),
+    "vllm-startup-071": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B-FP8"),
+    "vllm-startup-073": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
+    "vllm-startup-075": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B NVFP4"),
+    "vllm-startup-077": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B (AutoRound INT4)"),
+    "vllm-startup-079": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B-FP8"),
+    "vllm-startup-081": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B-FP8"),
+    "vllm-startup-083": PointSetup(None, skip=_NO_CONFIG % "shawnw3i/Qwen3.6-27B-AWQ-MTP"),
+    "vllm-startup-085": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B FP8"),
+    "vllm-startup-087": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B NVFP4 (Inferact)"),
+    "vllm-startup-089": PointSetup(
+        "Qwen/Qwen3-8B",
+        settings={"kv_transfer": True, "kv_connector": "LMCacheConnectorV1"},
+        note="LMCache CPU-offload example; the RTX A5000's total memory is not logged",
     ),
 }
 
@@ -232,8 +264,59 @@ def load_points(path: Path) -> list[LogPoint]:
     return points
 
 
+def logged_version(p: LogPoint) -> str | None:
+    """The vLLM version the log itself shows: printed, or matched by its source line numbers
+    (``vllm_version_from_lines``: the ``[file.py:N]`` of its lines are those of that release's
+    sdist). None when the log carries neither (a replay may still assume one)."""
+    v = p.vllm_version or p.raw.get("vllm_version_from_lines")
+    return str(v) if v else None
+
+
+#: the first release whose logs issue 21 asks evidence for
+BAND_SPLIT = (0, 20)
+
+
+def version_band(version: str | None) -> str:
+    """``">=0.20"``, ``"<0.20"`` or ``"unknown"`` for a version string (dev builds count as their
+    release: 0.20.1rc1.dev16 is >= 0.20)."""
+    if not version:
+        return "unknown"
+    try:
+        key = parse_version(version).key
+    except VersionError:
+        return "unknown"
+    return ">=0.20" if key[:2] >= BAND_SPLIT else "<0.20"
+
+
+#: error classes of the predictor -> the term a refusal blocks
+_REFUSAL_TERM: tuple[tuple[type[Exception], str], ...] = (
+    (UnknownGpuError, "device"),
+    (ModelConfigError, "model"),
+    (UnknownModelError, "model"),
+    (VersionError, "version"),
+    (SettingsError, "settings"),
+)
+
+
+def refusal_reason(exc: ValueError) -> str:
+    """``"term: message"`` for a predictor refusal (the term it blocks: model, device, ...)."""
+    term = next((t for cls, t in _REFUSAL_TERM if isinstance(exc, cls)), "settings")
+    first = str(exc).split(". ", 1)[0].rstrip(".")
+    return f"{term}: refused by the predictor ({type(exc).__name__}: {first})"
+
+
 def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
-    """(prediction JSON, None) or (None, reason the point cannot be predicted)."""
+    """(prediction JSON, None) or (None, reason the point cannot be predicted). A reason starts
+    with the term it blocks (``model:``, ``device:``, ``settings:``, ...) where that is known;
+    a refusal of the predictor (an unmodelled architecture, GPU or flag) is such a reason, not a
+    crash of the report."""
+    try:
+        return _predict_point(p)
+    except ValueError as exc:
+        return None, refusal_reason(exc)
+
+
+def _predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
     setup = POINT_SETUP.get(p.id)
     if setup is None:
         return None, "no setup for this point in benchmarks.helpers.POINT_SETUP"

@@ -20,7 +20,7 @@ def test_accuracy_report() -> None:
     )
     assert r.returncode == 0, r.stderr
     text = r.stdout
-    for term in ("w", "act", "nt", "cg", "kv", "blk", "tok"):
+    for term in ("w", "act", "nt", "cg", "kv", "blk", "tok", "conc"):
         assert re.search(rf"^{term}\s", text, re.M), term
     kv = re.search(r"^kv\s+([\d.]+) % over.*?([\d.]+) % over.*?([\d.]+) % over", text, re.M)
     assert kv is not None
@@ -34,3 +34,30 @@ def test_accuracy_report() -> None:
     assert flagged is not None and flagged.group(1) == flagged.group(2)
     assert " in  v1" in text and " out v1" in text
     assert "one replayable startup log of vLLM >= 0.20" in text
+    # issue 21's evidence: the >= 0.20 logs (by the log's own version) are counted, each has a
+    # source URL, the replayable ones give the available-KV MAE, and each one that does not
+    # replay names the term that blocks it
+    ev = re.search(r"^  logs: (\d+), with a source URL: (\d+)$", text, re.M)
+    assert ev is not None
+    n_logs, n_urls = int(ev.group(1)), int(ev.group(2))
+    assert n_logs >= 20 and n_urls == n_logs
+    rep = re.search(r"^  replayable: (\d+) of (\d+)$", text, re.M)
+    assert rep is not None and int(rep.group(2)) == n_logs
+    mae = re.search(r"available-KV MAE on the replayable >= 0.20 logs: ([\d.]+) % over (\d+)", text)
+    assert mae is not None and int(mae.group(2)) == int(rep.group(1))
+    # the MAE is the mean |error| of the replayable logs listed above it (vllm-startup-047,
+    # gpt-oss-120b TP8 0.28.0, among them: out-of-sample, nothing fitted on it)
+    kv_errs = [
+        float(x)
+        for x in re.findall(r"^    vllm-startup-\d+: available KV ([-+][\d.]+) %$", text, re.M)
+    ]
+    assert len(kv_errs) == int(mae.group(2)) >= 1
+    assert "    vllm-startup-047: available KV " in text
+    assert abs(sum(abs(x) for x in kv_errs) / len(kv_errs) - float(mae.group(1))) < 0.01
+    blocked = re.findall(r"^      (vllm-startup-\d+) \(vLLM [^)]*\): (\w+): ", text, re.M)
+    assert len(blocked) == n_logs - int(rep.group(1))
+    assert {term for _, term in blocked} <= {"model", "device", "version", "settings", "other"}
+    # a predictor refusal is a reason with its term, not a crash: Qwen3-8B on an RTX A5000 (not
+    # in the GPU catalog) is refused as "device" while the catalog lacks that card
+    assert dict(blocked).get("vllm-startup-089", "device") == "device"
+    assert "out-of-sample mean |error| per vLLM version band" in text
