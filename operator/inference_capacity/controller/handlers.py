@@ -154,6 +154,8 @@ def icap_changed(
     body: kopf.Body, patch: kopf.Patch, retry: int, icap_targets: Targets, **_: Any
 ) -> None:
     out = run_reconcile(body, patch, icap_targets)
+    meta = body.get("metadata") or {}
+    state.handled.set((str(meta.get("namespace")), str(meta.get("name"))), True)
     if out.requeue:
         # mid-rollout or no target yet: try again, backing off up to a minute; a change held
         # by the stabilization window: when the window ends
@@ -234,6 +236,9 @@ def deployment_event(
         # retried by the InferenceCapacity handler and the refresh timer.
         return
     for icap_name in names:
+        if not state.handled.get((namespace, icap_name)):
+            # Kopf's own handler has not run for it (yet): it reads the Deployment itself
+            continue
         body = k8s.get_icap(namespace, icap_name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             continue

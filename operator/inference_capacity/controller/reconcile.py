@@ -323,9 +323,17 @@ def _decide_and_write(
             return _perform(ctx, chosen, dep, spec)
         patch = json.loads(json.dumps(chosen.change.patch))
         patch.setdefault("metadata", {})["resourceVersion"] = dep["metadata"]["resourceVersion"]
+        # the watch event of this very patch can arrive before the patch call returns: its
+        # generation (one more, the template changes) is recorded first, so that event is
+        # not taken for someone else's change (a second reconcile, a GET and a status write)
+        generation = dep["metadata"].get("generation")
+        if isinstance(generation, int):
+            state.set_generation(ctx.ns, target, generation + 1)
         try:
             patched = k8s.patch_deployment(ctx.ns, target, patch)
         except Exception as exc:
+            if isinstance(generation, int):
+                state.set_generation(ctx.ns, target, generation)
             if not (k8s.is_status(exc, 409) and attempt < 3):
                 raise
             log.info(
@@ -339,7 +347,9 @@ def _decide_and_write(
             running = read_flags(containers[resolved.container_index or 0])
             resolved = replace(resolved, running_flags=running)
             continue
-        state.deployment_changed(ctx.ns, target, patched.get("metadata", {}).get("generation"))
+        written = patched.get("metadata", {}).get("generation")
+        if isinstance(written, int):
+            state.set_generation(ctx.ns, target, written)
         metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
         ctx.status["applied"] = {
             "flags": dict(chosen.flags),
@@ -384,14 +394,26 @@ def _perform(
     the PDB, the memory of replica recommendations, when to look again."""
     for c in chosen.conditions:
         ctx.cond(c.type, c.status, c.reason, c.message)
+    pdb_note = None
+    if chosen.pdb_min_available is not None and dep is not None:
+        try:
+            pdb_note = _pdb(ctx, dep, chosen.pdb_min_available)
+        except Exception:
+            for e in chosen.events:  # a failed PDB write loses no Event of the decision
+                ctx.event(e.type, e.reason, e.message, once=e.once)
+            raise
     for e in chosen.events:
-        ctx.event(e.type, e.reason, e.message, once=e.once)
+        message = e.message
+        if pdb_note is not None and e.reason == "Applied":
+            # one Event for the change and the PDB it brought, not two (Events per object)
+            message, pdb_note = f"{message}; {pdb_note[1]}", None
+        ctx.event(e.type, e.reason, message, once=e.once)
+    if pdb_note is not None:
+        ctx.event("Normal", pdb_note[0], pdb_note[1], once=False)
     if chosen.action == "refuse":
         metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, chosen.reason).inc()
     if chosen.replica_history:
         state.replica_history.set((ctx.ns, spec.target_ref.name), chosen.replica_history)
-    if chosen.pdb_min_available is not None and dep is not None:
-        _pdb(ctx, dep, chosen.pdb_min_available)
     if chosen.requeue:
         ctx.outcome.requeue = True
     if chosen.retry_after is not None:
@@ -417,25 +439,26 @@ def _pdb_written_recently(ctx: _Ctx) -> tuple[int, str] | None:
     return None
 
 
-def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> None:
+def _pdb(ctx: _Ctx, dep: Mapping[str, Any], min_available: int) -> tuple[str, str] | None:
+    """Write the PDB when it differs; the (reason, message) of the Event that says so, if it
+    was created or changed."""
     body = _pdb_body(ctx, dep, min_available)
     selector = json.dumps(body["spec"]["selector"], sort_keys=True)
     if _pdb_written_recently(ctx) == (min_available, selector):
-        return
+        return None
     try:
         what = k8s.upsert_pdb(ctx.ns, body, ctx.uid, ctx.pdb)
     except k8s.ForeignObject as exc:
         ctx.cond("Applied", "False", "PodDisruptionBudgetConflict", str(exc))
         ctx.event("Warning", "PodDisruptionBudgetConflict", str(exc))
-        return
+        return None
     state.pdb_seen.set(ctx.uid or ctx.name, (min_available, selector, time.monotonic()))
-    if what != "unchanged":
-        ctx.event(
-            "Normal",
-            f"PodDisruptionBudget{what.capitalize()}",
-            f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
-            once=False,
-        )
+    if what == "unchanged":
+        return None
+    return (
+        f"PodDisruptionBudget{what.capitalize()}",
+        f"poddisruptionbudget/{ctx.name} minAvailable={min_available} ({what})",
+    )
 
 
 def _observed_status(ctx: _Ctx, observed: observing.Observed) -> None:

@@ -77,7 +77,11 @@ pdb_seen: Bounded[str, tuple[int, str, float]] = Bounded()
 generations: Bounded[tuple[str, str], int] = Bounded()
 replica_history: Bounded[tuple[str, str], tuple[tuple[float, int], ...]] = Bounded()
 
-_TABLES = (locks, last_events, pdb_seen, generations, replica_history)
+#: (namespace, name) of the InferenceCapacities whose creation (or resume) Kopf has handled:
+#: a Deployment event reconciles only those (the others are still in Kopf's own handler)
+handled: Bounded[tuple[str, str], bool] = Bounded()
+
+_TABLES = (locks, last_events, pdb_seen, generations, replica_history, handled)
 
 
 @contextmanager
@@ -97,19 +101,27 @@ def event_is_new(obj: str, reason: str, message: str) -> bool:
 
 
 def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
-    """Record ``generation`` as handled; True when it is new (the spec changed since)."""
+    """Record ``generation`` as handled; True when it is newer than the one handled (the spec
+    changed since). An older one is a late event (the creation's, seen after the patch)."""
     if generation is None:
         return True
-    if generations.get((namespace, name)) == generation:
+    known = generations.get((namespace, name))
+    if known is not None and generation <= known:
         return False
     generations.set((namespace, name), generation)
     return True
+
+
+def set_generation(namespace: str, name: str, generation: int) -> None:
+    """Record the generation the operator's own write gave (or, the write failed, had)."""
+    generations.set((namespace, name), generation)
 
 
 def forget_resource(namespace: str, name: str, uid: str) -> None:
     """An InferenceCapacity is gone: drop its lock, Event memory and PDB memory."""
     keys = {uid, name, f"{namespace}/{name}"} - {""}
     locks.pop_where(lambda k: k not in keys)
+    handled.pop_where(lambda k: k != (namespace, name))
     last_events.pop_where(lambda k: k[0] not in keys)
     pdb_seen.pop_where(lambda k: k not in keys)
 
