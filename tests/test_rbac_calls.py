@@ -122,6 +122,21 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
     c.wait_args(ns, "llama-8b", lambda a: "16384" in a)
     from tests.realk8s.fixtures import wait_for
 
+    # someone else edits the Deployment: its watch event makes the operator read the
+    # InferenceCapacity (get) and reconcile it
+    api.kubectl(
+        "patch", "deployment", "llama-8b", "-n", ns, "--type=merge", "-p",
+        json.dumps({"spec": {"template": {"metadata": {"annotations": {"example.com/by": "me"}}}}}),
+    )  # fmt: skip
+    wait_for(
+        lambda: any(
+            r.resource == "inferencecapacities" and r.verb == "get" and not r.subresource
+            for r in _operator_records(c)
+        ),
+        timeout=60,
+        message="a get of the InferenceCapacity after a Deployment edit",
+    )
+
     # vLLM's startup lines: the operator lists the target's pods and reads a Ready one's log
     wait_for(
         lambda: any(r.subresource == "log" for r in _operator_records(c)),
