@@ -96,6 +96,7 @@ class StageModel:
     attn_flops: float  # achievable FLOP/s of prefill attention
     allreduce_s: float  # fixed all-reduce cost per step (latency × count)
     allreduce_s_per_token: float  # bytes-over-link cost per token per step
+    fixed_s: float = 0.0  # the stage's kernels' fixed latencies per step (launch_seconds)
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -141,7 +142,7 @@ class LatencyModel:
         ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is)."""
         bw = self.bandwidth
         dense_mem = stage.dense_weight_bytes / bw
-        t = stage.layers * perf.LAYER_OVERHEAD_S + kv / bw
+        t = stage.fixed_s + kv / bw
         if flops:
             dense_fl = 2.0 * stage.dense_params * tokens
             t = t + mx(dense_mem, dense_fl / (stage.dense_flops * _gemm_eff(tokens, mx)))
@@ -264,6 +265,20 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     return out
 
 
+def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
+    """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
+    per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
+    elementwise kernels (and an FP8 quantization per GEMM input), an attention (or Mamba/GDN
+    state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs bounds do not
+    see: at TP8 or a small batch they are most of the step."""
+    gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
+    small = perf.SMALL_KERNELS_PER_LAYER + (perf.FP8_QUANT_PER_LAYER if fp8 else 0)
+    per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
+    if moe:
+        per_layer += perf.MOE_LAUNCH_S
+    return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
+
+
 def gemm_dtype(shape: ModelShape, experts: bool) -> str:
     """The tensor-core input dtype of the model's linear (or expert) GEMMs: FP8/FP4 where the
     checkpoint's weights are float-quantized at that width and the scope covers them."""
@@ -346,6 +361,9 @@ def build_latency_model(
                 attn_flops=bf16 * perf.ATTENTION_EFFICIENCY,
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,
+                fixed_s=launch_seconds(
+                    layers, bool(experts), has_head, gemm_dtype(shape, False) == "fp8"
+                ),
             )
         )
     return LatencyModel(
@@ -395,6 +413,7 @@ def serve(
     dec_steps = max(output - 1.0, 0.0)
     prompt = max(prompt, 1.0)
     d = run * dec_steps / (dec_steps + 1.0)
+    request_s = perf.REQUEST_OVERHEAD_S + perf.TOKENIZE_S_PER_TOKEN * prompt
     td = tm = mean = step(d, 0.0)
     lam = 0.0
     f = 0.0
@@ -406,7 +425,7 @@ def serve(
         chunks = math.ceil(prompt / cap)
         td = step(d, 0.0)
         tm = step(d, one)
-        ttft = chunks * tm + 0.5 * mean + perf.REQUEST_OVERHEAD_S
+        ttft = chunks * tm + 0.5 * mean + request_s
         lam = run / (ttft + dec_steps * mean)
         per_step = lam * prompt * mean  # prefill tokens a step must carry on average
         if per_step <= one:
