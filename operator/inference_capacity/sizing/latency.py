@@ -272,7 +272,8 @@ def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
     state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs bounds do not
     see: at TP8 or a small batch they are most of the step."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
-    small = perf.SMALL_KERNELS_PER_LAYER + (perf.FP8_QUANT_PER_LAYER if fp8 else 0)
+    small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
+    small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
     per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
     if moe:
         per_layer += perf.MOE_LAUNCH_S

@@ -60,7 +60,8 @@ SMALL_KERNEL_S = 2.11e-6
 #: Small kernels of one decoder layer besides its GEMMs and attention, in vLLM's Llama/Qwen3
 #: decoder layer (vllm/model_executor/models/llama.py, ``LlamaDecoderLayer.forward``): two
 #: RMSNorms (residual add fused), rotary embedding, the KV-cache write
-#: (``reshape_and_cache_flash``), SiLU-and-mul. With FP8 activations each GEMM input is
+#: (``reshape_and_cache_flash``), SiLU-and-mul (in a MoE layer it is inside the fused-MoE
+#: kernel, measured with it: one fewer). With FP8 activations each GEMM input is
 #: quantized; V1 compiles the layer with Inductor (custom ops off by default), which fuses the
 #: quantization into the RMSNorm before qkv/gate_up and into SiLU-and-mul before down, so one
 #: stands alone: the o_proj input after attention (``FP8_QUANT_PER_LAYER``).
