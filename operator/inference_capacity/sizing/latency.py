@@ -17,17 +17,21 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
   ATTENTION_EFFICIENCY (context: the mean causal position of a prompt token, windows capped).
 * **TP all-reduce**: two per layer, each ``ALLREDUCE_LATENCY_S + 2 (tp − 1)/tp × T × hidden ×
   2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``).
-* **overheads**: ``STEP_OVERHEAD_S`` per step plus ``LAYER_OVERHEAD_S`` per layer.
+* **fixed kernel latencies** (:func:`launch_seconds`): per layer its GEMMs, small elementwise
+  kernels, the attention and the fused-MoE kernel at their measured floors, plus
+  ``STEP_OVERHEAD_S`` (the engine's CPU time) per step.
 
 BW is the datasheet HBM bandwidth × the HBM efficiency (0.80, overridable). The constants are in
-:mod:`.perf`, fitted on the "fit" points of ``tests/data/latency-points.jsonl`` only.
+:mod:`.perf`, fitted on aiconfigurator-core's per-operation tables only (never on an end-to-end
+run: every point of ``tests/data/latency-points.jsonl`` is out of sample).
 
 **The scheduler** (vLLM V1, chunked prefill, ``--max-num-batched-tokens`` B): with N requests
 in a closed loop (each replaced when it ends), mean uncached prompt I and output O, a step runs
 D decoding sequences and, in a fraction f of steps, a prefill chunk of up to B − D tokens. The
 no-queueing point: TTFT₀ = ⌈I / (B − D)⌉ chunk steps + half a step + the request overhead,
 E2E = TTFT + (O − 1) × mean step, throughput λ = N / E2E (Little's law), D = λ (O − 1) × mean
-step, f = λ I × mean step / chunk; solved by a few fixed-point passes. When the prefill demand
+step, f = λ I × mean step / chunk; solved by a few fixed-point passes. The request overhead is
+``REQUEST_OVERHEAD_S`` + ``TOKENIZE_S_PER_TOKEN`` × the prompt. When the prefill demand
 λ I × mean step exceeds the step's budget B − D, the replica is **saturated**: every step carries
 a full chunk, λ is the budget's (B − D) / (I × step) whatever N, and TTFT = N / λ − (O − 1) ×
 step grows with N (Little's law). ITL p50/p95/p99 are quantiles of the step mix: the Monte Carlo
