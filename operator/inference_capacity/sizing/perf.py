@@ -6,7 +6,10 @@ catalog's datasheet peaks (``catalog/gpus.json``, with sources). What a datashee
 is below. Every constant marked *per-op* was fitted by ``python -m benchmarks.latency_fit`` on
 aiconfigurator-core 0.12.0's measured per-OPERATION tables (NVIDIA, Apache-2.0; systems
 ``h100_sxm``, ``h200_sxm``, ``b200_sxm``; the files are listed in the script's doc and next to
-each constant) with the same formula the model evaluates. No constant is fitted on an
+each constant) with the same formula the model evaluates. Those tables are GPU times under
+CUDA-graph replay (aiconfigurator's ``collector/helper.py``, ``benchmark_with_power``,
+``use_cuda_graph=True``), as vLLM runs a decode step, so a kernel's fixed latency below is
+what it costs inside a captured graph. No constant is fitted on an
 end-to-end run: every point of ``tests/data/latency-points.jsonl`` (aiconfigurator's
 ``silicon_sample.csv``) is out of sample. The constants the per-op tables cannot give (CPU time
 per step and per request) are *assumed* values argued below, not tuned on end-to-end runs.
