@@ -171,7 +171,9 @@ def aic_estimate(p: dict[str, Any], ctx_tokens: int) -> dict[str, float] | None:
             isl=int(p["prompt_tokens"]),
             osl=int(p["output_tokens"]),
         )
-        r = VLLMBackend().run_agg(model, db, rc, ctx_tokens=ctx_tokens).get_result_dict()
+        backend = VLLMBackend()  # type: ignore[no-untyped-call]
+        r = backend.run_agg(model, db, rc, ctx_tokens=ctx_tokens).get_result_dict()
+        assert r is not None
     except Exception:  # noqa: BLE001 - any failure of the optional estimator: not covered
         return None
     return {"ttft": float(r["ttft"]), "tpot": float(r["tpot"]), "tput": float(r["tokens/s"])}

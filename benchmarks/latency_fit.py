@@ -85,7 +85,7 @@ ATTN_KERNELS = {"vllm_flash_attn_fa3", "vllm_flashinfer_trtllmprefill"}
 
 
 def _read(path: Path) -> Any:
-    import pandas as pd  # benchmark-only
+    import pandas as pd  # type: ignore[import-untyped]  # benchmark-only
 
     return pd.read_parquet(path)
 
@@ -117,24 +117,31 @@ def descend(
     return x
 
 
-def _logerr(pred: np.ndarray, meas: np.ndarray) -> float:
+def _hbm(gname: str) -> float:
+    """The catalog GPU's achievable HBM bandwidth (the model's default efficiency)."""
+    peak = get_gpu(gname).hbm_bandwidth_bytes_per_s
+    assert peak, gname
+    return float(peak) * DEFAULT_HBM_EFFICIENCY
+
+
+def _logerr(pred: Any, meas: Any) -> float:
     return float(np.mean(np.abs(np.log(pred / meas))))
 
 
 def fit_gemm(root: Path) -> dict[str, float]:
     """t = launch + max(weights+activations bytes / BW, 2MNK / (peak × eff(M)))."""
-    rows: list[tuple[np.ndarray, ...]] = []
+    rows: list[tuple[Any, ...]] = []
     for system, gname in SYSTEMS.items():
         gpu = get_gpu(gname)
-        bw = gpu.hbm_bandwidth_bytes_per_s * DEFAULT_HBM_EFFICIENCY
+        bw = _hbm(gname)
         d = _read(root / system / "gemm/vllm/0.24.0/gemm_perf.parquet")
         d = d[(d.n >= 1024) & (d.k >= 1024) & (d.m <= 16384)]
         for (dtype, kernel), (wb, mdt) in GEMM_KERNELS.items():
             s = d[(d.gemm_dtype == dtype) & (d.kernel_source == kernel)]
             m, n, k = (s[c].to_numpy(np.float64) for c in ("m", "n", "k"))
             nbytes = n * k * wb + m * k * wb + m * n * 2.0
-            peak = tensor_flops(gpu, mdt) or 0.0
-            rows.append((m, 2 * m * n * k, nbytes / bw, np.full_like(m, peak)))
+            top = tensor_flops(gpu, mdt) or 0.0
+            rows.append((m, 2 * m * n * k, nbytes / bw, np.full_like(m, top)))
             rows[-1] = (*rows[-1], s.latency.to_numpy(np.float64) * 1e-3)
     m, fl, mem, peak, meas = (np.concatenate([r[i] for r in rows]) for i in range(5))
 
@@ -155,10 +162,10 @@ def fit_moe(root: Path, half_m: float) -> dict[str, float]:
     """t = launch + max(touched experts' bytes / BW, 2·3·H·I·k·T / (peak × eff(T k / touched))),
     touched = min(E, T k) (the table's balanced routing; the model's uniform-random routing
     touches E (1 − (1 − k/E)^T), the same at T k ≪ E and at T k ≫ E)."""
-    parts: list[tuple[np.ndarray, ...]] = []
+    parts: list[tuple[Any, ...]] = []
     for system, gname in SYSTEMS.items():
         gpu = get_gpu(gname)
-        bw = gpu.hbm_bandwidth_bytes_per_s * DEFAULT_HBM_EFFICIENCY
+        bw = _hbm(gname)
         d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
         d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
         d = d[d.num_tokens <= 8192]
@@ -175,10 +182,8 @@ def fit_moe(root: Path, half_m: float) -> dict[str, float]:
             mem = touched * per_expert * wb / bw
             fl = 2 * per_expert * kk * t
             mm = t * kk / np.maximum(touched, 1e-9)
-            peak = tensor_flops(gpu, mdt) or 0.0
-            parts.append(
-                (mem, fl, mm, np.full_like(t, peak), s.latency.to_numpy(np.float64) * 1e-3)
-            )
+            top = tensor_flops(gpu, mdt) or 0.0
+            parts.append((mem, fl, mm, np.full_like(t, top), s.latency.to_numpy(np.float64) * 1e-3))
     mem, fl, mm, peak, meas = (np.concatenate([p[i] for p in parts]) for i in range(5))
 
     def loss(x: dict[str, float]) -> float:
@@ -237,6 +242,7 @@ def fit_allreduce(root: Path) -> dict[str, float]:
     parts = []
     for system, gname in SYSTEMS.items():
         gpu = get_gpu(gname)
+        assert gpu.interconnect_bandwidth_bytes_per_s, gname
         link = gpu.interconnect_bandwidth_bytes_per_s / perf.LINK_DIRECTIONS
         v = ALLREDUCE_VERSION[system]
         d = _read(root / system / f"comm/vllm/{v}/custom_allreduce_perf.parquet")
