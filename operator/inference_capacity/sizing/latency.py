@@ -272,9 +272,11 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
 def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
     """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
     per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
-    elementwise kernels (and an FP8 quantization per GEMM input), an attention (or Mamba/GDN
-    state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs bounds do not
-    see: at TP8 or a small batch they are most of the step."""
+    elementwise kernels (and the FP8 activation quantization that stands alone), an attention
+    (or Mamba/GDN state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs
+    bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
+    holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
+    dense layers or Llama 4's interleaved dense ones are an approximation)."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
     small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
