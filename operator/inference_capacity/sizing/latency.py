@@ -416,6 +416,16 @@ def serve(
     the mean step of D decoding sequences plus a chunk of P prefill tokens; ``prompt`` the mean
     uncached prompt, ``output`` the mean output; ``running_cap`` the most sequences running at
     once (KV pool / max-num-seqs; the rest queue)."""
+    memo: dict[tuple[float, float], float] = {}
+    raw = step
+
+    def step(d: float, p: float) -> float:  # the same (D, P) recurs between passes
+        key = (d, p)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = raw(d, p)
+        return hit
+
     run = float(min(n, running_cap) if running_cap else n)
     dec_steps = max(output - 1.0, 0.0)
     prompt = max(prompt, 1.0)
@@ -432,6 +442,7 @@ def serve(
         chunks = math.ceil(prompt / cap)
         td = step(d, 0.0)
         tm = step(d, one)
+        mean_in = mean
         ttft = chunks * tm + 0.5 * mean + request_s
         lam = run / (ttft + dec_steps * mean)
         per_step = lam * prompt * mean  # prefill tokens a step must carry on average
@@ -441,7 +452,10 @@ def serve(
             f, chunk = 1.0, min(per_step, cap)
             tm = step(d, chunk)
         mean = (1.0 - f) * td + f * tm
-        d = min(run, lam * dec_steps * mean)
+        d_next = min(run, lam * dec_steps * mean)
+        if d_next == d and mean == mean_in:
+            break  # a fixed point: a pass's inputs are (D, mean), so every further one repeats
+        d = d_next
     cap = max(budget - d, 1.0)
     # the most the budget serves: every step a full chunk (D from the rate, as below)
     d_sat = min(run, budget * dec_steps / (prompt + dec_steps))
