@@ -419,12 +419,14 @@ def serve(
     memo: dict[tuple[float, float], float] = {}
     raw = step
 
-    def step(d: float, p: float) -> float:  # the same (D, P) recurs between passes
+    def cached(d: float, p: float) -> float:  # the same (D, P) recurs between passes
         key = (d, p)
         hit = memo.get(key)
         if hit is None:
             hit = memo[key] = raw(d, p)
         return hit
+
+    step = cached
 
     run = float(min(n, running_cap) if running_cap else n)
     dec_steps = max(output - 1.0, 0.0)
