@@ -1,88 +1,292 @@
-"""Fit the constants of sizing/perf.py on the in-sample ("fit") points only.
+"""Fit the constants of sizing/perf.py on aiconfigurator-core's per-OPERATION tables only.
 
-    python -m benchmarks.latency_fit
+    pip download aiconfigurator-core==0.12.0 --no-deps -d /tmp/aic
+    unzip -q /tmp/aic/aiconfigurator_core-0.12.0-*.whl -d /tmp/aic/x
+    pip install pandas pyarrow          # only this script reads parquet; not a dependency
+    python -m benchmarks.latency_fit /tmp/aic/x/aiconfigurator_core/systems/data
 
-Starts from perf.py's current values; the committed ones were reached from round priors (0.9 ms
-per step, 12 µs per layer, 9 µs per all-reduce, 75 % / 50 % / 45 % of peak, M½ = 128, 10 ms
-per request, the datasheet link): set those in perf.py to redo it.
-Coordinate descent (multiplicative steps) on the sum over the fit points of |log(pred/meas)|
-of TPOT and of throughput (TTFT at half weight). The plans (the memory ledger) are made once;
-each trial rebuilds only the latency model. Prints the constants to copy into perf.py.
+Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
+``aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl``, sha256
+``aadc4aad0a00bf8a61c477c62bef43de479849c3aa0b1c3078068e08309eccc4``), systems ``h100_sxm``,
+``h200_sxm`` and ``b200_sxm`` (the three GPUs of the validation points), under
+``aiconfigurator_core/systems/data/<system>/``:
+
+* ``gemm/vllm/0.24.0/gemm_perf.parquet``: vLLM's linear kernels, BF16
+  (``torch.nn.functional.linear``) and per-tensor FP8 (``CutlassFP8ScaledMMLinearKernel``, what
+  ``--quantization fp8`` runs), M 1..16384, N and K 1024..65536 → ``GEMM_EFFICIENCY``,
+  ``GEMM_HALF_M``, ``GEMM_LAUNCH_S``.
+* ``moe/vllm/0.24.0/moe_perf.parquet``: the fused-MoE kernel (balanced routing, no EP, MoE-TP
+  1..8) of the two MoE checkpoints' formats: FP8 block (Qwen3-235B-A22B-FP8: Triton on Hopper,
+  FlashInfer-TRTLLM on B200) and MXFP4 (gpt-oss: ``vllm_gptossmxfp4moe_*``) → ``MOE_EFFICIENCY``,
+  ``MOE_LAUNCH_S``.
+* ``attention/vllm/0.24.0/context_attention_perf.parquet``: prefill attention (FA3 on Hopper,
+  FlashInfer-TRTLLM prefill on B200), BF16 KV, no window, head_dim 64/128, prompts ≥ 1024 →
+  ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
+  shortest context) → ``ATTENTION_LAUNCH_S``.
+* ``comm/vllm/<v>/custom_allreduce_perf.parquet``: vLLM's custom all-reduce under CUDA graphs
+  (``backend == vllm_graph``), BF16, TP 2/4/8, messages 128 B .. 512 MiB (a step's are
+  hidden × tokens × 2 bytes: up to 64 MiB), at the vLLM
+  version nearest the validation runs' (0.14.0 on H100/H200, 0.19.0 on B200) →
+  ``ALLREDUCE_LATENCY_S``, ``LINK_EFFICIENCY``.
+* ``quantize/vllm/0.24.0/scale_matrix_perf.parquet``: ``static_scaled_fp8_quant``, the smallest
+  elementwise kernel vLLM runs in a layer; its latency at M ≤ 16 → ``SMALL_KERNEL_S``.
+
+Each fit minimises the mean |log(model / measured)| of the op's latency with the op's term of
+sizing/latency.py (the same formula, the catalog's peaks and the default HBM efficiency), by
+coordinate descent from round values. No end-to-end point (``tests/data/latency-points.jsonl``,
+aiconfigurator's ``silicon_sample.csv``) is read here. Prints the constants for perf.py.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-import inference_capacity.planner as planner
+import numpy as np
+
+from inference_capacity.hardware import DEFAULT_HBM_EFFICIENCY, dense_flops, get_gpu, tensor_flops
 from inference_capacity.sizing import perf
 
-from . import latency_accuracy as acc
+SYSTEMS = {"h100_sxm": "H100-SXM-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-180GB"}
+ALLREDUCE_VERSION = {"h100_sxm": "0.14.0", "h200_sxm": "0.14.0", "b200_sxm": "0.19.0"}
+#: (table dtype, kernel) -> (weight bytes per element, the model's GEMM dtype)
+GEMM_KERNELS = {
+    ("bfloat16", "torch.nn.functional.linear"): (2.0, "bf16"),
+    ("fp8", "CutlassFP8ScaledMMLinearKernel"): (1.0, "fp8"),
+}
+#: MoE kernels by system: (moe_dtype, kernel) -> (weight bytes per element, model dtype)
+MOE_KERNELS = {
+    "h100_sxm": {
+        ("fp8_block", "vllm_fp8moe_triton_tritonexperts"): (1.0, "fp8"),
+        ("w4a16_mxfp4", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"): (
+            0.5 + 1 / 32,
+            "fp4",
+        ),
+    },
+    "h200_sxm": {
+        ("fp8_block", "vllm_fp8moe_triton_tritonexperts"): (1.0, "fp8"),
+        ("w4a16_mxfp4", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"): (
+            0.5 + 1 / 32,
+            "fp4",
+        ),
+    },
+    "b200_sxm": {
+        ("fp8_block", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"): (1.0, "fp8"),
+        (
+            "w4a16_mxfp4",
+            "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+        ): (0.5 + 1 / 32, "fp4"),
+    },
+}
+ATTN_KERNELS = {"vllm_flash_attn_fa3", "vllm_flashinfer_trtllmprefill"}
 
-NAMES = (
-    "STEP_OVERHEAD_S",
-    "LAYER_OVERHEAD_S",
-    "ALLREDUCE_LATENCY_S",
-    "GEMM_EFFICIENCY",
-    "GEMM_HALF_M",
-    "MOE_EFFICIENCY",
-    "ATTENTION_EFFICIENCY",
-    "REQUEST_OVERHEAD_S",
-    "LINK_EFFICIENCY",
-)
-CAPPED = {"GEMM_EFFICIENCY", "MOE_EFFICIENCY", "ATTENTION_EFFICIENCY"}
+
+def _read(path: Path) -> Any:
+    import pandas as pd  # type: ignore[import-untyped]  # benchmark-only
+
+    return pd.read_parquet(path)
 
 
-def main() -> int:
-    pts = [p for p in acc.load_points() if p["set"] == "fit"]  # never the validation runs
-    cached = [p for p in pts if acc.predict(p).pred is not None]
-    # the plans (the memory ledger) do not depend on perf.py: make each once
-    memo: dict[int, object] = {}
-    orig = planner.make_plan
-
-    def plan_once(inp):  # type: ignore[no-untyped-def]
-        key = hash(inp)
-        if key not in memo:
-            memo[key] = orig(inp)
-        return memo[key]
-
-    acc.make_plan = plan_once  # type: ignore[assignment]
-
-    def loss() -> float:
-        total = 0.0
-        for p in cached:
-            s = acc.predict(p)
-            if s.pred is None:
-                total += 10
-                continue
-            for key, w in (("tpot", 1.0), ("tput", 1.0), ("ttft", 0.5)):
-                e = s.err(key)
-                assert e is not None
-                total += w * min(abs(math.log(max(1e-3, 1 + e))), 2.0)
-        return total / len(cached)
-
-    best = loss()
-    print(f"start loss {best:.4f} on {len(cached)} points")
-    step = 1.5
-    for rnd in range(6):
-        for name in NAMES:
+def descend(
+    loss: Callable[[dict[str, float]], float],
+    start: dict[str, float],
+    caps: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """Coordinate descent with multiplicative steps (each parameter stays positive)."""
+    caps = caps or {}
+    x = dict(start)
+    best = loss(x)
+    step = 2.0
+    for _ in range(12):
+        for name in x:
             for factor in (step, 1 / step):
                 while True:
-                    old = getattr(perf, name)
-                    new = old * factor
-                    if name in CAPPED and new > 0.95:
+                    trial = dict(x)
+                    trial[name] = x[name] * factor
+                    if trial[name] > caps.get(name, math.inf):
                         break
-                    setattr(perf, name, new)
-                    val = loss()
-                    if val < best - 1e-4:
-                        best = val
+                    val = loss(trial)
+                    if val < best - 1e-7:
+                        x, best = trial, val
                     else:
-                        setattr(perf, name, old)
                         break
-        print(f"round {rnd}: loss {best:.4f}", {n: f"{getattr(perf, n):.3g}" for n in NAMES})
         step = math.sqrt(step)
+    return x
+
+
+def _hbm(gname: str) -> float:
+    """The catalog GPU's achievable HBM bandwidth (the model's default efficiency)."""
+    peak = get_gpu(gname).hbm_bandwidth_bytes_per_s
+    assert peak, gname
+    return float(peak) * DEFAULT_HBM_EFFICIENCY
+
+
+def _logerr(pred: Any, meas: Any) -> float:
+    return float(np.mean(np.abs(np.log(pred / meas))))
+
+
+def fit_gemm(root: Path) -> dict[str, float]:
+    """t = launch + max(weights+activations bytes / BW, 2MNK / (peak × eff(M)))."""
+    rows: list[tuple[Any, ...]] = []
+    for system, gname in SYSTEMS.items():
+        gpu = get_gpu(gname)
+        bw = _hbm(gname)
+        d = _read(root / system / "gemm/vllm/0.24.0/gemm_perf.parquet")
+        d = d[(d.n >= 1024) & (d.k >= 1024) & (d.m <= 16384)]
+        for (dtype, kernel), (wb, mdt) in GEMM_KERNELS.items():
+            s = d[(d.gemm_dtype == dtype) & (d.kernel_source == kernel)]
+            m, n, k = (s[c].to_numpy(np.float64) for c in ("m", "n", "k"))
+            nbytes = n * k * wb + m * k * wb + m * n * 2.0
+            top = tensor_flops(gpu, mdt) or 0.0
+            rows.append((m, 2 * m * n * k, nbytes / bw, np.full_like(m, top)))
+            rows[-1] = (*rows[-1], s.latency.to_numpy(np.float64) * 1e-3)
+    m, fl, mem, peak, meas = (np.concatenate([r[i] for r in rows]) for i in range(5))
+
+    def loss(x: dict[str, float]) -> float:
+        eff = x["GEMM_EFFICIENCY"] * m / (m + x["GEMM_HALF_M"])
+        return _logerr(x["GEMM_LAUNCH_S"] + np.maximum(mem, fl / (peak * eff)), meas)
+
+    x = descend(
+        loss,
+        {"GEMM_EFFICIENCY": 0.7, "GEMM_HALF_M": 64.0, "GEMM_LAUNCH_S": 4e-6},
+        {"GEMM_EFFICIENCY": 1.0},
+    )
+    print(f"gemm: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    return x
+
+
+def fit_moe(root: Path, half_m: float) -> dict[str, float]:
+    """t = launch + max(touched experts' bytes / BW, 2·3·H·I·k·T / (peak × eff(T k / touched))),
+    touched = min(E, T k) (the table's balanced routing; the model's uniform-random routing
+    touches E (1 − (1 − k/E)^T), the same at T k ≪ E and at T k ≫ E)."""
+    parts: list[tuple[Any, ...]] = []
+    for system, gname in SYSTEMS.items():
+        gpu = get_gpu(gname)
+        bw = _hbm(gname)
+        d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
+        d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
+        d = d[d.num_tokens <= 8192]
+        for (dtype, kernel), (wb, mdt) in MOE_KERNELS[system].items():
+            s = d[(d.moe_dtype == dtype) & (d.kernel_source == kernel)]
+            t, h, i, kk, e, tp = (
+                s[c].to_numpy(np.float64)
+                for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
+                + ("moe_tp_size",)
+            )
+            per_expert = 3 * h * i / tp
+            # the table's "balanced" routing spreads T × k picks evenly: min(E, T k) experts
+            touched = np.minimum(e, t * kk)
+            mem = touched * per_expert * wb / bw
+            fl = 2 * per_expert * kk * t
+            mm = t * kk / np.maximum(touched, 1e-9)
+            top = tensor_flops(gpu, mdt) or 0.0
+            parts.append((mem, fl, mm, np.full_like(t, top), s.latency.to_numpy(np.float64) * 1e-3))
+    mem, fl, mm, peak, meas = (np.concatenate([p[i] for p in parts]) for i in range(5))
+
+    def loss(x: dict[str, float]) -> float:
+        eff = x["MOE_EFFICIENCY"] * mm / (mm + half_m)
+        return _logerr(x["MOE_LAUNCH_S"] + np.maximum(mem, fl / (peak * eff)), meas)
+
+    x = descend(loss, {"MOE_EFFICIENCY": 0.3, "MOE_LAUNCH_S": 10e-6}, {"MOE_EFFICIENCY": 1.0})
+    print(f"moe: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    return x
+
+
+def fit_attention(root: Path) -> dict[str, float]:
+    """Prefill: t = 4 × heads × head_dim × (isl / 2) × isl × batch / (BF16 peak × eff) (the
+    model's FLOPs: every prompt token attends to its mean causal position); decode floor."""
+    parts = []
+    floors = []
+    for system, gname in SYSTEMS.items():
+        gpu = get_gpu(gname)
+        bf16 = dense_flops(gpu) or 0.0
+        base = root / system / "attention/vllm/0.24.0"
+        d = _read(base / "context_attention_perf.parquet")
+        d = d[
+            d.kernel_source.isin(ATTN_KERNELS)
+            & (d.kv_cache_dtype == "bfloat16")
+            & (d.window_size == 0)
+            & d.head_dim.isin([64, 128])
+            & (d.isl >= 1024)
+        ]
+        fl = (
+            4.0
+            * d.num_heads.to_numpy(np.float64)
+            * d.head_dim.to_numpy(np.float64)
+            * d.isl.to_numpy(np.float64) ** 2
+            / 2.0
+            * d.batch_size.to_numpy(np.float64)
+        )
+        parts.append((fl / bf16, d.latency.to_numpy(np.float64) * 1e-3))
+        g = _read(base / "generation_attention_perf.parquet")
+        g = g[(g.batch_size == 1) & (g.kv_cache_dtype == "bfloat16") & (g.window_size == 0)]
+        g = g[g.step == g.step.min()]
+        floors.append(float(np.median(g.latency.to_numpy(np.float64))) * 1e-3)
+    t_peak, meas = (np.concatenate([p[i] for p in parts]) for i in range(2))
+
+    def loss(x: dict[str, float]) -> float:
+        return _logerr(t_peak / x["ATTENTION_EFFICIENCY"], meas)
+
+    x = descend(loss, {"ATTENTION_EFFICIENCY": 0.5}, {"ATTENTION_EFFICIENCY": 1.0})
+    print(f"context attention: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    x["ATTENTION_LAUNCH_S"] = float(np.median(floors))
+    print(f"decode attention floor (median of {len(floors)} systems): {floors}")
+    return x
+
+
+def fit_allreduce(root: Path) -> dict[str, float]:
+    """t = latency + 2 (tp − 1)/tp × bytes / (one-direction link × efficiency)."""
+    parts = []
+    for system, gname in SYSTEMS.items():
+        gpu = get_gpu(gname)
+        assert gpu.interconnect_bandwidth_bytes_per_s, gname
+        link = gpu.interconnect_bandwidth_bytes_per_s / perf.LINK_DIRECTIONS
+        v = ALLREDUCE_VERSION[system]
+        d = _read(root / system / f"comm/vllm/{v}/custom_allreduce_perf.parquet")
+        d = d[d.backend == "vllm_graph"]
+        tp = d.num_gpus.to_numpy(np.float64)
+        wire = 2 * (tp - 1) / tp * d.message_size.to_numpy(np.float64) / link
+        parts.append((wire, d.latency.to_numpy(np.float64) * 1e-3))
+    wire, meas = (np.concatenate([p[i] for p in parts]) for i in range(2))
+
+    def loss(x: dict[str, float]) -> float:
+        return _logerr(x["ALLREDUCE_LATENCY_S"] + wire / x["LINK_EFFICIENCY"], meas)
+
+    x = descend(
+        loss, {"ALLREDUCE_LATENCY_S": 8e-6, "LINK_EFFICIENCY": 0.5}, {"LINK_EFFICIENCY": 1.0}
+    )
+    print(f"all-reduce: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    return x
+
+
+def fit_small_kernel(root: Path) -> dict[str, float]:
+    vals = []
+    for system in SYSTEMS:
+        d = _read(root / system / "quantize/vllm/0.24.0/scale_matrix_perf.parquet")
+        d = d[(d.kernel_source == "static_scaled_fp8_quant") & (d.m <= 16)]
+        vals.append(float(np.median(d.latency.to_numpy(np.float64))) * 1e-3)
+    print(f"small elementwise kernel (M ≤ 16), per system: {vals}")
+    return {"SMALL_KERNEL_S": float(np.median(vals))}
+
+
+def main(argv: Sequence[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    root = Path(argv[0])
+    out: dict[str, float] = {}
+    out.update(fit_gemm(root))
+    out.update(fit_moe(root, out["GEMM_HALF_M"]))
+    out.update(fit_attention(root))
+    out.update(fit_allreduce(root))
+    out.update(fit_small_kernel(root))
+    for name, value in out.items():
+        print(f"{name} = {value:.4g}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -48,11 +48,14 @@ def test_seed_003_decode_example() -> None:
     assert decode_step_seconds(LLAMA8B_WEIGHTS, kv, 3.35e12) == pytest.approx(9.81e-3, abs=5e-6)
     # the model's step at 64 × 2,000 (decode only) is that bound, less the embedding table (a
     # row gather: only the batch's rows are read, issue 19) plus the fixed overheads of
-    # sizing/perf.py (per step and per layer); the GEMM compute bound (2 × 7.0e9 × 64) /
+    # sizing/perf.py (per step, and per layer its kernels' launch latencies from the per-op
+    # tables: 4 GEMMs, 5 small kernels, the attention kernel; the lm_head GEMM); the GEMM
+    # compute bound (2 × 7.0e9 × 64) /
     # (989 TFLOP/s × GEMM_EFFICIENCY) ≈ 1.6 ms is far below the 4.5 ms of weight reads
     embedding = pred.ranks[0].weights.by_group["embedding"]  # type: ignore[attr-defined]
     assert embedding == 128_256 * 4096 * 2  # 1.05 GB
-    overhead = perf.STEP_OVERHEAD_S + 32 * perf.LAYER_OVERHEAD_S
+    per_layer = 4 * perf.GEMM_LAUNCH_S + 5 * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
+    overhead = perf.STEP_OVERHEAD_S + 32 * per_layer + perf.GEMM_LAUNCH_S
     step = float(model.step_seconds(64.0, np.array([[kv]]), 0.0, 2000.0)[0])
     assert step == pytest.approx((LLAMA8B_WEIGHTS - embedding + kv) / 3.35e12 + overhead)
     # ... and the byte terms scale by the efficiency factor (the default 0.80)

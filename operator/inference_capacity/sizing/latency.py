@@ -17,17 +17,21 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
   ATTENTION_EFFICIENCY (context: the mean causal position of a prompt token, windows capped).
 * **TP all-reduce**: two per layer, each ``ALLREDUCE_LATENCY_S + 2 (tp − 1)/tp × T × hidden ×
   2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``).
-* **overheads**: ``STEP_OVERHEAD_S`` per step plus ``LAYER_OVERHEAD_S`` per layer.
+* **fixed kernel latencies** (:func:`launch_seconds`): per layer its GEMMs, small elementwise
+  kernels, the attention and the fused-MoE kernel at their measured floors, plus
+  ``STEP_OVERHEAD_S`` (the engine's CPU time) per step.
 
 BW is the datasheet HBM bandwidth × the HBM efficiency (0.80, overridable). The constants are in
-:mod:`.perf`, fitted on the "fit" points of ``tests/data/latency-points.jsonl`` only.
+:mod:`.perf`, fitted on aiconfigurator-core's per-operation tables only (never on an end-to-end
+run: every point of ``tests/data/latency-points.jsonl`` is out of sample).
 
 **The scheduler** (vLLM V1, chunked prefill, ``--max-num-batched-tokens`` B): with N requests
 in a closed loop (each replaced when it ends), mean uncached prompt I and output O, a step runs
 D decoding sequences and, in a fraction f of steps, a prefill chunk of up to B − D tokens. The
 no-queueing point: TTFT₀ = ⌈I / (B − D)⌉ chunk steps + half a step + the request overhead,
 E2E = TTFT + (O − 1) × mean step, throughput λ = N / E2E (Little's law), D = λ (O − 1) × mean
-step, f = λ I × mean step / chunk; solved by a few fixed-point passes. When the prefill demand
+step, f = λ I × mean step / chunk; solved by a few fixed-point passes. The request overhead is
+``REQUEST_OVERHEAD_S`` + ``TOKENIZE_S_PER_TOKEN`` × the prompt. When the prefill demand
 λ I × mean step exceeds the step's budget B − D, the replica is **saturated**: every step carries
 a full chunk, λ is the budget's (B − D) / (I × step) whatever N, and TTFT = N / λ − (O − 1) ×
 step grows with N (Little's law). ITL p50/p95/p99 are quantiles of the step mix: the Monte Carlo
@@ -96,6 +100,7 @@ class StageModel:
     attn_flops: float  # achievable FLOP/s of prefill attention
     allreduce_s: float  # fixed all-reduce cost per step (latency × count)
     allreduce_s_per_token: float  # bytes-over-link cost per token per step
+    fixed_s: float = 0.0  # the stage's kernels' fixed latencies per step (launch_seconds)
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -141,7 +146,7 @@ class LatencyModel:
         ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is)."""
         bw = self.bandwidth
         dense_mem = stage.dense_weight_bytes / bw
-        t = stage.layers * perf.LAYER_OVERHEAD_S + kv / bw
+        t = stage.fixed_s + kv / bw
         if flops:
             dense_fl = 2.0 * stage.dense_params * tokens
             t = t + mx(dense_mem, dense_fl / (stage.dense_flops * _gemm_eff(tokens, mx)))
@@ -264,6 +269,23 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     return out
 
 
+def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
+    """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
+    per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
+    elementwise kernels (and the FP8 activation quantization that stands alone), an attention
+    (or Mamba/GDN state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs
+    bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
+    holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
+    dense layers or Llama 4's interleaved dense ones are an approximation)."""
+    gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
+    small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
+    small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
+    per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
+    if moe:
+        per_layer += perf.MOE_LAUNCH_S
+    return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
+
+
 def gemm_dtype(shape: ModelShape, experts: bool) -> str:
     """The tensor-core input dtype of the model's linear (or expert) GEMMs: FP8/FP4 where the
     checkpoint's weights are float-quantized at that width and the scope covers them."""
@@ -346,6 +368,9 @@ def build_latency_model(
                 attn_flops=bf16 * perf.ATTENTION_EFFICIENCY,
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,
+                fixed_s=launch_seconds(
+                    layers, bool(experts), has_head, gemm_dtype(shape, False) == "fp8"
+                ),
             )
         )
     return LatencyModel(
@@ -391,10 +416,23 @@ def serve(
     the mean step of D decoding sequences plus a chunk of P prefill tokens; ``prompt`` the mean
     uncached prompt, ``output`` the mean output; ``running_cap`` the most sequences running at
     once (KV pool / max-num-seqs; the rest queue)."""
+    memo: dict[tuple[float, float], float] = {}
+    raw = step
+
+    def cached(d: float, p: float) -> float:  # the same (D, P) recurs between passes
+        key = (d, p)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = raw(d, p)
+        return hit
+
+    step = cached
+
     run = float(min(n, running_cap) if running_cap else n)
     dec_steps = max(output - 1.0, 0.0)
     prompt = max(prompt, 1.0)
     d = run * dec_steps / (dec_steps + 1.0)
+    request_s = perf.REQUEST_OVERHEAD_S + perf.TOKENIZE_S_PER_TOKEN * prompt
     td = tm = mean = step(d, 0.0)
     lam = 0.0
     f = 0.0
@@ -406,7 +444,8 @@ def serve(
         chunks = math.ceil(prompt / cap)
         td = step(d, 0.0)
         tm = step(d, one)
-        ttft = chunks * tm + 0.5 * mean + perf.REQUEST_OVERHEAD_S
+        mean_in = mean
+        ttft = chunks * tm + 0.5 * mean + request_s
         lam = run / (ttft + dec_steps * mean)
         per_step = lam * prompt * mean  # prefill tokens a step must carry on average
         if per_step <= one:
@@ -415,7 +454,10 @@ def serve(
             f, chunk = 1.0, min(per_step, cap)
             tm = step(d, chunk)
         mean = (1.0 - f) * td + f * tm
-        d = min(run, lam * dec_steps * mean)
+        d_next = min(run, lam * dec_steps * mean)
+        if d_next == d and mean == mean_in:
+            break  # a fixed point: a pass's inputs are (D, mean), so every further one repeats
+        d = d_next
     cap = max(budget - d, 1.0)
     # the most the budget serves: every step a full chunk (D from the rate, as below)
     d_sat = min(run, budget * dec_steps / (prompt + dec_steps))

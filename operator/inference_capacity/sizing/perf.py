@@ -3,45 +3,88 @@
 The op terms of a step (GEMM bytes and FLOPs by dtype, attention, MoE experts touched, the TP
 all-reduce bytes) come from the model's shape, the ledger's per-rank weights and the GPU
 catalog's datasheet peaks (``catalog/gpus.json``, with sources). What a datasheet does not give
-is below: each constant was fitted by ``python -m benchmarks.latency_fit`` on the points marked
-``"set": "fit"`` of ``tests/data/latency-points.jsonl`` (aiconfigurator-core 0.12.0's measured
-vLLM runs, one row in four by a hash of its id; the other three in four are never fitted on and
-are what ``benchmarks.latency_accuracy`` scores as out-of-sample). The fit started from round
-priors (the fit script's doc) and minimises the mean over the fit runs of |log(pred/measured)|
-of TPOT and throughput plus half that of TTFT (each capped at 2): 0.58 at these values.
+is below. Every constant marked *per-op* was fitted by ``python -m benchmarks.latency_fit`` on
+aiconfigurator-core 0.12.0's measured per-OPERATION tables (NVIDIA, Apache-2.0; systems
+``h100_sxm``, ``h200_sxm``, ``b200_sxm``; the files are listed in the script's doc and next to
+each constant) with the same formula the model evaluates. Those tables are GPU times under
+CUDA-graph replay (aiconfigurator's ``collector/helper.py``, ``benchmark_with_power``,
+``use_cuda_graph=True``), as vLLM runs a decode step, so a kernel's fixed latency below is
+what it costs inside a captured graph. No constant is fitted on an
+end-to-end run: every point of ``tests/data/latency-points.jsonl`` (aiconfigurator's
+``silicon_sample.csv``) is out of sample. The constants the per-op tables cannot give (CPU time
+per step and per request) are *assumed* values argued below, not tuned on end-to-end runs.
 """
 
 from __future__ import annotations
 
-#: Fixed cost of one engine step, seconds: the scheduler, input preparation, sampling and the
-#: detokenizer/output processing on the CPU, CUDA-graph replay launch (fitted).
-STEP_OVERHEAD_S = 0.00125
-#: Fixed cost per decoder layer per step, seconds: kernel launches and the small kernels (norms,
-#: rotary, activation, KV-cache write) that no bytes/FLOPs bound sees (fitted).
-LAYER_OVERHEAD_S = 24.4e-6
-#: Latency of one TP all-reduce (NCCL / vLLM custom all-reduce), seconds, before its bytes over
-#: the link; two per layer at TP > 1 (fitted).
-ALLREDUCE_LATENCY_S = 11.0e-6
-#: Fraction of the dtype's dense tensor peak a dense GEMM sustains once compute-bound (fitted).
-GEMM_EFFICIENCY = 0.713
+#: Fixed CPU cost of one engine step, seconds (*assumed*): vLLM V1's engine-core loop between
+#: two forward passes (scheduler, input preparation, the GPU→CPU copy of the sampled ids and
+#: the output update) plus the CUDA-graph replay launch. No per-op table measures it; 1 ms is
+#: the round value of the old fit script's prior (not tuned on the end-to-end points).
+STEP_OVERHEAD_S = 0.001
+#: Per request, from arrival to the first scheduled step, seconds (*assumed*): HTTP and JSON
+#: handling of the OpenAI server (a round 2 ms) ...
+REQUEST_OVERHEAD_S = 0.002
+#: ... plus tokenization per prompt token (*cited*: ~500k tokens/s on one CPU core, 220 ms for
+#: 100k tokens, vLLM 0.19 instrumented, https://andyluo7.github.io/llm/amd/mi300x/vllm/lmcache/
+#: performance/2026/05/14/cpu-gpu-codesign-agentic-inference-mi300x/).
+TOKENIZE_S_PER_TOKEN = 2.2e-6
+
+#: Fixed latency of one GEMM kernel, seconds (*per-op*: gemm/vllm/0.24.0/gemm_perf.parquet,
+#: BF16 torch linear and per-tensor FP8 Cutlass, M 1..16384, N, K ≥ 1024; the model
+#: ``launch + max(bytes / (HBM × 0.8), 2MNK / (peak × eff(M)))``, mean |log err| 0.26).
+GEMM_LAUNCH_S = 6.14e-6
+#: Fraction of the dtype's dense tensor peak a GEMM sustains once compute-bound (*per-op*, the
+#: same fit): efficiency(M) = plateau × M / (M + GEMM_HALF_M).
+GEMM_EFFICIENCY = 0.697
 #: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
-#: (fitted): efficiency(M) = plateau × M / (M + GEMM_HALF_M).
-GEMM_HALF_M = 40.4
-#: The same plateau for the grouped MoE expert GEMMs (fitted).
-MOE_EFFICIENCY = 0.209
-#: Fraction of the BF16 tensor peak prefill attention (FlashAttention) sustains (fitted; far
-#: below FlashAttention's own figures: it also absorbs TTFT the steady-state scheduler misses,
-#: e.g. a benchmark's first wave of requests arriving at once).
-ATTENTION_EFFICIENCY = 0.172
-#: Per request, from arrival to the first scheduled step: HTTP, tokenization, the engine's input
-#: queue (fitted; 70 ms is more than those take alone: like ATTENTION_EFFICIENCY it absorbs the
-#: benchmarks' start-up burst, which the data does not describe).
-REQUEST_OVERHEAD_S = 0.0704
+#: (*per-op*, the same fit).
+GEMM_HALF_M = 64.7
+#: The plateau of the fused-MoE expert GEMMs (*per-op*: moe/vllm/0.24.0/moe_perf.parquet, FP8
+#: block and gpt-oss MXFP4 kernels, balanced routing, MoE-TP 1..8, no EP; experts touched by
+#: the table's balanced routing, M = tokens × k / touched, the model's peaks; |log err| 0.18).
+MOE_EFFICIENCY = 0.279
+#: Fixed latency of one fused-MoE layer (routing, token permutation, the kernel), seconds
+#: (*per-op*, the same fit).
+MOE_LAUNCH_S = 32.9e-6
+#: Fraction of the BF16 tensor peak prefill attention sustains (*per-op*:
+#: attention/vllm/0.24.0/context_attention_perf.parquet, FA3 on Hopper, FlashInfer-TRTLLM on
+#: B200, BF16 KV, prompts ≥ 1024; causal FLOPs 4 × heads × head_dim × isl²/2; |log err| 0.43).
+ATTENTION_EFFICIENCY = 0.367
+#: Fixed latency of one decode-attention kernel, seconds (*per-op*:
+#: attention/vllm/0.24.0/generation_attention_perf.parquet, one sequence at the shortest
+#: context, the median of the three systems).
+ATTENTION_LAUNCH_S = 11.3e-6
+#: Latency of one small elementwise kernel (RMSNorm, rotary, KV-cache write, SiLU-and-mul, an
+#: FP8 activation quantization), seconds (*per-op*:
+#: quantize/vllm/0.24.0/scale_matrix_perf.parquet, ``static_scaled_fp8_quant`` at M ≤ 16,
+#: the median of the three systems).
+SMALL_KERNEL_S = 2.11e-6
+#: Small kernels of one decoder layer besides its GEMMs and attention, in vLLM's Llama/Qwen3
+#: decoder layer (vllm/model_executor/models/llama.py, ``LlamaDecoderLayer.forward``): two
+#: RMSNorms (residual add fused), rotary embedding, the KV-cache write
+#: (``reshape_and_cache_flash``), SiLU-and-mul (in a MoE layer it is inside the fused-MoE
+#: kernel, measured with it: one fewer). With FP8 activations each GEMM input is
+#: quantized; V1 compiles the layer with Inductor (custom ops off by default), which fuses the
+#: quantization into the RMSNorm before qkv/gate_up and into SiLU-and-mul before down, so one
+#: stands alone: the o_proj input after attention (``FP8_QUANT_PER_LAYER``).
+SMALL_KERNELS_PER_LAYER = 5
+FP8_QUANT_PER_LAYER = 1
+#: GEMM kernels of a dense decoder layer (qkv, o, gate_up, down) and of a MoE layer (qkv, o,
+#: the router; the experts are the fused-MoE kernel).
+GEMMS_PER_DENSE_LAYER = 4
+GEMMS_PER_MOE_LAYER = 3
+
+#: Latency of one TP all-reduce (vLLM custom all-reduce under CUDA graphs), seconds, before its
+#: bytes over the link; two per layer at TP > 1 (*per-op*:
+#: comm/vllm/{0.14.0,0.14.0,0.19.0}/custom_allreduce_perf.parquet of h100/h200/b200,
+#: ``vllm_graph``, TP 2/4/8, messages 128 B..512 MiB; mean |log err| 0.25).
+ALLREDUCE_LATENCY_S = 5.20e-6
 #: The datasheet NVLink/PCIe figure in the catalog is bidirectional; an all-reduce's bytes move
 #: at one direction's rate (NVLink 4: 900 GB/s total = 450 GB/s each way).
 LINK_DIRECTIONS = 2.0
-#: Multiplies the one-direction link bandwidth an all-reduce's bytes move at (fitted: what NCCL's
-#: bus bandwidth reaches of the datasheet figure for the message sizes of a step).
-LINK_EFFICIENCY = 0.468
+#: Multiplies the one-direction link bandwidth an all-reduce's bytes move at (*per-op*, the
+#: same fit).
+LINK_EFFICIENCY = 0.309
 #: A ring all-reduce moves 2 (tp − 1) / tp of the message per rank; activations are BF16.
 ACTIVATION_BYTES = 2
