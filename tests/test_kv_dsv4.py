@@ -4,10 +4,25 @@ from those functions; the GH200 case is a public vLLM error message."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from inference_capacity.engines.vllm import (
+    EngineSettings,
+    SettingsError,
+    StartupPrediction,
+    predict_startup,
+)
+from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.kv_dsv4 import dsv4_layout, dsv4_page_bytes
+from inference_capacity.ledger.weights import weight_breakdown
+from inference_capacity.model.catalog import model_from_dict
+from inference_capacity.model.shapes import ModelShape
 from inference_capacity.units import GiB
+
+H200 = get_gpu("H200")
 
 #: deepseek-ai/DeepSeek-V4-Flash config.json (huggingface.co, not reachable from here):
 #: ``compress_ratios`` [0, 0, 4, 128, 4, …, 128, 4, 0] — 44 entries for 43 layers plus the MTP
@@ -104,3 +119,91 @@ def test_refuses_what_vllm_refuses() -> None:
         dsv4_layout({1: 2, 8: 4}, head_dim=512, index_head_dim=128, window=128)
     with pytest.raises(ValueError, match="without a compressed layer"):
         dsv4_layout({1: 4}, head_dim=512, index_head_dim=128, window=128)
+
+
+# --- the model and its plan -------------------------------------------------------------------
+
+FLASH_CONFIG = (
+    Path(__file__).parent / "data" / "model-configs" / "deepseek-ai__DeepSeek-V4-Flash.json"
+)
+
+
+def flash() -> ModelShape:
+    return model_from_dict(json.loads(FLASH_CONFIG.read_text()), "deepseek-ai/DeepSeek-V4-Flash")
+
+
+def test_flash_config_is_the_counted_one() -> None:
+    cfg = json.loads(FLASH_CONFIG.read_text())
+    assert cfg["compress_ratios"] == FLASH_RATIOS
+    assert cfg["num_hidden_layers"] == FLASH_LAYERS
+
+
+def test_flash_parameters_match_the_model_card() -> None:
+    """The model card (huggingface.co/deepseek-ai/DeepSeek-V4-Flash): 284B total parameters."""
+    s = flash()
+    assert round(s.num_parameters / 1e9) == 284
+    # layers by (effective ratio): 2 window-only, 21 CSA (with the indexer), 20 HCA
+    kinds = {g.attention.compress_ratio: g.layers.count for g in s.layer_groups}
+    assert kinds == {1: 2, 4: 21, 128: 20}
+
+
+def test_flash_experts_are_mxfp4_per_rank() -> None:
+    """Mxfp4MoEMethod: e2m1 payload (½ B) + one e8m0 scale per 32 values; w13 column-split
+    (2 × 2048 rows over TP), w2 row-split (2048 columns over TP); 256 experts × 43 layers."""
+    s = flash()
+    assert s.quantization is not None
+    w = weight_breakdown(s, 2, 1, 0, 2, s.quantization)
+    per_expert = 2048 * 4096 * 17 // 32 + 4096 * 1024 * 17 // 32  # (½ + 1/32) B per value
+    assert w.by_group["experts"] == 43 * 256 * per_expert
+    # the FP8 linears: 1 B per value + one 1-B e8m0 scale per 128×128 block (is_scale_e8m0);
+    # wo_b at TP2: 4096 × 4096 per rank → 16 MiB + 32 × 32 B
+    from inference_capacity.model.quant import quantized_bytes, tensor_format
+
+    wo_b = next(t for t in s.tensors if t.name == "attn.wo_b")
+    fmt = tensor_format(s.quantization, wo_b)
+    assert fmt is not None and fmt.block == (128, 128)
+    r, c = wo_b.shape_per_rank(2)
+    assert (r, c) == (4096, 4096)
+    assert quantized_bytes(fmt, r, c, 1) == 4096 * 4096 + 32 * 32
+
+
+def _plan(
+    version: str = "0.25.0", kv: str = "fp8", block_size: int | None = None
+) -> StartupPrediction:
+    settings = EngineSettings(
+        version=version, kv_cache_dtype=kv, max_model_len=1_048_576, block_size=block_size
+    )
+    return predict_startup(flash(), H200.total_bytes, H200.name, 2, 1, settings)
+
+
+def test_flash_plans_on_h200_tp2_with_the_packed_layout() -> None:
+    p = _plan()
+    assert p.starts
+    r = p.ranks[p.binding_rank]
+    # _get_kv_cache_config_packed: available // 1,039,680 B per block
+    assert r.layout.bytes_per_block == 1_039_680
+    assert p.num_gpu_blocks == r.available_kv // 1_039_680
+    assert r.layout.block_size == 256
+    # GPU KV cache size = concurrency × L, concurrency = blocks / 7065 (test_concurrency_at_1m;
+    # max_num_batched_tokens at 0.25's OpenAI-server default on H200: 8192)
+    need = r.layout.blocks_per_request(1_048_576, 8192)
+    assert need == 7065
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / need)
+    assert p.kv_cache_tokens == int(p.num_gpu_blocks / need * 1_048_576)
+
+
+@pytest.mark.parametrize(
+    ("version", "kv", "block_size", "match"),
+    [
+        ("0.19.0", "fp8", None, "no DeepSeek-V4"),
+        ("0.22.0", "fp8", None, "read for 0.24–0.25 only"),
+        ("0.26.0", "fp8", None, "read for 0.24–0.25 only"),
+        ("0.25.0", "auto", None, "only supports fp8 kv-cache"),
+        ("0.25.0", "fp8", 64, "256 only"),
+    ],
+)
+def test_flash_refusals_name_the_reason(
+    version: str, kv: str, block_size: int | None, match: str
+) -> None:
+    with pytest.raises(SettingsError, match=match):
+        _plan(version, kv, block_size)

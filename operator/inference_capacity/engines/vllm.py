@@ -382,6 +382,54 @@ def _gpu_family(gpu_name: str) -> str:
     return "other"
 
 
+#: vLLM releases whose DeepSeek-V4 KV planning was read (ledger/kv_dsv4.py): 0.24.0 and 0.25.0
+#: (identical for fp8_ds_mla); 0.20–0.23 and 0.26+ carry the model with other code, not read
+DSV4_READ = ((0, 24, 0), (0, 26, 0))
+#: vllm/model_executor/models/deepseek_v4.py first ships in 0.20.0 (0.19.x has no DeepSeek-V4)
+DSV4_FIRST = (0, 20, 0)
+
+
+def check_deepseek_v4(
+    v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str, pp: int, s: EngineSettings
+) -> None:
+    """Refuse the DeepSeek-V4 setups the ledger has not read (a SettingsError names it).
+
+    Modelled: vLLM 0.24.x–0.25.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
+    _select_dsv4_attn_cls`` picks FlashInfer on SM12x), an fp8 KV cache (``auto`` trips
+    ``_resolve_dsv4_kv_cache_dtype``'s assertion there), block size 256 (the backend's only
+    kernel block size), one pipeline stage and no speculative decoding (the MTP draft layer
+    joins the KV groups as a 44th sliding layer; not modelled)."""
+    if shape.model_type != "deepseek_v4":
+        return
+    if v.key < DSV4_FIRST:
+        raise SettingsError(f"vLLM {v} has no DeepSeek-V4 (added in 0.20.0)")
+    lo, hi = DSV4_READ
+    if not lo <= v.key < hi:
+        raise SettingsError(
+            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.25 only "
+            "(ledger/kv_dsv4.py); this release is not modelled"
+        )
+    if _gpu_family(gpu_name) not in ("hopper", "blackwell"):
+        raise SettingsError(
+            f"DeepSeek-V4 on {gpu_name}: only the FlashMLA backend (Hopper, Blackwell "
+            "datacenter) is modelled"
+        )
+    if not kv_cache_dtype.startswith("fp8"):
+        raise SettingsError(
+            f"DeepSeek-V4 with --kv-cache-dtype {kv_cache_dtype}: vLLM's FlashMLA layout "
+            "asserts 'DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache'; use fp8"
+        )
+    if s.block_size is not None and s.block_size != 256:
+        raise SettingsError(
+            f"DeepSeek-V4 with --block-size {s.block_size}: the FlashMLA DeepSeek-V4 backend "
+            "supports 256 only (sparse_mla.py get_supported_kernel_block_sizes)"
+        )
+    if pp > 1:
+        raise SettingsError("DeepSeek-V4 with pipeline parallelism is not modelled")
+    if s.speculative is not None:
+        raise SettingsError("DeepSeek-V4 with speculative decoding (MTP) is not modelled")
+
+
 def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str) -> int:
     """The KV block size vLLM picks without ``--block-size``: 16, except where the attention
     backend for MLA wants another.
@@ -392,6 +440,8 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
       0.19.0 DeepSeek-V2-Lite H100 log shows 16), MLA with an fp8 KV cache takes FlashMLA: 64;
       FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
     """
+    if shape.model_type == "deepseek_v4":
+        return 256  # "Setting kv cache block size to 256 for DEEPSEEK_SPARSE_SWA backend"
     if not shape.has_kind(AttnKind.MLA):
         return 16
     family = _gpu_family(gpu_name)
@@ -1041,6 +1091,7 @@ def predict_startup(
     if total_bytes <= 0:
         raise SettingsError("GPU memory must be positive")
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
+    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
     era = rs.era
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
     # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)

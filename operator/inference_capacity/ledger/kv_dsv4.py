@@ -53,6 +53,19 @@ DSV4_BLOCK_SIZE = 256
 FP32_BYTES = 4
 
 
+def dsv4_token_bytes(ratio: int, index_head_dim: int) -> int:
+    """Logical KV bytes per token of context of one layer (before paging and alignment): one
+    fp8_ds_mla row per ``ratio`` tokens, plus the indexer's key row at ratio 4; a window-only
+    layer (ratio 1) holds nothing beyond its window. For reporting; the pool is
+    :func:`dsv4_layout`'s."""
+    if ratio <= 1:
+        return 0
+    row = cdiv(DS_MLA_ROW_BYTES, ratio)
+    if index_head_dim:
+        row += cdiv(index_head_dim + index_head_dim // INDEXER_QUANT_BLOCK * FP32_BYTES, ratio)
+    return row
+
+
 def _round_up(x: int, unit: int) -> int:
     return cdiv(x, unit) * unit
 
