@@ -114,6 +114,25 @@ def test_gh200_start_check_matches_the_public_error() -> None:
     assert round(fits / GiB, 2) == round((over - 1) / GiB, 2) == 5.44
 
 
+def test_h20_title_of_vllm_51041() -> None:
+    """vllm-project/vllm#51041 (H20, official vLLM 0.26.0, DeepSeek-V4-Flash-0731 — the same 43
+    decoder layers and ratios — TP2, fp8 → fp8_ds_mla, max_model_len 121344,
+    max_num_batched_tokens 8192): "KV cache holds only 150K tokens in 7.7 GiB". At 0.26 a
+    sliding group holds ``max_in_flight_tokens`` = 2 × 8192 (async scheduling, V1 runner, PP 1;
+    engines/vllm.py::in_flight_tokens) beyond its window."""
+    lay = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    L, in_flight = 121_344, 2 * 8192
+    need = lay.blocks_per_request(L, in_flight)
+    # full cdiv(L, 256) = 474; SWA cdiv(16511, 64) + 1 = 259; C4 states cdiv(16391, 4) + 1 =
+    # 4099; C128 states cdiv(16511, 8) + 1 = 2065
+    pages = 474 * 1_002_240 + 259 * (823_680 + 786_240) + 4099 * 967_680 + 2065 * 748_800
+    assert need == -(-pages // 1_002_240) == 6391
+    blocks = lay.num_blocks(int(7.7 * GiB))
+    tokens = int(blocks / need * L)
+    assert blocks == 7952  # int(7.7 GiB) // 1,039,680
+    assert tokens == int(7952 / 6391 * L) == 150_982  # "150K tokens in 7.7 GiB"
+
+
 def test_refuses_what_vllm_refuses() -> None:
     with pytest.raises(ValueError, match="compress ratios \\[8\\]"):
         dsv4_layout({1: 2, 8: 4}, head_dim=512, index_head_dim=128, window=128)
@@ -196,8 +215,8 @@ def test_flash_plans_on_h200_tp2_with_the_packed_layout() -> None:
     ("version", "kv", "block_size", "match"),
     [
         ("0.19.0", "fp8", None, "no DeepSeek-V4"),
-        ("0.22.0", "fp8", None, "read for 0.24–0.25 only"),
-        ("0.26.0", "fp8", None, "read for 0.24–0.25 only"),
+        ("0.22.0", "fp8", None, "read for 0.24–0.26 only"),
+        ("0.27.0", "fp8", None, "read for 0.24–0.26 only"),
         ("0.25.0", "auto", None, "only supports fp8 kv-cache"),
         ("0.25.0", "fp8", 64, "256 only"),
     ],

@@ -382,9 +382,11 @@ def _gpu_family(gpu_name: str) -> str:
     return "other"
 
 
-#: vLLM releases whose DeepSeek-V4 KV planning was read (ledger/kv_dsv4.py): 0.24.0 and 0.25.0
-#: (identical for fp8_ds_mla); 0.20–0.23 and 0.26+ carry the model with other code, not read
-DSV4_READ = ((0, 24, 0), (0, 26, 0))
+#: vLLM releases whose DeepSeek-V4 KV planning was read (ledger/kv_dsv4.py): 0.24.0, 0.25.0 and
+#: 0.26.0 (identical for fp8_ds_mla, but for 0.26's sliding windows holding
+#: ``max_in_flight_tokens``, which :func:`in_flight_tokens` gives); 0.20–0.23 (other code) and
+#: 0.27+ were not read
+DSV4_READ = ((0, 24, 0), (0, 27, 0))
 #: vllm/model_executor/models/deepseek_v4.py first ships in 0.20.0 (0.19.x has no DeepSeek-V4)
 DSV4_FIRST = (0, 20, 0)
 
@@ -394,7 +396,7 @@ def check_deepseek_v4(
 ) -> None:
     """Refuse the DeepSeek-V4 setups the ledger has not read (a SettingsError names it).
 
-    Modelled: vLLM 0.24.x–0.25.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
+    Modelled: vLLM 0.24.x–0.26.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
     _select_dsv4_attn_cls`` picks FlashInfer on SM12x), an fp8 KV cache (``auto`` trips
     ``_resolve_dsv4_kv_cache_dtype``'s assertion there), block size 256 (the backend's only
     kernel block size), one pipeline stage and no speculative decoding (the MTP draft layer
@@ -406,7 +408,7 @@ def check_deepseek_v4(
     lo, hi = DSV4_READ
     if not lo <= v.key < hi:
         raise SettingsError(
-            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.25 only "
+            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.26 only "
             "(ledger/kv_dsv4.py); this release is not modelled"
         )
     if _gpu_family(gpu_name) not in ("hopper", "blackwell"):
