@@ -84,6 +84,32 @@ TP_INIT_PER_DOUBLING_GIB = 0.54
 #: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
 #: are assumed additive (no log has both).
 PP_INIT_GIB = 0.92
+#: NCCL of the data-parallel and expert-parallel groups, per rank (gap N5 of
+#: research/vllm-fidelity-rereview.md). ``distributed/parallel_state.py::
+#: initialize_model_parallel`` (0.20.0/0.25.0) creates the ``dp`` group (size dp) and, for MoE
+#: models, the ``ep`` group (size dp·pcp·tp), each a ``GroupCoordinator`` whose
+#: ``CudaCommunicator`` holds a ``PyNcclCommunicator`` (no custom all-reduce: that is the TP
+#: group's only) that runs a warm-up all_reduce in its ``__init__`` — all inside
+#: ``init_worker_distributed_environment``, before ``Worker.init_device`` takes the init
+#: snapshot. The profile then runs collectives on both: ``v1/worker/dp_utils.py::_run_ar``
+#: (the DP token-count all_reduce on the dp ``device_group``) and the MoE dispatch
+#: (``all2all_backend`` default ``allgather_reducescatter``: ``AgRsAll2AllManager`` all-gathers
+#: over the ep communicator), whose lazily built NCCL channels land in non-torch. At dp = 1 the
+#: ep group spans the TP ranks and is inside the TP fits above, so only dp > 1 adds groups.
+#: Sizes ASSUMED (no DP/EP log in the data): the TP2 fit's NCCL share split per communicator —
+#: half the TP2 pre-snapshot 1.02 GiB and ~0.9 of its 2.07 − 0.25 GiB non-torch per group.
+NCCL_GROUP_INIT_GIB = 0.5
+NCCL_GROUP_PROFILE_GIB = 0.9
+
+
+def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
+    """The NCCL device communicators a rank holds beyond its TP/PP ones: the dp group when
+    dp > 1, and the ep group of an MoE model then too (see :data:`NCCL_GROUP_INIT_GIB`)."""
+    if dp <= 1:
+        return 0
+    return 1 + (1 if moe else 0)
+
+
 #: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
 #: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
 PERSISTENT_MISC_GIB = 0.02
@@ -186,6 +212,8 @@ class StartupPrediction:
     error: str | None
     binding_rank: int  # the rank with the fewest blocks (vLLM takes the minimum)
     notes: tuple[str, ...] = field(default=())
+    #: the DP/EP NCCL communicators counted per rank (:func:`dp_ep_nccl_groups`)
+    nccl_groups: int = 0
 
     def to_json(self) -> dict[str, object]:
         r = self.ranks[self.binding_rank]
@@ -611,14 +639,17 @@ def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
     return int(rows * shape.vocab_size * per)
 
 
-def non_torch(era: Era, tp: int, pp: int) -> int:
+def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
+    """Non-torch memory at the profile; ``nccl_groups``: the DP/EP communicators
+    (:func:`dp_ep_nccl_groups`), each adding :data:`NCCL_GROUP_PROFILE_GIB` in V1."""
+    extra = nccl_groups * NCCL_GROUP_PROFILE_GIB if era is not Era.V0 else 0.0
     if tp >= 2 and era is not Era.V0:
-        return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp)
+        return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp + extra)
     if tp >= 2:
         return gib(NON_TORCH_TP1[era] + 0.2)
     if pp >= 2:
-        return gib(NON_TORCH_PP_ONLY)
-    return gib(NON_TORCH_TP1[era])
+        return gib(NON_TORCH_PP_ONLY + extra)
+    return gib(NON_TORCH_TP1[era] + extra)
 
 
 def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: bool) -> int:
@@ -785,12 +816,14 @@ def spec_cuda_graph_estimate(
     return base * capture.graphs // (2 * DEFAULT_CAPTURE_SIZES)
 
 
-def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
+def distributed_init_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
     """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
-    (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
-    snapshot and is measured instead (non-torch)."""
+    (snapshot after distributed init), plus :data:`NCCL_GROUP_INIT_GIB` per DP/EP communicator.
+    Before 0.11 (and V0) distributed init came after the snapshot and is measured instead
+    (non-torch)."""
     init_gib = 0.0
     if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
+        init_gib += nccl_groups * NCCL_GROUP_INIT_GIB
         if tp >= 2:
             init_gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
         if pp >= 2:
@@ -798,10 +831,10 @@ def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
     return gib(init_gib)
 
 
-def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
+def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
     """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
     plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
-    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
+    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp, nccl_groups)
 
 
 def _decoder_layer_bytes(
@@ -1096,6 +1129,7 @@ def predict_startup(
     check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
     era = rs.era
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    nccl_groups = dp_ep_nccl_groups(settings.data_parallel, shape.is_moe)
     # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
     moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
@@ -1171,7 +1205,7 @@ def predict_startup(
         prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
         mm = prof.extra_over(act) if prof is not None else 0
         act += mm
-        nt = non_torch(era, tp, pp)
+        nt = non_torch(era, tp, pp, nccl_groups)
         # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
         if capture is not None:
             cg = spec_cuda_graph_estimate(
@@ -1281,6 +1315,12 @@ def predict_startup(
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
             )
     notes: list[str] = []
+    if nccl_groups and era not in (Era.V0,):
+        notes.append(
+            f"data parallel {settings.data_parallel}: {nccl_groups} more NCCL group(s) per rank "
+            f"(dp{', ep' if nccl_groups > 1 else ''}), assumed {NCCL_GROUP_INIT_GIB} GiB each "
+            f"before the init snapshot and {NCCL_GROUP_PROFILE_GIB} GiB each in non-torch"
+        )
     if capture is not None:
         notes.append(
             f"speculative decoding (q = {capture.query_len} tokens per decode request): "
@@ -1295,7 +1335,7 @@ def predict_startup(
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
             return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
     free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
-    free = total_bytes - pre_snapshot_bytes(era, tp, pp)
+    free = total_bytes - pre_snapshot_bytes(era, tp, pp, nccl_groups)
     if free_check and requested > free:
         # v1/worker/utils.py::request_memory (0.11–0.33); GiB printed as round(x, 2)
         msg = (
@@ -1321,6 +1361,7 @@ def predict_startup(
         error,
         binding,
         tuple(notes),
+        nccl_groups,
     )
 
 
