@@ -9,12 +9,12 @@ from inference_capacity.engines.vllm import (
     NCCL_GROUP_INIT_GIB,
     NCCL_GROUP_PROFILE_GIB,
     EngineSettings,
-    Era,
     distributed_init_bytes,
     dp_ep_nccl_groups,
     non_torch,
     predict_startup,
 )
+from inference_capacity.engines.versions import Era
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
 from inference_capacity.units import gib
