@@ -5,6 +5,7 @@ code path and that the sizes are assumed)."""
 
 from __future__ import annotations
 
+from inference_capacity.engines.versions import Era
 from inference_capacity.engines.vllm import (
     NCCL_GROUP_INIT_GIB,
     NCCL_GROUP_PROFILE_GIB,
@@ -14,7 +15,6 @@ from inference_capacity.engines.vllm import (
     non_torch,
     predict_startup,
 )
-from inference_capacity.engines.versions import Era
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
 from inference_capacity.units import gib
