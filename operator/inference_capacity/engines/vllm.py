@@ -102,6 +102,11 @@ NCCL_GROUP_INIT_GIB = 0.5
 NCCL_GROUP_PROFILE_GIB = 0.9
 
 
+#: the embedding/lm_head LoRA slots (ledger/weights.py::vocab_lora_bytes) as read in the
+#: 0.20.0–0.33.0 sources; earlier releases (``lora_extra_vocab_size`` era) were not read for them
+VOCAB_LORA_FROM = (0, 20, 0)
+
+
 def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
     """The NCCL device communicators a rank holds beyond its TP/PP ones: the dp group when
     dp > 1, and the ep group of an MoE model then too (see :data:`NCCL_GROUP_INIT_GIB`)."""
@@ -1186,6 +1191,7 @@ def predict_startup(
             ep=ep,
             moe_tp=moe_tp,
             mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
+            vocab_lora=rs.version.key >= VOCAB_LORA_FROM,
         )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
