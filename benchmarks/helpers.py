@@ -168,6 +168,13 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-057": PointSetup(
         None, skip="MiniMax-M2.7 config not in the data; GB10 not in the GPU catalog"
     ),
+    "vllm-startup-061": PointSetup(
+        "deepseek-ai/DeepSeek-V4-Flash",
+        gpu="B200-180GB",
+        settings={"expert_parallel": True, "max_num_batched_tokens": 8192},
+        note="the -0731 revision has the base model's 43 decoder layers; flags of the issue's "
+        "DP8 command (MegaMoE backend not modelled)",
+    ),
     "vllm-startup-059": PointSetup(
         None,
         skip="DeepSeek-V4-Flash: version not stated and only the KV terms logged; its start "

@@ -4,9 +4,6 @@ from those functions; the GH200 case is a public vLLM error message."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from inference_capacity.engines.vllm import (
@@ -18,7 +15,8 @@ from inference_capacity.engines.vllm import (
 from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.kv_dsv4 import dsv4_layout, dsv4_page_bytes
 from inference_capacity.ledger.weights import weight_breakdown
-from inference_capacity.model.catalog import model_from_dict
+from inference_capacity.model import load_model
+from inference_capacity.model.catalog import load_config
 from inference_capacity.model.shapes import ModelShape
 from inference_capacity.units import GiB
 
@@ -142,17 +140,14 @@ def test_refuses_what_vllm_refuses() -> None:
 
 # --- the model and its plan -------------------------------------------------------------------
 
-FLASH_CONFIG = (
-    Path(__file__).parent / "data" / "model-configs" / "deepseek-ai__DeepSeek-V4-Flash.json"
-)
-
 
 def flash() -> ModelShape:
-    return model_from_dict(json.loads(FLASH_CONFIG.read_text()), "deepseek-ai/DeepSeek-V4-Flash")
+    """The catalog entry (catalog/models/SOURCES.md says where the config.json comes from)."""
+    return load_model("deepseek-ai/DeepSeek-V4-Flash")
 
 
 def test_flash_config_is_the_counted_one() -> None:
-    cfg = json.loads(FLASH_CONFIG.read_text())
+    _, cfg = load_config("deepseek-ai/DeepSeek-V4-Flash")
     assert cfg["compress_ratios"] == FLASH_RATIOS
     assert cfg["num_hidden_layers"] == FLASH_LAYERS
 
