@@ -200,6 +200,18 @@ POINT_SETUP: dict[str, PointSetup] = {
         settings={"kv_transfer": True, "kv_connector": "LMCacheConnectorV1"},
         note="LMCache CPU-offload example; the RTX A5000's total memory is not logged",
     ),
+    "vllm-startup-093": PointSetup(
+        "deepseek-ai/DeepSeek-V4-Flash",
+        gpu="B200-180GB",
+        settings={"expert_parallel": True, "max_num_batched_tokens": 8192},
+        note="the -0731 revision has the base model's 43 decoder layers; flags of the issue's "
+        "DP8 command (MegaMoE backend not modelled)",
+    ),
+    "vllm-startup-091": PointSetup(
+        None,
+        skip="DeepSeek-V4-Flash: version not stated and only the KV terms logged; its start "
+        "check is replayed by tests/test_kv_dsv4.py (6.66 GiB needed, length 13528)",
+    ),
 }
 
 

@@ -306,8 +306,12 @@ def test_nemotron_h_ssm_state_float32_from_020() -> None:
 
 
 def test_deepseek_v4_refused_naming_what_is_missing() -> None:
-    cfg = {"model_type": "deepseek_v4", "architectures": ["DeepseekV4ForCausalLM"]}
-    with pytest.raises(ModelConfigError, match="compress_ratios.*indexer"):
+    """DeepSeek-V4 is sized (tests/test_kv_dsv4.py); a config without its per-layer
+    compress_ratios is refused naming the field."""
+    _, catalog = load_config("deepseek-ai/DeepSeek-V4-Flash")
+    cfg = dict(catalog)
+    del cfg["compress_ratios"]
+    with pytest.raises(ModelConfigError, match="compress_ratios"):
         model_from_dict(cfg, "dsv4")
 
 

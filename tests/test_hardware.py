@@ -51,10 +51,24 @@ EXPECTED_GIB = {
     "MI300X": 191.98,
     "RTX-5090": 31.40,
     "RTX-PRO-4500-Blackwell": 31.38,
+    # issue 21: the 2026 Blackwell/Grace parts (sources in catalog/gpus.json)
+    "RTX-5080": 15.47,
+    "RTX-5070-Ti": 15.47,
+    "RTX-PRO-6000-Blackwell": 95.59,
+    "GH200-96GB": 95.00,
+    "B300-288GB": 267.69,
+    "GB200-186GB": 184.31,
+    "GB300-288GB": 267.69,
 }
 
 # Data-centre GDDR cards ship with ECC on, which reserves ~1/16 of the memory.
 ECC_GDDR = {"A10G", "L4", "L40S", "T4"}
+# Cards whose logged total sits below the 0.97 bound for a stated reason (issue 21):
+# * 16 GB GeForce Blackwell (15.47 GiB logged): the driver's ~0.5 GiB reservation, the same
+#   absolute amount as on the 32 GB RTX 5090 (31.40 GiB), is a larger share of 16 GiB;
+# * Blackwell Ultra, "288 GB": three independent public B300 logs agree on 267.69 GiB (93 %
+#   of 288 GiB, 99.8 % of 288e9 B); the figure is what CUDA reports, whatever the reason.
+LOWER_BOUND = {"RTX-5080": 0.96, "RTX-5070-Ti": 0.96, "B300-288GB": 0.92, "GB300-288GB": 0.92}
 
 
 def test_catalog_covers_the_required_cards() -> None:
@@ -96,7 +110,7 @@ def test_total_is_below_the_marketed_size(gpu: Gpu) -> None:
     # GDDR cards lose ~6 % more to the ECC carve-out, hence their looser bound.
     assert gpu.marketed_memory_gb is not None
     ratio = gpu.total_bytes / (gpu.marketed_memory_gb * GIB)
-    lower = 0.90 if gpu.name in ECC_GDDR else 0.97
+    lower = 0.90 if gpu.name in ECC_GDDR else LOWER_BOUND.get(gpu.name, 0.97)
     assert lower <= ratio < 1.0, ratio
     # And in decimal GB it is still at least 0.9x the marketed number.
     assert gpu.total_bytes > 0.9 * gpu.marketed_memory_gb * 1e9

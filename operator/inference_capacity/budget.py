@@ -94,7 +94,7 @@ def margin_items(
             "used before vLLM's init snapshot (0.51 GiB on an H100)",
         ),
     ]
-    distributed = distributed_init_bytes(pred.settings.era, pred.tp, pred.pp)
+    distributed = distributed_init_bytes(pred.settings.era, pred.tp, pred.pp, pred.nccl_groups)
     if distributed > 0:
         items.append(
             LedgerItem(

@@ -84,6 +84,37 @@ TP_INIT_PER_DOUBLING_GIB = 0.54
 #: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
 #: are assumed additive (no log has both).
 PP_INIT_GIB = 0.92
+#: NCCL of the data-parallel and expert-parallel groups, per rank (gap N5 of
+#: research/vllm-fidelity-rereview.md). ``distributed/parallel_state.py::
+#: initialize_model_parallel`` (0.20.0/0.25.0) creates the ``dp`` group (size dp) and, for MoE
+#: models, the ``ep`` group (size dp·pcp·tp), each a ``GroupCoordinator`` whose
+#: ``CudaCommunicator`` holds a ``PyNcclCommunicator`` (no custom all-reduce: that is the TP
+#: group's only) that runs a warm-up all_reduce in its ``__init__`` — all inside
+#: ``init_worker_distributed_environment``, before ``Worker.init_device`` takes the init
+#: snapshot. The profile then runs collectives on both: ``v1/worker/dp_utils.py::_run_ar``
+#: (the DP token-count all_reduce on the dp ``device_group``) and the MoE dispatch
+#: (``all2all_backend`` default ``allgather_reducescatter``: ``AgRsAll2AllManager`` all-gathers
+#: over the ep communicator), whose lazily built NCCL channels land in non-torch. At dp = 1 the
+#: ep group spans the TP ranks and is inside the TP fits above, so only dp > 1 adds groups.
+#: Sizes ASSUMED (no DP/EP log in the data): the TP2 fit's NCCL share split per communicator —
+#: half the TP2 pre-snapshot 1.02 GiB and ~0.9 of its 2.07 − 0.25 GiB non-torch per group.
+NCCL_GROUP_INIT_GIB = 0.5
+NCCL_GROUP_PROFILE_GIB = 0.9
+
+
+#: the embedding/lm_head LoRA slots (ledger/weights.py::vocab_lora_bytes) as read in the
+#: 0.20.0–0.33.0 sources; earlier releases (``lora_extra_vocab_size`` era) were not read for them
+VOCAB_LORA_FROM = (0, 20, 0)
+
+
+def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
+    """The NCCL device communicators a rank holds beyond its TP/PP ones: the dp group when
+    dp > 1, and the ep group of an MoE model then too (see :data:`NCCL_GROUP_INIT_GIB`)."""
+    if dp <= 1:
+        return 0
+    return 1 + (1 if moe else 0)
+
+
 #: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
 #: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
 PERSISTENT_MISC_GIB = 0.02
@@ -186,6 +217,8 @@ class StartupPrediction:
     error: str | None
     binding_rank: int  # the rank with the fewest blocks (vLLM takes the minimum)
     notes: tuple[str, ...] = field(default=())
+    #: the DP/EP NCCL communicators counted per rank (:func:`dp_ep_nccl_groups`)
+    nccl_groups: int = 0
 
     def to_json(self) -> dict[str, object]:
         r = self.ranks[self.binding_rank]
@@ -382,6 +415,56 @@ def _gpu_family(gpu_name: str) -> str:
     return "other"
 
 
+#: vLLM releases whose DeepSeek-V4 KV planning was read (ledger/kv_dsv4.py): 0.24.0, 0.25.0 and
+#: 0.26.0 (identical for fp8_ds_mla, but for 0.26's sliding windows holding
+#: ``max_in_flight_tokens``, which :func:`in_flight_tokens` gives); 0.20–0.23 (other code) and
+#: 0.27+ were not read
+DSV4_READ = ((0, 24, 0), (0, 27, 0))
+#: vllm/model_executor/models/deepseek_v4.py first ships in 0.20.0 (0.19.x has no DeepSeek-V4)
+DSV4_FIRST = (0, 20, 0)
+
+
+def check_deepseek_v4(
+    v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str, pp: int, s: EngineSettings
+) -> None:
+    """Refuse the DeepSeek-V4 setups the ledger has not read (a SettingsError names it).
+
+    Modelled: vLLM 0.24.x–0.26.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
+    _select_dsv4_attn_cls`` picks FlashInfer on SM12x), an fp8 KV cache (``auto`` trips
+    ``_resolve_dsv4_kv_cache_dtype``'s assertion there), block size 256 (the backend's only
+    kernel block size), one pipeline stage and no speculative decoding (the MTP draft layer
+    joins the KV groups as a 44th sliding layer; not modelled)."""
+    if shape.model_type != "deepseek_v4":
+        return
+    if v.key < DSV4_FIRST:
+        raise SettingsError(f"vLLM {v} has no DeepSeek-V4 (added in 0.20.0)")
+    lo, hi = DSV4_READ
+    if not lo <= v.key < hi:
+        raise SettingsError(
+            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.26 only "
+            "(ledger/kv_dsv4.py); this release is not modelled"
+        )
+    if _gpu_family(gpu_name) not in ("hopper", "blackwell"):
+        raise SettingsError(
+            f"DeepSeek-V4 on {gpu_name}: only the FlashMLA backend (Hopper, Blackwell "
+            "datacenter) is modelled"
+        )
+    if not kv_cache_dtype.startswith("fp8"):
+        raise SettingsError(
+            f"DeepSeek-V4 with --kv-cache-dtype {kv_cache_dtype}: vLLM's FlashMLA layout "
+            "asserts 'DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache'; use fp8"
+        )
+    if s.block_size is not None and s.block_size != 256:
+        raise SettingsError(
+            f"DeepSeek-V4 with --block-size {s.block_size}: the FlashMLA DeepSeek-V4 backend "
+            "supports 256 only (sparse_mla.py get_supported_kernel_block_sizes)"
+        )
+    if pp > 1:
+        raise SettingsError("DeepSeek-V4 with pipeline parallelism is not modelled")
+    if s.speculative is not None:
+        raise SettingsError("DeepSeek-V4 with speculative decoding (MTP) is not modelled")
+
+
 def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str) -> int:
     """The KV block size vLLM picks without ``--block-size``: 16, except where the attention
     backend for MLA wants another.
@@ -392,6 +475,8 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
       0.19.0 DeepSeek-V2-Lite H100 log shows 16), MLA with an fp8 KV cache takes FlashMLA: 64;
       FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
     """
+    if shape.model_type == "deepseek_v4":
+        return 256  # "Setting kv cache block size to 256 for DEEPSEEK_SPARSE_SWA backend"
     if not shape.has_kind(AttnKind.MLA):
         return 16
     family = _gpu_family(gpu_name)
@@ -559,14 +644,17 @@ def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
     return int(rows * shape.vocab_size * per)
 
 
-def non_torch(era: Era, tp: int, pp: int) -> int:
+def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
+    """Non-torch memory at the profile; ``nccl_groups``: the DP/EP communicators
+    (:func:`dp_ep_nccl_groups`), each adding :data:`NCCL_GROUP_PROFILE_GIB` in V1."""
+    extra = nccl_groups * NCCL_GROUP_PROFILE_GIB if era is not Era.V0 else 0.0
     if tp >= 2 and era is not Era.V0:
-        return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp)
+        return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp + extra)
     if tp >= 2:
         return gib(NON_TORCH_TP1[era] + 0.2)
     if pp >= 2:
-        return gib(NON_TORCH_PP_ONLY)
-    return gib(NON_TORCH_TP1[era])
+        return gib(NON_TORCH_PP_ONLY + extra)
+    return gib(NON_TORCH_TP1[era] + extra)
 
 
 def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: bool) -> int:
@@ -733,12 +821,14 @@ def spec_cuda_graph_estimate(
     return base * capture.graphs // (2 * DEFAULT_CAPTURE_SIZES)
 
 
-def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
+def distributed_init_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
     """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
-    (snapshot after distributed init). Before 0.11 (and V0) distributed init came after the
-    snapshot and is measured instead (non-torch)."""
+    (snapshot after distributed init), plus :data:`NCCL_GROUP_INIT_GIB` per DP/EP communicator.
+    Before 0.11 (and V0) distributed init came after the snapshot and is measured instead
+    (non-torch)."""
     init_gib = 0.0
     if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
+        init_gib += nccl_groups * NCCL_GROUP_INIT_GIB
         if tp >= 2:
             init_gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
         if pp >= 2:
@@ -746,10 +836,10 @@ def distributed_init_bytes(era: Era, tp: int, pp: int) -> int:
     return gib(init_gib)
 
 
-def pre_snapshot_bytes(era: Era, tp: int, pp: int) -> int:
+def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
     """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
     plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
-    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp)
+    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp, nccl_groups)
 
 
 def _decoder_layer_bytes(
@@ -1041,8 +1131,10 @@ def predict_startup(
     if total_bytes <= 0:
         raise SettingsError("GPU memory must be positive")
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
+    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
     era = rs.era
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    nccl_groups = dp_ep_nccl_groups(settings.data_parallel, shape.is_moe)
     # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
     moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
     R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
@@ -1099,6 +1191,7 @@ def predict_startup(
             ep=ep,
             moe_tp=moe_tp,
             mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
+            vocab_lora=rs.version.key >= VOCAB_LORA_FROM,
         )
         last = stage == pp - 1
         fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
@@ -1118,7 +1211,7 @@ def predict_startup(
         prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
         mm = prof.extra_over(act) if prof is not None else 0
         act += mm
-        nt = non_torch(era, tp, pp)
+        nt = non_torch(era, tp, pp, nccl_groups)
         # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
         if capture is not None:
             cg = spec_cuda_graph_estimate(
@@ -1228,6 +1321,12 @@ def predict_startup(
                 "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
             )
     notes: list[str] = []
+    if nccl_groups and era not in (Era.V0,):
+        notes.append(
+            f"data parallel {settings.data_parallel}: {nccl_groups} more NCCL group(s) per rank "
+            f"(dp{', ep' if nccl_groups > 1 else ''}), assumed {NCCL_GROUP_INIT_GIB} GiB each "
+            f"before the init snapshot and {NCCL_GROUP_PROFILE_GIB} GiB each in non-torch"
+        )
     if capture is not None:
         notes.append(
             f"speculative decoding (q = {capture.query_len} tokens per decode request): "
@@ -1242,7 +1341,7 @@ def predict_startup(
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
             return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
     free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
-    free = total_bytes - pre_snapshot_bytes(era, tp, pp)
+    free = total_bytes - pre_snapshot_bytes(era, tp, pp, nccl_groups)
     if free_check and requested > free:
         # v1/worker/utils.py::request_memory (0.11–0.33); GiB printed as round(x, 2)
         msg = (
@@ -1268,6 +1367,7 @@ def predict_startup(
         error,
         binding,
         tuple(notes),
+        nccl_groups,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
 from ..vocab import KV_DTYPE_BYTES
+from .kv_dsv4 import Dsv4Layout, dsv4_layout, dsv4_token_bytes
 from .weights import pp_layer_range
 
 #: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, as read in 0.33;
@@ -38,6 +39,8 @@ def kv_token_format(kv_cache_dtype: str) -> str:
 
 def token_bytes(layer: LayerAttention, tp: int, kv_bytes: int, kv_format: str = "") -> int:
     """KV bytes of one token in ``layer`` on one rank, in the page layout of ``kv_format``."""
+    if layer.compress_ratio:
+        return dsv4_token_bytes(layer.compress_ratio, layer.index_head_dim)
     base = layer.token_bytes(tp, kv_bytes)
     if not kv_format or base == 0:
         return base
@@ -94,6 +97,9 @@ class KvLayout:
     block_size: int
     bytes_per_token: int  # logical KV bytes per token of context on this rank (full layers)
     state_bytes_per_sequence: int  # Mamba/linear state per request on this rank
+    #: DeepSeek-V4's packed layout (ledger/kv_dsv4.py), which answers the per-request
+    #: questions below in vLLM's own terms; None for every other model
+    packed: Dsv4Layout | None = None
 
     @property
     def num_groups(self) -> int:
@@ -107,6 +113,8 @@ class KvLayout:
     def blocks_per_request(
         self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int = 1
     ) -> int:
+        if self.packed is not None:
+            return self.packed.blocks_per_request(max_model_len, in_flight_tokens)
         return sum(
             g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks) for g in self.groups
         )
@@ -115,6 +123,8 @@ class KvLayout:
         self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int = 1
     ) -> int:
         """KV bytes one request of ``max_model_len`` tokens needs (vLLM's start check)."""
+        if self.packed is not None:
+            return self.packed.bytes_for_request(max_model_len, in_flight_tokens)
         return self.group_size * sum(
             g.page_bytes * g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks)
             for g in self.groups
@@ -167,6 +177,8 @@ def kv_layout(
     )
     if not cached:
         return KvLayout((), 0, 0, block_size, 0, 0)
+    if any(layer.compress_ratio for layer, _ in cached):
+        return _dsv4_kv_layout(cached, kv_bytes, per_token, hybrid_manager, kv_format)
     if not hybrid_manager:
         attn = [(layer, n) for layer, n in cached if layer.kind is not AttnKind.MAMBA]
         n_attn = sum(n for _, n in attn)
@@ -232,6 +244,40 @@ def kv_layout(
         if rest:
             groups.append(KvGroup(kind, rest, page, g_block, window, mamba))
     return KvLayout(tuple(groups), group_size, page * group_size, block, per_token, state)
+
+
+def _dsv4_kv_layout(
+    cached: Layers, kv_bytes: int, per_token: int, hybrid_manager: bool, kv_format: str
+) -> KvLayout:
+    """DeepSeek-V4: vLLM's packed layout, for the fp8_ds_mla format its FlashMLA backend takes
+    (an fp8 ``--kv-cache-dtype``, which ``_resolve_dsv4_kv_cache_dtype`` rewrites to it)."""
+    if not all(layer.compress_ratio for layer, _ in cached):
+        raise ValueError("DeepSeek-V4 layers mixed with other attention layers")
+    if kv_bytes != 1 or kv_format not in ("", "ds_mla"):
+        raise ValueError(
+            "DeepSeek-V4 KV cache: only the fp8_ds_mla layout (--kv-cache-dtype fp8) is modelled"
+        )
+    if not hybrid_manager:
+        raise ValueError("DeepSeek-V4 without the hybrid KV cache manager is not modelled")
+    counts: dict[int, int] = {}
+    for layer, n in cached:
+        counts[layer.compress_ratio] = counts.get(layer.compress_ratio, 0) + n
+    first = cached[0][0]
+    index_head = max(layer.index_head_dim for layer, _ in cached)
+    packed = dsv4_layout(counts, first.latent_dim, index_head, first.window)
+    groups = tuple(
+        KvGroup(
+            AttnKind.SLIDING if g.window else AttnKind.MLA,
+            len(g.pages),
+            g.page_sum // len(g.pages),
+            g.block_size,
+            g.window,
+        )
+        for g in packed.groups
+    )
+    n = max(len(g.pages) for g in packed.groups)
+    block = packed.groups[0].block_size
+    return KvLayout(groups, n, packed.bytes_per_block, block, per_token, 0, packed)
 
 
 def kv_bytes_per_token(

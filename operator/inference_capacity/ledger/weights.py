@@ -88,6 +88,42 @@ def _mxfp4_padded(t: Tensor, hidden: int, align: tuple[int, int] = MXFP4_MARLIN_
     return replace(t, rows=inter, cols=hid, kv_heads=0, fp32=False)
 
 
+#: architectures whose vLLM class lists ``embedding_modules = {"embed_tokens": ...,
+#: "lm_head": ...}``, which makes both LoRA targets by default (``lora/utils.py::
+#: get_supported_lora_modules``; llama.py (Mistral inherits it), qwen3.py, qwen3_moe.py,
+#: mixtral.py, nemotron_h.py in the 0.20.0, 0.25.0 and 0.33.0 sources)
+VOCAB_LORA_ARCHITECTURES = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "MixtralForCausalLM",
+        "NemotronHForCausalLM",
+    }
+)
+
+
+def vocab_lora_bytes(
+    shape: ModelShape,
+    first_stage: bool,
+    last_stage: bool,
+    max_loras: int,
+    max_rank: int,
+    dtype_bytes: int,
+) -> int:
+    """The embedding and lm_head LoRA slots (vLLM 0.20–0.33, read in 0.20.0/0.24.0/0.25.0/
+    0.26.0/0.33.0): ``VocabParallelEmbeddingWithLoRA.create_lora_weights`` holds A of
+    ``max_loras × vocab × rank`` and B of ``max_loras × hidden × rank``,
+    ``LogitsProcessorWithLoRA.create_lora_weights`` A of ``max_loras × rank × hidden`` and B of
+    ``max_loras × vocab × rank``, all unsharded (the full ``org_vocab_size`` / ``vocab_size``) in
+    the LoRA dtype, on the stages holding the embedding and the lm_head."""
+    if max_loras <= 0 or shape.architecture not in VOCAB_LORA_ARCHITECTURES:
+        return 0
+    pair = max_loras * max_rank * (shape.vocab_size + shape.hidden_size) * dtype_bytes
+    return pair * (int(first_stage) + int(last_stage))
+
+
 def lora_bytes(
     shape: ModelShape,
     tp: int,
@@ -152,15 +188,29 @@ def weight_breakdown(
     ep: int = 1,
     moe_tp: int = 0,
     mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
+    vocab_lora: bool = False,
 ) -> WeightBreakdown:
     """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
     ep = tp × dp), everything else as TP says. ``moe_tp``: the TP size the routed experts are
     sharded over without expert parallelism (0: ``tp``); vLLM flattens TP across DP
     (fused_moe/config.py::FusedMoEParallelConfig.make and flatten_tp_across_dp_and_pcp,
     0.20.0/0.25.0: ``tp_size = dp × pcp × tp`` when ``use_ep`` is False), so with
-    ``--data-parallel-size`` and no EP each rank holds 1/(tp·dp) of every expert."""
+    ``--data-parallel-size`` and no EP each rank holds 1/(tp·dp) of every expert.
+    ``vocab_lora``: with LoRA, add the embedding/lm_head slots (:func:`vocab_lora_bytes`)."""
     moe_tp = moe_tp if moe_tp > 0 and ep <= 1 else tp
-    args = (tp, pp, stage, dtype_bytes, quant, max_loras, max_lora_rank, ep, moe_tp, mxfp4_align)
+    args = (
+        tp,
+        pp,
+        stage,
+        dtype_bytes,
+        quant,
+        max_loras,
+        max_lora_rank,
+        ep,
+        moe_tp,
+        mxfp4_align,
+        vocab_lora,
+    )
     key = (id(shape), *args)
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is shape:
@@ -184,6 +234,7 @@ def _weight_breakdown(
     ep: int,
     moe_tp: int,
     mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
+    vocab_lora: bool = False,
 ) -> WeightBreakdown:
     layers = pp_layer_range(shape.num_layers, pp, stage)
     by_group: dict[str, int] = {}
@@ -224,6 +275,10 @@ def _weight_breakdown(
             for rc in shape.rope_caches
         )
     lora = lora_bytes(shape, tp, layers, max_loras, max_lora_rank, dtype_bytes, ep, moe_tp)
+    if vocab_lora:
+        lora += vocab_lora_bytes(
+            shape, stage == 0, stage == pp - 1, max_loras, max_lora_rank, dtype_bytes
+        )
     correction = _header_correction(
         shape, tp, pp, stage, dtype_bytes, quant, max(ep, moe_tp // tp), by_group
     )

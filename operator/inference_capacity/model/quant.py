@@ -557,7 +557,8 @@ def quantized_bytes(q: Quantization, rows: int, cols: int, experts: int) -> int:
     n = rows * cols
     payload = cdiv(n * q.weight_bits, 8)
     if q.block is not None:
-        scales = cdiv(rows, q.block[0]) * cdiv(cols, q.block[1]) * 4
+        # one scale per block: fp32, or e8m0 (1 B) for DeepSeek-V4's fp4-expert checkpoints
+        scales = cdiv(rows, q.block[0]) * cdiv(cols, q.block[1]) * q.scale_bytes
     elif q.group_size > 0:
         groups = cdiv(cols, q.group_size)
         scales = groups * rows * q.scale_bytes

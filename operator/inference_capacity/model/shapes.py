@@ -182,6 +182,11 @@ class LayerAttention:
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim
     mamba: MambaState | None = None
     shares_kv_with: int | None = None  # cross-layer KV sharing: no cache of its own
+    #: DeepSeek-V4 (``kind`` MLA, ``latent_dim`` its head_dim, ``window`` its sliding window):
+    #: the layer's effective compress ratio (1: the window only; 4 adds the indexer, whose key
+    #: head is ``index_head_dim``); 0 for every other model. Its pages: ledger/kv_dsv4.py
+    compress_ratio: int = 0
+    index_head_dim: int = 0
 
     def token_bytes(self, tp: int, kv_dtype_bytes: int) -> int:
         """KV bytes one token occupies in this layer on one TP rank (0 for stateful layers)."""

@@ -15,7 +15,14 @@ from ..quant import parse_quantization, unmatched_layer_formats
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build, config_indices
-from .families import _DEFAULTS, _UNSUPPORTED, _WRAPPERS, FAMILIES, SUPPORTED_MODEL_TYPES
+from .families import (
+    _DEFAULTS,
+    _UNSUPPORTED,
+    _WRAPPERS,
+    FAMILIES,
+    SUPPORTED_MODEL_TYPES,
+    deepseek_v4_shape,
+)
 from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
 
 #: wrappers whose config class builds a fixed text config when ``text_config`` has no
@@ -67,6 +74,14 @@ def shape_from_config(
             if model_type in ("qwen2_vl", "qwen2_5_vl")
             else _vision_tensors(vc)
         )
+    if family_type == "deepseek_v4" and not vision:
+        if quantization is not None:
+            raise ModelConfigError(
+                "quantization", f"--quantization {quantization} on DeepSeek-V4 is not modelled"
+            )
+        dtype_raw = text.get("torch_dtype") or text.get("dtype")
+        dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
+        return deepseek_v4_shape(text.data, name, dtype)
     builder = FAMILIES.get(family_type)
     if builder is None:
         raise ModelConfigError(

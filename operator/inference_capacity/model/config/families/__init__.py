@@ -11,6 +11,7 @@ from typing import Any
 from ..access import _Cfg
 from ..decoder import _base, _Decoder
 from .deepseek import _deepseek
+from .deepseek_v4 import deepseek_v4_shape
 from .gemma import _gemma, _gemma4
 from .gpt_oss import _gpt_oss
 from .hybrid import _nemotron_h, _qwen3_5
@@ -18,7 +19,7 @@ from .llama import _llama, _llama4, _mistral, _mixtral
 from .phi_opt import _opt, _phi
 from .qwen import _qwen2, _qwen3, _qwen_moe
 
-__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "deepseek_v4_shape"]
 
 
 FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
@@ -65,15 +66,6 @@ _WRAPPERS = {
 #: families we know of but cannot size yet, with the reason (an error, never a guess)
 _UNSUPPORTED = {
     "qwen3_next": "Qwen3-Next (gated DeltaNet hybrid) is not modelled yet",
-    # vLLM implements it (vllm/models/deepseek_v4/, 0.25.0–0.33.0); the ledger has none of its
-    # KV specs yet, so it is refused rather than sized as DeepSeek-V3
-    "deepseek_v4": (
-        "DeepSeek-V4 is not modelled yet: the ledger lacks its KV-cache specs (vLLM 0.25.0 "
-        "models/deepseek_v4/attention.py: compressed MLA pages per layer by compress_ratios "
-        "(MLAAttentionSpec compress_ratio, 512/576 B alignment), the sliding-window SWA cache "
-        "(DeepseekV4SWACache) and compressor state (compressor.py SlidingWindowMLASpec), the "
-        "indexer cache (DeepseekV4IndexerCache)), its FP4 expert weights and its MTP layers"
-    ),
 }
 
 
@@ -95,4 +87,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-SUPPORTED_MODEL_TYPES = tuple(sorted(set(FAMILIES) | _WRAPPERS))
+#: families with their own shape builder (not a :class:`_Decoder`): dispatch.py calls it
+_OWN_BUILDERS = {"deepseek_v4"}
+
+SUPPORTED_MODEL_TYPES = tuple(sorted(set(FAMILIES) | _WRAPPERS | _OWN_BUILDERS))

@@ -1,0 +1,223 @@
+"""DeepSeek-V4's packed KV cache (issue 21), as vLLM 0.24.0/0.25.0 plan it for the
+``fp8_ds_mla`` layout (``ledger/kv_dsv4.py`` cites each function). Every number is derived here
+from those functions; the GH200 case is a public vLLM error message."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference_capacity.engines.vllm import (
+    EngineSettings,
+    SettingsError,
+    StartupPrediction,
+    predict_startup,
+)
+from inference_capacity.hardware import get_gpu
+from inference_capacity.ledger.kv_dsv4 import dsv4_layout, dsv4_page_bytes
+from inference_capacity.ledger.weights import weight_breakdown
+from inference_capacity.model import load_model
+from inference_capacity.model.catalog import load_config
+from inference_capacity.model.shapes import ModelShape
+from inference_capacity.units import GiB
+
+H200 = get_gpu("H200")
+
+#: deepseek-ai/DeepSeek-V4-Flash config.json (huggingface.co, not reachable from here):
+#: ``compress_ratios`` [0, 0, 4, 128, 4, …, 128, 4, 0] — 44 entries for 43 layers plus the MTP
+#: layer, as public copies of the config quote it (e.g. the DeepSeek-V4-Flash fixtures of
+#: rtp-llm's dsv4_checkpoint_inventory test: ``[0, 0, 4, *([128, 4] * 20), 0]``); head_dim 512,
+#: index_head_dim 128, sliding_window 128, num_hidden_layers 43
+FLASH_RATIOS = [0, 0, 4, *([128, 4] * 20), 0]
+FLASH_LAYERS = 43
+
+
+def flash_counts() -> dict[int, int]:
+    """Layers by effective ratio: ``DeepseekV4Attention.compress_ratio = max(1, ratio)`` for the
+    43 decoder layers (the MTP entry is not a decoder layer)."""
+    out: dict[int, int] = {}
+    for r in FLASH_RATIOS[:FLASH_LAYERS]:
+        out[max(1, r)] = out.get(max(1, r), 0) + 1
+    return out
+
+
+def test_flash_layer_counts() -> None:
+    assert len(FLASH_RATIOS) == 44
+    assert flash_counts() == {1: 2, 4: 21, 128: 20}
+
+
+def test_page_bytes_follow_the_specs() -> None:
+    p = dsv4_page_bytes(flash_counts(), head_dim=512, index_head_dim=128)
+    # MLAAttentionSpec fp8_ds_mla: (256 // r) rows × 584 B, rounded up to 576 B
+    assert p["c4"] == 37_440  # 64 × 584 = 37,376 → 65 × 576
+    assert p["c128"] == 1_728  # 2 × 584 = 1,168 → 3 × 576
+    # DeepseekV4SWACache: 64 rows × 584 B → 37,440
+    assert p["swa"] == 37_440
+    # indexer keys: 64 rows × (128 + 128 // 128 × 4) = 8,448 → 15 × 576
+    assert p["c4_indexer"] == 8_640
+    # CompressorStateCache: block 4 × 2·2·512 fp32 = 32,768 → 57 × 576; block 8 × 2·1·512 fp32
+    assert p["c4_state"] == 32_832
+    assert p["c128_state"] == 32_832
+    # the indexer's compressor: 4 × 2·2·128 × 4 = 8,192 → 15 × 576
+    assert p["c4_indexer_state"] == 8_640
+
+
+def test_flash_groups_and_packed_block() -> None:
+    lay = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    # layer tuples before padding: full 21 (21 C4, 21 indexer, 20 C128), SWA 43, C4 states 21,
+    # C128 states 20; _approximate_gcd([21, 43, 21, 20], lower_bound=21) = 22 (padding
+    # 1 + 1 + 1 + 2 = 5, the least); the 43 SWA layers split into cdiv(43, 22) = 2 groups
+    shapes = [(len(g.pages), g.block_size, g.window) for g in lay.groups]
+    assert shapes == [(62, 256, 0), (22, 64, 128), (21, 64, 128), (42, 4, 8), (20, 8, 128)]
+    # state pages of 32,832 B are padded to the next MLA page, 37,440
+    assert set(lay.groups[3].pages) == {37_440, 8_640}
+    assert set(lay.groups[4].pages) == {37_440}
+    # _get_kv_cache_config_packed: slots per page = the most layers of that page in a group
+    assert lay.slots == ((37_440, 22), (8_640, 21), (1_728, 20))
+    assert lay.bytes_per_block == 22 * 37_440 + 21 * 8_640 + 20 * 1_728 == 1_039_680
+
+
+def test_concurrency_at_1m() -> None:
+    lay = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    L, T = 1_048_576, 8192
+    # get_max_concurrency_for_kv_cache_config: Σ_g max pages × the group's page sum, over the
+    # full group's page sum (1,002,240):
+    #   full cdiv(L, 256) = 4096; SWA cdiv(127 + T, 64) + 1 = 131 (two groups);
+    #   C4 states cdiv(7 + T, 4) + 1 = 2051; C128 states cdiv(127 + T, 8) + 1 = 1041
+    need = 4096 * 1_002_240 + 131 * (823_680 + 786_240) + 2051 * 967_680 + 1041 * 748_800
+    assert lay.blocks_per_request(L, T) == -(-need // 1_002_240) == 7065
+    # so 7 GiB of KV hold 7 GiB // 1,039,680 B = 7229 blocks: 1.02 requests of 1M tokens
+    # (the issue's "~1 M KV tokens in 7 GiB" on H20 TP2)
+    blocks = lay.num_blocks(7 * GiB)
+    assert blocks == 7229
+    assert int(blocks / 7065 * L) == 1_072_916
+
+
+def test_gh200_start_check_matches_the_public_error() -> None:
+    """vllm-project/vllm#44376 (comment of 2026-06-03, DeepSeek-V4-Flash, 2×GH200, TP2 + EP,
+    LLM(max_model_len=30000, kv_cache_dtype="fp8", block_size=256); the LLM class defaults
+    max_num_batched_tokens to 16384 on a GPU of ≥ 70 GiB): "(6.66 GiB KV cache is needed, which
+    is larger than the available KV cache memory (5.44 GiB). Based on the available memory, the
+    estimated maximum model length is 13528." """
+    lay = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    T = 16384
+    # _max_memory_usage_bytes_from_groups: 22 tuples × 47,808 B (37,440 + 8,640 + 1,728) per
+    # page, pages 118 + 2 × 259 + 4099 + 2065 = 6800 → 7,152,076,800 B = 6.66 GiB
+    needed = lay.bytes_for_request(30_000, T)
+    assert needed == 6800 * 22 * 47_808
+    assert round(needed / GiB, 2) == 6.66
+    # estimate_max_model_len: the largest length whose need fits; 13528 fits and 13529 does
+    # not for any available memory in [5,841,563,904, 5,843,667,456) B, which prints 5.44 GiB
+    fits, over = lay.bytes_for_request(13_528, T), lay.bytes_for_request(13_529, T)
+    assert fits == 5_841_563_904 and over == 5_843_667_456
+    assert round(fits / GiB, 2) == round((over - 1) / GiB, 2) == 5.44
+
+
+def test_h20_title_of_vllm_51041() -> None:
+    """vllm-project/vllm#51041 (H20, official vLLM 0.26.0, DeepSeek-V4-Flash-0731 — the same 43
+    decoder layers and ratios — TP2, fp8 → fp8_ds_mla, max_model_len 121344,
+    max_num_batched_tokens 8192): "KV cache holds only 150K tokens in 7.7 GiB". At 0.26 a
+    sliding group holds ``max_in_flight_tokens`` = 2 × 8192 (async scheduling, V1 runner, PP 1;
+    engines/vllm.py::in_flight_tokens) beyond its window."""
+    lay = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    L, in_flight = 121_344, 2 * 8192
+    need = lay.blocks_per_request(L, in_flight)
+    # full cdiv(L, 256) = 474; SWA cdiv(16511, 64) + 1 = 259; C4 states cdiv(16391, 4) + 1 =
+    # 4099; C128 states cdiv(16511, 8) + 1 = 2065
+    pages = 474 * 1_002_240 + 259 * (823_680 + 786_240) + 4099 * 967_680 + 2065 * 748_800
+    assert need == -(-pages // 1_002_240) == 6391
+    blocks = lay.num_blocks(int(7.7 * GiB))
+    tokens = int(blocks / need * L)
+    assert blocks == 7952  # int(7.7 GiB) // 1,039,680
+    assert tokens == int(7952 / 6391 * L) == 150_982  # "150K tokens in 7.7 GiB"
+
+
+def test_refuses_what_vllm_refuses() -> None:
+    with pytest.raises(ValueError, match="compress ratios \\[8\\]"):
+        dsv4_layout({1: 2, 8: 4}, head_dim=512, index_head_dim=128, window=128)
+    with pytest.raises(ValueError, match="without a compressed layer"):
+        dsv4_layout({1: 4}, head_dim=512, index_head_dim=128, window=128)
+
+
+# --- the model and its plan -------------------------------------------------------------------
+
+
+def flash() -> ModelShape:
+    """The catalog entry (catalog/models/SOURCES.md says where the config.json comes from)."""
+    return load_model("deepseek-ai/DeepSeek-V4-Flash")
+
+
+def test_flash_config_is_the_counted_one() -> None:
+    _, cfg = load_config("deepseek-ai/DeepSeek-V4-Flash")
+    assert cfg["compress_ratios"] == FLASH_RATIOS
+    assert cfg["num_hidden_layers"] == FLASH_LAYERS
+
+
+def test_flash_parameters_match_the_model_card() -> None:
+    """The model card (huggingface.co/deepseek-ai/DeepSeek-V4-Flash): 284B total parameters."""
+    s = flash()
+    assert round(s.num_parameters / 1e9) == 284
+    # layers by (effective ratio): 2 window-only, 21 CSA (with the indexer), 20 HCA
+    kinds = {g.attention.compress_ratio: g.layers.count for g in s.layer_groups}
+    assert kinds == {1: 2, 4: 21, 128: 20}
+
+
+def test_flash_experts_are_mxfp4_per_rank() -> None:
+    """Mxfp4MoEMethod: e2m1 payload (½ B) + one e8m0 scale per 32 values; w13 column-split
+    (2 × 2048 rows over TP), w2 row-split (2048 columns over TP); 256 experts × 43 layers."""
+    s = flash()
+    assert s.quantization is not None
+    w = weight_breakdown(s, 2, 1, 0, 2, s.quantization)
+    per_expert = 2048 * 4096 * 17 // 32 + 4096 * 1024 * 17 // 32  # (½ + 1/32) B per value
+    assert w.by_group["experts"] == 43 * 256 * per_expert
+    # the FP8 linears: 1 B per value + one 1-B e8m0 scale per 128×128 block (is_scale_e8m0);
+    # wo_b at TP2: 4096 × 4096 per rank → 16 MiB + 32 × 32 B
+    from inference_capacity.model.quant import quantized_bytes, tensor_format
+
+    wo_b = next(t for t in s.tensors if t.name == "attn.wo_b")
+    fmt = tensor_format(s.quantization, wo_b)
+    assert fmt is not None and fmt.block == (128, 128)
+    r, c = wo_b.shape_per_rank(2)
+    assert (r, c) == (4096, 4096)
+    assert quantized_bytes(fmt, r, c, 1) == 4096 * 4096 + 32 * 32
+
+
+def _plan(
+    version: str = "0.25.0", kv: str = "fp8", block_size: int | None = None
+) -> StartupPrediction:
+    settings = EngineSettings(
+        version=version, kv_cache_dtype=kv, max_model_len=1_048_576, block_size=block_size
+    )
+    return predict_startup(flash(), H200.total_bytes, H200.name, 2, 1, settings)
+
+
+def test_flash_plans_on_h200_tp2_with_the_packed_layout() -> None:
+    p = _plan()
+    assert p.starts
+    r = p.ranks[p.binding_rank]
+    # _get_kv_cache_config_packed: available // 1,039,680 B per block
+    assert r.layout.bytes_per_block == 1_039_680
+    assert p.num_gpu_blocks == r.available_kv // 1_039_680
+    assert r.layout.block_size == 256
+    # GPU KV cache size = concurrency × L, concurrency = blocks / 7065 (test_concurrency_at_1m;
+    # max_num_batched_tokens at 0.25's OpenAI-server default on H200: 8192)
+    need = r.layout.blocks_per_request(1_048_576, 8192)
+    assert need == 7065
+    assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / need)
+    assert p.kv_cache_tokens == int(p.num_gpu_blocks / need * 1_048_576)
+
+
+@pytest.mark.parametrize(
+    ("version", "kv", "block_size", "match"),
+    [
+        ("0.19.0", "fp8", None, "no DeepSeek-V4"),
+        ("0.22.0", "fp8", None, "read for 0.24–0.26 only"),
+        ("0.27.0", "fp8", None, "read for 0.24–0.26 only"),
+        ("0.25.0", "auto", None, "only supports fp8 kv-cache"),
+        ("0.25.0", "fp8", 64, "256 only"),
+    ],
+)
+def test_flash_refusals_name_the_reason(
+    version: str, kv: str, block_size: int | None, match: str
+) -> None:
+    with pytest.raises(SettingsError, match=match):
+        _plan(version, kv, block_size)
