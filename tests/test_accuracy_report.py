@@ -44,7 +44,8 @@ def test_accuracy_report() -> None:
     rep = re.search(r"^  replayable: (\d+) of (\d+)$", text, re.M)
     assert rep is not None and int(rep.group(2)) == n_logs
     mae = re.search(r"available-KV MAE on the replayable >= 0.20 logs: ([\d.]+) % over (\d+)", text)
-    assert mae is not None and int(mae.group(2)) == int(rep.group(1))
+    # a replayable log may log no available-KV figure (DeepSeek-V4 B200: concurrency only)
+    assert mae is not None and 1 <= int(mae.group(2)) <= int(rep.group(1))
     # the MAE is the mean |error| of the replayable logs listed above it (vllm-startup-047,
     # gpt-oss-120b TP8 0.28.0, among them: out-of-sample, nothing fitted on it)
     kv_errs = [
