@@ -37,7 +37,6 @@ from .engines.vllm_flags import (
 )
 from .engines.vllm_mm import (
     DEFAULT_MM_LIMIT,
-    LIMIT_OPTIONS_FROM,
     MM_PROFILE_ERAS,
     PIXEL_KWARGS,
     ProfileSizing,
@@ -50,6 +49,7 @@ from .engines.vllm_mm import (
     text_only,
     uses_options,
 )
+from .engines.vllm_rules import VllmRules
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
 from .model.hub_async import HubClient, resolve_model_ref_async
@@ -256,7 +256,7 @@ def multimodal_profile(
     profiled = era_of(v) in MM_PROFILE_ERAS
     if (
         limits is not None
-        and v.key < LIMIT_OPTIONS_FROM
+        and not VllmRules.for_version(v).mm_limit_options
         and uses_options(running["limit-mm-per-prompt"])
     ):
         bad.append(
