@@ -1,11 +1,11 @@
 """What vLLM will allocate at startup, by version: the numbers its log prints, and whether it
 starts at all.
 
-Exact parts (from vLLM's code, research/vllm-memory.md): the budget formula per era, weights,
-KV page sizes, groups, blocks, tokens and concurrency, defaults. Measured parts (activation
-peak, non-torch memory, CUDA-graph pool) are modelled from the architecture and the batch shape,
-with constants calibrated on real startup logs (shared/data/vllm-startup-logs.jsonl); each
-constant says where it comes from. ``benchmarks/accuracy.py`` measures the result.
+Exact parts (from vLLM's code, each citing the vLLM file it follows): the budget formula per
+era, weights, KV page sizes, groups, blocks, tokens and concurrency, defaults. Measured parts
+(activation peak, non-torch memory, CUDA-graph pool) are modelled from the architecture and the
+batch shape, with constants calibrated on real startup logs (tests/data/vllm-startup-logs.jsonl);
+each constant says where it comes from. ``benchmarks/accuracy.py`` measures the result.
 """
 
 from __future__ import annotations
@@ -823,8 +823,9 @@ def hybrid_prefix_caching_default(v: Version) -> bool:
     """Prefix caching's default for a hybrid (Mamba/GDN + attention) model:
     ``config/model.py::ModelConfig.is_prefix_caching_supported`` returns False for
     ``attn_type == "hybrid"`` ("Hybrid models do not support prefix caching…") in the 0.20.0
-    and 0.25.0 sources (0.13–0.25 per research/vllm-fidelity-rereview.md N1), and True from
-    0.26.0; ``engine/arg_utils.py`` takes it as ``--enable-prefix-caching``'s default."""
+    and 0.25.0 sources (the rule is taken to hold from 0.13 on: the oldest line with it is not
+    pinned), and True from 0.26.0; ``engine/arg_utils.py`` takes it as
+    ``--enable-prefix-caching``'s default."""
     return VllmRules.for_version(v).hybrid_prefix_caching_default
 
 

@@ -156,7 +156,7 @@ class VllmRules:
     hma_with_connector: bool
     #: reported KV tokens are ``int(concurrency × max_model_len)``
     #: (v1/core/kv_cache_utils.py::get_kv_cache_capacity): from 0.21; 0.9–0.20
-    #: ``num_blocks // groups × block size`` (research/vllm-memory.md)
+    #: ``num_blocks // groups × block size`` (the same function in those releases)
     tokens_from_concurrency: bool
     #: ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T`` (config/vllm.py) for
     #: sliding/chunked layers, and async scheduling on by default: from 0.26; before, T
@@ -171,8 +171,8 @@ class VllmRules:
 
     # --- hybrid (Mamba/GDN) caches ------------------------------------------------------------
     #: prefix caching's default for hybrids (config/model.py::ModelConfig.
-    #: is_prefix_caching_supported: False for ``attn_type == "hybrid"`` in 0.20.0 and 0.25.0,
-    #: 0.13–0.25 per research/vllm-fidelity-rereview.md N1; True from 0.26)
+    #: is_prefix_caching_supported: False for ``attn_type == "hybrid"`` in the 0.20.0 and
+    #: 0.25.0 sources, taken to hold from 0.13; True from 0.26)
     hybrid_prefix_caching_default: bool
     #: Mamba state is cached with prefix caching at all (models/config.py::MambaModelConfig.
     #: verify_and_update_config, read in 0.20.0, 0.25.0, 0.26.0, 0.28.0): from 0.15
