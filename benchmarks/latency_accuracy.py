@@ -37,7 +37,7 @@ from typing import Any
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model.source import resolve_model_ref
-from inference_capacity.planner import PlanInput, _batches, make_plan
+from inference_capacity.planner import PlanCache, PlanInput, make_plan
 from inference_capacity.sizing import LatencyPoint
 from inference_capacity.sizing.latency import build_latency_model, queued
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
@@ -94,8 +94,9 @@ def predict(p: dict[str, Any]) -> Scored:
         workload=wl,
         choose_max_num_seqs=False,
     )
+    cache = PlanCache()  # the plan's latency batches, read again below
     try:
-        plan = make_plan(inp)
+        plan = make_plan(inp, cache)
     except (ValueError, KeyError) as exc:
         return Scored(p, None, f"plan: {exc}")
     if not plan.fits or plan.distribution is None:
@@ -103,7 +104,7 @@ def predict(p: dict[str, Any]) -> Scored:
     model = build_latency_model(inp.model, inp.gpu, plan.prediction, inp.hbm_efficiency)
     if model is None:
         return Scored(p, None, "no latency model")
-    batches = _batches(model, plan.distribution)
+    batches = cache.batch_latency(model, plan.distribution)
     # the replica runs at most max-num-seqs and what its KV pool holds; the rest queue
     kv_seqs = plan.prediction.kv_cache_tokens // max(isl + osl, 1)
     run = max(1, min(n, plan.prediction.settings.max_num_seqs, kv_seqs, batches.max_n))

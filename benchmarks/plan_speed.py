@@ -103,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 def latency_rows(repeat: int) -> None:
     """Issue 19: the same with a workload, so the latency model (its step model, the
     closed-loop scheduler at every curve point) runs. "cold": a new latency model each plan
-    (its memo and the planner's batch cache cleared; the workload's Monte Carlo, shared by
+    (its memo cleared and a fresh PlanCache; the workload's Monte Carlo, shared by
     every plan of a workload, is kept, as in a sweep); 1,000 what-if plans of one workload
     over GPUs × TP × KV-cache dtype × utilization."""
-    from inference_capacity.planner import _BATCHES
+    from inference_capacity.planner import PlanCache
     from inference_capacity.sizing import latency
     from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
@@ -126,17 +126,17 @@ def latency_rows(repeat: int) -> None:
             workload=wl,
             choose_max_num_seqs=False,
         )
-        make_plan(inp)
+        cache = PlanCache()  # the caller's memo, kept between the warm plans
+        make_plan(inp, cache)
         t0 = CLOCK()
         for _ in range(repeat):
             latency._BY_MODEL.clear()
-            _BATCHES.clear()
             weights._MEMO.clear()
-            make_plan(inp)
+            make_plan(inp)  # a fresh PlanCache
         cold = (CLOCK() - t0) / repeat
         t0 = CLOCK()
         for _ in range(repeat):
-            make_plan(inp)
+            make_plan(inp, cache)
         warm = (CLOCK() - t0) / repeat
         print(f"{name:<45} {tp:>3} {cold * 1e3:>8.2f} {warm * 1e3:>8.2f}")
     m = load_model("meta-llama/Llama-3.1-70B-Instruct")

@@ -775,3 +775,29 @@ def test_quantization_enum_matches_the_formats_the_ledger_sizes() -> None:
     from inference_capacity.model.quant import KNOWN_METHODS
 
     assert set(get_args(Quantization)) <= set(KNOWN_METHODS)
+
+
+def test_status_vllm_startup_is_the_prediction_json_by_the_status_model() -> None:
+    """One serializer: status.vllmStartup is StartupPrediction.to_json (plan -o json's
+    vllm_startup) cut to VllmStartup's fields under its camelCase aliases, and it validates."""
+    from inference_capacity.api import VllmStartup
+    from inference_capacity.engines.vllm import EngineSettings
+    from inference_capacity.hardware import get_gpu
+    from inference_capacity.model import load_model
+    from inference_capacity.planner import PlanInput, make_plan
+    from inference_capacity.report.data import plan_json, startup_json
+
+    plan = make_plan(
+        PlanInput(
+            model=load_model("meta-llama/Llama-3.1-8B-Instruct"),
+            gpu=get_gpu("H100-SXM-80GB"),
+            engine=EngineSettings(version="0.19.0", max_model_len=8192),
+        )
+    )
+    status = startup_json(plan)
+    snake = plan_json(plan)["vllm_startup"]
+    fields = VllmStartup.model_fields
+    assert list(status) == [f.alias for f in fields.values()]
+    assert status["availableKvCacheGib"] == snake["available_kv_cache_gib"]
+    assert {fields[k].alias: snake[k] for k in fields} == status
+    assert VllmStartup.model_validate(status).model_dump(by_alias=True) == status

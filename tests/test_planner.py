@@ -391,3 +391,23 @@ def test_recommendation_flags() -> None:
     assert full["max-model-len"] == "8192"
     assert full["max-num-batched-tokens"] == "8192"
     assert full["kv-cache-dtype"] == "auto"
+
+
+def test_the_plan_cache_is_the_callers() -> None:
+    """The latency batches are memoised in the caller's PlanCache (no module-level memo): a
+    plan with its own cache fills it, and a plan with a fresh cache, a shared one or none is
+    the same plan."""
+    import inference_capacity.planner as planner
+    from inference_capacity.planner import PlanCache
+    from inference_capacity.report.data import plan_json
+
+    w = Workload(workload().cohorts, itl_target_ms=40.0)
+    inp = PlanInput(model=LLAMA8B, gpu=H100, engine=ENGINE, workload=w)
+    cache = PlanCache()
+    first = make_plan(inp, cache)
+    assert cache.batches  # the distribution's latency batches, kept by the caller
+    assert len(cache.batches) <= cache.keep
+    again = make_plan(inp, cache)  # from the cache
+    fresh = make_plan(inp)  # a fresh cache of its own
+    assert plan_json(first) == plan_json(again) == plan_json(fresh)
+    assert not any(isinstance(v, dict) for k, v in vars(planner).items() if k.isupper())

@@ -92,3 +92,19 @@ def test_the_tour_runs_as_written_after_the_set_up(tmp_path: Path) -> None:
         )
         assert r.returncode == 0, (argv, r.stderr[-500:])
         assert "Traceback" not in r.stderr
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but ``-`` dropped, spaces ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_list_every_section_with_a_working_link() -> None:
+    """The table of contents names each ``##``/``###`` heading in order, each link its anchor."""
+    body = re.sub(r"```.*?```", "", README, flags=re.S)
+    headings = re.findall(r"^(##|###) (.+)$", body, flags=re.M)
+    contents = README.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"^( *)- \[(.+)\]\(#(.+)\)$", contents, flags=re.M)
+    want = [(h, _anchor(h), level) for level, h in headings if h != "Contents"]
+    got = [(text, anchor, "##" if not indent else "###") for indent, text, anchor in links]
+    assert got == want

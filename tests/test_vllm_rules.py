@@ -3,13 +3,17 @@ next to the rule in engines/vllm.py."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+import inference_capacity
 from inference_capacity.budget import max_utilization
 from inference_capacity.cli import main as cli_main
 from inference_capacity.engines.versions import Era, parse_version
@@ -24,6 +28,7 @@ from inference_capacity.engines.vllm import (
     predict_startup,
 )
 from inference_capacity.engines.vllm_flags import parse_speculative_config
+from inference_capacity.engines.vllm_rules import VllmRules
 from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.weights import lora_bytes
 from inference_capacity.model import catalog_names, load_model
@@ -466,3 +471,170 @@ def test_mtp_default_speculative_tokens() -> None:
     assert b.ranks[-1].sampler_peak - a.ranks[-1].sampler_peak == (
         (v3.mtp_layers + 256) * v3.vocab_size * 4
     )
+
+
+# --- one rulebook (issue 20 item 3) -----------------------------------------------------------
+
+#: the modules allowed to compare vLLM versions: the rulebook record, the version parser with
+#: its budget eras, and the generated flag table's lookup (a release against the table's own
+#: releases, no rule of its own)
+RULEBOOK_MODULES = frozenset({"engines/vllm_rules.py", "engines/versions.py"})
+TABLE_LOOKUP = "engines/vllm_flag_table.py"
+#: the adapters read no version rule either, but they are not the pure core
+ADAPTERS = frozenset({"cli", "controller", "ui"})
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_VERSION_TEXT = re.compile(r"^v?\d+\.\d+")
+
+
+def _is_version_operand(node: ast.expr) -> bool:
+    """A version on one side of a comparison: a literal ``(0, 20, 0)``/``(0, 20)``, a
+    ``.key``/``.minor``/``.major``/``.patch`` attribute, a ``*_FROM``/``*_VERSION`` constant,
+    or a version string literal."""
+    if isinstance(node, ast.Tuple) and 2 <= len(node.elts) <= 4:
+        first = node.elts[0]
+        return (
+            isinstance(first, ast.Constant)
+            and first.value == 0
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in node.elts)
+        )
+    if isinstance(node, ast.Attribute):
+        if node.attr in ("key", "minor", "major", "patch"):
+            return True
+        return node.attr.endswith(("_FROM", "_VERSION"))
+    if isinstance(node, ast.Name):
+        return node.id.endswith(("_FROM", "_VERSION"))
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(_VERSION_TEXT.match(node.value))
+    return False
+
+
+def version_comparisons(source: str) -> list[int]:
+    """Lines of ``source`` that order-compare a version, or call ``at_least(``."""
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, _ORDER) for op in node.ops):
+            if any(_is_version_operand(x) for x in (node.left, *node.comparators)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name == "at_least":
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_the_version_comparison_check_finds_each_spelling() -> None:
+    for line in (
+        "ok = v.key >= (0, 20, 0)",
+        "ok = (0, 11, 0) <= v.key < (0, 18, 0)",
+        "ok = version.minor < 21",
+        "ok = k < NVFP4_KV_FROM",
+        "ok = rs.version.at_least(0, 20)",
+        'ok = text >= "0.20.0"',
+    ):
+        assert version_comparisons(line) == [1], line
+    assert version_comparisons("ok = ref.key not in data and x < 3 and u <= (1, 0)") == []
+
+
+def test_no_version_comparison_outside_the_rulebook() -> None:
+    """Every version-dependent rule of the pure core is a field of VllmRules (or the era /
+    release lookups beside it): a comparison elsewhere is a rule in the wrong place."""
+    root = Path(inference_capacity.__file__).resolve().parent
+    offenders: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in ADAPTERS or rel in RULEBOOK_MODULES or rel == TABLE_LOOKUP:
+            continue
+        offenders += [f"{rel}:{n}" for n in version_comparisons(path.read_text())]
+    assert offenders == [], "version comparisons outside engines/vllm_rules.py: " + ", ".join(
+        offenders
+    )
+
+
+def test_the_flag_table_compares_releases_only_with_its_own() -> None:
+    """The table lookup's comparisons are all between ``_key(...)`` results (releases of the
+    generated table), never against a literal version."""
+    root = Path(inference_capacity.__file__).resolve().parent
+    tree = ast.parse((root / TABLE_LOOKUP).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, _ORDER) for op in node.ops):
+            for x in (node.left, *node.comparators):
+                literal = isinstance(x, ast.Tuple) or (
+                    isinstance(x, ast.Constant)
+                    and isinstance(x.value, str)
+                    and bool(_VERSION_TEXT.match(x.value))
+                )
+                assert not literal, f"{TABLE_LOOKUP}:{node.lineno}"
+
+
+def test_every_rule_cites_where_vllm_has_it() -> None:
+    """Each field of VllmRules has a ``#:`` comment naming a vLLM file or function, or the
+    rulebook's own table/record it derives from."""
+    import inspect
+
+    from inference_capacity.engines import vllm_rules
+
+    lines = inspect.getsource(vllm_rules.VllmRules).splitlines()
+    fields = {f.name for f in dataclasses.fields(VllmRules)} - {"version"}
+    for i, line in enumerate(lines):
+        m = re.match(r"^    (\w+): ", line)
+        if m is None or m.group(1) not in fields:
+            continue
+        j = i - 1
+        comment: list[str] = []
+        while lines[j].strip().startswith("#:"):
+            comment.insert(0, lines[j])
+            j -= 1
+        text = " ".join(comment)
+        assert comment, f"VllmRules.{m.group(1)} has no #: comment"
+        assert re.search(r"\.py|::|:data:|:attr:|research/|PR #\d+", text), (
+            f"VllmRules.{m.group(1)} cites no vLLM source: {text}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("version", "utilization", "estimate", "lora_cases"),
+    [
+        # config/cache.py::CacheConfig gpu_memory_utilization 0.9 → 0.92 and
+        # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on, both in 0.20.0 (0.19.0: off)
+        ("0.19.0", 0.90, False, 1),
+        ("0.20.0", 0.92, True, 2),
+        ("0.33.0", 0.92, True, 2),
+    ],
+)
+def test_rulebook_record_by_version(
+    version: str, utilization: float, estimate: bool, lora_cases: int
+) -> None:
+    r = VllmRules.for_version(version)
+    assert r.default_gpu_memory_utilization == utilization
+    assert r.estimate_cuda_graphs_default is estimate
+    assert r.lora_graph_cases == lora_cases
+    assert r is VllmRules.for_version(parse_version(version))  # one record per release
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.big_gpu_tier = True  # type: ignore[misc]
+
+
+def test_rulebook_eras_match_the_budget_eras() -> None:
+    # versions.py::era_of: 0.11–0.19 no CG estimate, 0.20–0.26 CG estimate, 0.27+ consumed
+    assert VllmRules.for_version("0.19.1").era is Era.V1_NO_CG
+    assert VllmRules.for_version("0.20.0").era is Era.V1_CG
+    assert VllmRules.for_version("0.27.0").era is Era.V1_CONSUMED
+    assert VllmRules.for_version("0.10.0").era_for("v0") is Era.V0
+
+
+#: the longest function the engines and resolve may hold (issue 20: "no function in the pure
+#: core over ~120 lines"; the rest of the core is not split yet)
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_long_function_in_the_engines_or_resolve() -> None:
+    root = Path(inference_capacity.__file__).resolve().parent
+    paths = [*sorted((root / "engines").rglob("*.py")), root / "resolve.py"]
+    long: list[str] = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(root)}::{node.name} ({n} lines)")
+    assert long == []

@@ -209,19 +209,47 @@ def _predict(inp: PlanInput, settings: EngineSettings) -> StartupPrediction:
     return predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, settings)
 
 
-#: make_plan is serialised: the sizing simulations and latency batches are cached and grown in
-#: place (sizing.distribution.Simulation, _BATCHES), and the operator plans from several handler
-#: threads at once (a real cluster with 200 resources hit an IndexError in a half-grown one)
+#: make_plan is serialised: the sizing simulations are cached process-wide and grown in place
+#: (sizing.distribution._SIMULATIONS, Simulation.ensure), and the operator plans from several
+#: handler threads at once (a real cluster with 200 resources hit an IndexError in a half-grown
+#: one). The planner's own memo is the caller's :class:`PlanCache`; the lock goes when sizing's
+#: simulations are owned by the caller too.
 _PLAN_LOCK = threading.RLock()
 
 
-def make_plan(inp: PlanInput) -> Plan:
-    """Plan one replica of a vLLM deployment and the fleet around it."""
+@dataclass
+class PlanCache:
+    """The latency batches of one plan (or of plans one caller makes in a row, on one thread),
+    owned by the caller: the planner asks again at each step of its sizing loop with the same
+    latency model and simulation, so the last few are kept. Keyed on the objects themselves
+    (a simulation by identity), never on ``id()``."""
+
+    batches: dict[tuple[object, ...], BatchLatency] = field(default_factory=dict)
+    #: entries kept (most recently made last)
+    keep: int = 4
+
+    def batch_latency(self, model: LatencyModel, d: DistributionSizing) -> BatchLatency:
+        """The latency of batches along the simulation's paths."""
+        sim = d.binding.paths.sim
+        key = (model, sim, sim.length, d.binding_mix)
+        hit = self.batches.get(key)
+        if hit is not None:
+            return hit
+        batches = BatchLatency(model, d)
+        self.batches[key] = batches
+        while len(self.batches) > self.keep:
+            del self.batches[next(iter(self.batches))]
+        return batches
+
+
+def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
+    """Plan one replica of a vLLM deployment and the fleet around it. ``cache``: the caller's
+    memo (a fresh one per plan when not given)."""
     with _PLAN_LOCK:
-        return _make_plan(inp)
+        return _make_plan(inp, cache if cache is not None else PlanCache())
 
 
-def _make_plan(inp: PlanInput) -> Plan:
+def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
     h = inp.headroom
     if not 0 <= h.operational_fraction < 1:
         raise SettingsError("headroom.operationalFraction must be in [0, 1)")
@@ -292,7 +320,7 @@ def _make_plan(inp: PlanInput) -> Plan:
                     r.weights.total,
                     hbm,
                 )
-            return _size_distribution(inp, workload, p, cap)
+            return _size_distribution(inp, workload, p, cap, cache)
 
         for _ in range(4):
             seqs = size(pred)
@@ -336,7 +364,7 @@ def _make_plan(inp: PlanInput) -> Plan:
             cap,
         )
         chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
-        latency = _latency(inp, pred, distribution, chosen)
+        latency = _latency(inp, pred, distribution, chosen, cache)
     ledger = build_ledger(pred, h.operational_fraction)
     per_engine = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     # each data-parallel rank is its own engine with its own max-num-seqs and KV pool
@@ -463,32 +491,19 @@ def _distribution(
     )
 
 
-_BATCHES: dict[tuple[object, ...], tuple[object, BatchLatency]] = {}
-
-
-def _batches(model: LatencyModel, d: DistributionSizing) -> BatchLatency:
-    """The latency of batches along the simulation's paths; the planner asks again at each
-    step of its loop with the same model and simulation, so the last few are kept."""
-    sim = d.binding.paths.sim
-    key = (model, id(sim), sim.length, d.binding_mix)
-    hit = _BATCHES.get(key)
-    if hit is not None and hit[0] is sim:
-        return hit[1]
-    batches = BatchLatency(model, d)
-    _BATCHES[key] = (sim, batches)
-    while len(_BATCHES) > 4:
-        del _BATCHES[next(iter(_BATCHES))]
-    return batches
-
-
 def _latency(
-    inp: PlanInput, p: StartupPrediction, d: DistributionSizing, chosen: int, full: bool = True
+    inp: PlanInput,
+    p: StartupPrediction,
+    d: DistributionSizing,
+    chosen: int,
+    cache: PlanCache,
+    full: bool = True,
 ) -> LatencyReport | None:
     """The latency report; ``full`` False: only the ITL limit (inside the sizing loop)."""
     model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
     if model is None:
         return None
-    batches = _batches(model, d)
+    batches = cache.batch_latency(model, d)
     wl = inp.workload
     target = wl.itl_target_ms if wl is not None else None
     ttft = wl.ttft_target_ms if wl is not None else None
@@ -511,14 +526,20 @@ def _latency(
     return LatencyReport(at, at_peak, limit, curve, model.hbm_efficiency, model.bandwidth)
 
 
-def latency_binds(inp: PlanInput, p: StartupPrediction, d: DistributionSizing, n: int) -> str:
+def latency_binds(
+    inp: PlanInput,
+    p: StartupPrediction,
+    d: DistributionSizing,
+    n: int,
+    cache: PlanCache | None = None,
+) -> str:
     """Which latency target stops the batch at ``n``: "itl" or "ttft" (the one that one more
     request in flight would miss)."""
     wl = inp.workload
     model = build_latency_model(inp.model, inp.gpu, p, inp.hbm_efficiency)
     if wl is None or model is None:
         return "itl"
-    batches = _batches(model, d)
+    batches = (cache if cache is not None else PlanCache()).batch_latency(model, d)
     nxt = batches.point(min(n + 1, batches.max_n))
     if wl.ttft_target_ms and nxt.ttft_ms_p95 > wl.ttft_target_ms:
         if not wl.itl_target_ms or nxt.itl_ms(wl.itl_quantile) <= wl.itl_target_ms:
@@ -527,7 +548,7 @@ def latency_binds(inp: PlanInput, p: StartupPrediction, d: DistributionSizing, n
 
 
 def _size_distribution(
-    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int, cache: PlanCache
 ) -> SeqSizing:
     """The distribution rule as a :class:`SeqSizing`: the largest batch below the preemption
     target, then the ITL target (from the latency model), then the cap."""
@@ -545,9 +566,9 @@ def _size_distribution(
         + ")"
     )
     if workload.itl_target_ms or workload.ttft_target_ms:
-        lat = _latency(inp, p, d, min(n, cap), full=False)
+        lat = _latency(inp, p, d, min(n, cap), cache, full=False)
         if lat is not None and lat.itl_limit is not None and lat.itl_limit < min(n, cap):
-            n, limited = lat.itl_limit, latency_binds(inp, p, d, lat.itl_limit)
+            n, limited = lat.itl_limit, latency_binds(inp, p, d, lat.itl_limit, cache)
             targets = []
             if workload.itl_target_ms:
                 targets.append(f"an ITL {workload.itl_quantile} of {workload.itl_target_ms} ms")

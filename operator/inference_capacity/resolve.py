@@ -37,7 +37,6 @@ from .engines.vllm_flags import (
 )
 from .engines.vllm_mm import (
     DEFAULT_MM_LIMIT,
-    LIMIT_OPTIONS_FROM,
     MM_PROFILE_ERAS,
     PIXEL_KWARGS,
     ProfileSizing,
@@ -50,6 +49,7 @@ from .engines.vllm_mm import (
     text_only,
     uses_options,
 )
+from .engines.vllm_rules import VllmRules
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
 from .model.hub_async import HubClient, resolve_model_ref_async
@@ -256,7 +256,7 @@ def multimodal_profile(
     profiled = era_of(v) in MM_PROFILE_ERAS
     if (
         limits is not None
-        and v.key < LIMIT_OPTIONS_FROM
+        and not VllmRules.for_version(v).mm_limit_options
         and uses_options(running["limit-mm-per-prompt"])
     ):
         bad.append(
@@ -461,6 +461,315 @@ def resolve_gpu(spec: InferenceCapacitySpec) -> Gpu:
         raise ResolveError("spec.hardware.gpu", str(exc), "UnknownGpu") from exc
 
 
+@dataclass
+class _Reading:
+    """What resolve reads off the target container, and what it finds wrong on the way: the
+    flags and VLLM_* variables, the spec/Deployment conflicts, the flags it cannot honour, the
+    notes (each kept in the order found)."""
+
+    deployed: bool = False
+    running: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)
+    bad: list[Unsupported] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    image_version: str | None = None
+    index: int | None = None
+
+    def int_flag(self, key: str) -> int | None:
+        return _int_flag(self.running, key, self.bad)
+
+    def refused(self, flag: str) -> bool:
+        return any(u.name == flag for u in self.bad)
+
+    def pick(self, name: str, spec_value: Any, flag: str, cast: Any = int) -> Any:
+        """The spec's value (a different ``--flag`` on the Deployment is a conflict), else the
+        flag's, else None."""
+        run = self.running.get(flag)
+        if cast is int and run is not None:
+            parsed = self.int_flag(flag)
+            run = str(parsed) if parsed is not None else run
+        if spec_value is not None:
+            run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
+            if run is not None and run_norm != str(spec_value):
+                self.conflicts.append(
+                    f"{name} is {spec_value} in the spec but --{flag} {run} on the Deployment"
+                )
+            return spec_value
+        if run is not None and _castable(run, cast):
+            return cast(run)
+        return None
+
+
+def _read_container(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None) -> _Reading:
+    rd = _Reading()
+    if deployment is None:
+        return rd
+    check_deployment(deployment)
+    containers = (
+        deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+    )
+    index = find_vllm_container(containers, spec.target_ref.container)
+    c = containers[index]
+    rd.deployed, rd.index = True, index
+    rd.running, rd.env = read_flags(c), read_env(c)
+    rd.image_version = parse_image_version(str(c.get("image", "")))
+    rd.bad += [
+        Unsupported("(command line)", f"flags the operator cannot read may be set: {why}")
+        for why in hidden_flags(c)
+    ]
+    # a modelled flag whose value Kubernetes or the shell fills in at run time
+    rd.bad += [
+        Unsupported(f"--{f}", "its value is set at run time; the operator cannot read it")
+        for f in sorted(unresolved_flags(c))
+        if f in MODELLED_FLAGS and f != "model"
+    ]
+    if c.get("envFrom"):
+        rd.notes.append("the vLLM container has envFrom: VLLM_* variables from it cannot be read")
+    return rd
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    tp: int
+    pp: int
+    auto_len: bool  # --max-model-len -1 / auto
+    max_len: int | None
+    kv_dtype: str
+    batched: int | None
+    block: int | None
+
+
+def _sizes(spec: InferenceCapacitySpec, rd: _Reading) -> _Sizes:
+    """Parallelism, lengths, KV dtype and block size: the spec's, else the Deployment's."""
+    hw, eng = spec.hardware, spec.engine
+    tp = rd.pick("spec.hardware.tensorParallel", hw.tensor_parallel, "tensor-parallel-size") or 1
+    pp = (
+        rd.pick("spec.hardware.pipelineParallel", hw.pipeline_parallel, "pipeline-parallel-size")
+        or 1
+    )
+    # --max-model-len -1 (or "auto", human_readable_int_or_auto in 0.3x): fit to the KV memory
+    auto_len = (
+        rd.running.get("max-model-len") in ("-1", "auto") and spec.workload.max_model_len is None
+    )
+    max_len = (
+        None
+        if auto_len
+        else rd.pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+    )
+    kv_dtype = (
+        rd.pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str)
+        or "auto"
+    )
+    batched = rd.pick(
+        "spec.engine.maxNumBatchedTokens", eng.max_num_batched_tokens, "max-num-batched-tokens"
+    )
+    block = rd.pick("spec.engine.blockSize", eng.block_size, "block-size")
+    return _Sizes(tp, pp, auto_len, max_len, kv_dtype, batched, block)
+
+
+def _engine_version(spec: InferenceCapacitySpec, rd: _Reading) -> tuple[str, str]:
+    """(version, where it came from: spec | image | default)."""
+    if spec.engine.version:
+        return spec.engine.version, "spec"
+    if rd.image_version:
+        return rd.image_version, "image"
+    return NEWEST_SUPPORTED, "default"
+
+
+def _check_sizes(sz: _Sizes, rd: _Reading, version: str, source: str) -> _Sizes:
+    """Sizes the user wrote are bounded before any work; the version is a released one."""
+    if sz.max_len is not None and sz.max_len <= 0:
+        sz = replace(sz, max_len=None)  # vLLM's -1 ("auto"): fit the context to the KV pool
+    for what, value, limit in (
+        ("tensor-parallel-size", sz.tp, 64),
+        ("pipeline-parallel-size", sz.pp, 64),
+        ("max-model-len", sz.max_len, MAX_MODEL_LEN),
+        ("max-num-batched-tokens", sz.batched, MAX_BATCHED_TOKENS),
+        ("block-size", sz.block, 1024),
+        ("data-parallel-size", rd.int_flag("data-parallel-size"), 1024),
+    ):
+        if value is not None and not 0 < int(value) <= limit:
+            raise ResolveError(
+                f"--{what} on the Deployment",
+                f"{value} is outside (0, {limit}]",
+                "InvalidTarget",
+            )
+    try:
+        parse_version(version)
+    except VersionError as exc:
+        where = "spec.engine.version" if source == "spec" else "the target container's image tag"
+        raise ResolveError(where, str(exc), "UnsupportedEngineVersion") from exc
+    return sz
+
+
+def _data_parallel(spec: InferenceCapacitySpec, rd: _Reading) -> int:
+    dp: int = (
+        rd.pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
+    )
+    if rd.deployed and dp > 1 and "data-parallel-size" not in rd.running:
+        rd.conflicts.append(
+            f"spec.engine.dataParallel is {dp} but the Deployment does not pass "
+            "--data-parallel-size (the operator does not set it)"
+        )
+    return dp
+
+
+def _dtype(spec: InferenceCapacitySpec, rd: _Reading) -> str:
+    dtype: str = spec.model.dtype
+    run_dtype = rd.running.get("dtype")
+    if run_dtype is None or run_dtype == "auto":
+        return dtype
+    if dtype == "auto":
+        dtype = run_dtype if run_dtype in ("bfloat16", "float16", "float32") else dtype
+        if run_dtype == "half":
+            dtype = "float16"
+        elif run_dtype not in ("bfloat16", "float16", "float32"):
+            rd.bad.append(Unsupported("--dtype", f"dtype {run_dtype!r} is not modelled"))
+    elif run_dtype != dtype:
+        rd.conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
+    return dtype
+
+
+def _check_quantization(spec: InferenceCapacitySpec, shape: ModelShape, rd: _Reading) -> None:
+    run_quant = rd.running.get("quantization")
+    if run_quant is None:
+        return
+    # a kernel variant of the same format (awq_marlin for awq) stores the same weights
+    q = shape.quantization
+    have = q.method if q is not None else None
+    if q is not None and q.producer == "modelopt" and run_quant.startswith("modelopt"):
+        # the ModelOpt config classes' override_quantization_method pick the format from
+        # the checkpoint's quant_algo whatever modelopt* name is given (modelopt.py, 0.25.0)
+        run_quant = q.method
+    run_quant = QUANT_ALIASES.get(run_quant, run_quant)
+    spec_quant = spec.model.quantization
+    if spec_quant is not None and run_quant != QUANT_ALIASES.get(spec_quant, spec_quant):
+        rd.conflicts.append(
+            f"spec.model.quantization is {spec.model.quantization} in the spec but "
+            f"--quantization {run_quant} on the Deployment"
+        )
+    elif spec.model.quantization is None and run_quant != have:
+        rd.bad.append(
+            Unsupported(
+                "--quantization",
+                f"{run_quant!r} differs from the checkpoint's ({have or 'none'}); set "
+                "spec.model.quantization so the ledger sizes those weights",
+            )
+        )
+
+
+def _lora(spec: InferenceCapacitySpec, rd: _Reading) -> tuple[int, int]:
+    """(max_loras, max_lora_rank): vLLM's LoRAConfig defaults max_loras 1, max_lora_rank 16;
+    slots only with --enable-lora."""
+    max_loras, max_rank = spec.model.max_loras, spec.model.max_lora_rank
+    if _bool_flag(rd.running, "enable-lora"):
+        run_loras = rd.int_flag("max-loras") or 1
+        run_rank = rd.int_flag("max-lora-rank") or 16
+        if max_loras and (max_loras, max_rank) != (run_loras, run_rank):
+            rd.conflicts.append(
+                f"spec.model.maxLoras/maxLoraRank are {max_loras}/{max_rank} in the spec but "
+                f"--max-loras {run_loras} --max-lora-rank {run_rank} on the Deployment"
+            )
+        max_loras, max_rank = run_loras, run_rank
+        cpu_loras = rd.int_flag("max-cpu-loras")
+        if cpu_loras:
+            rd.notes.append(
+                f"--max-cpu-loras {cpu_loras}: LoRA adapters cached in host memory, not on the GPU"
+            )
+    elif rd.deployed and max_loras:
+        rd.conflicts.append(
+            f"spec.model.maxLoras is {max_loras} but the Deployment does not pass --enable-lora"
+        )
+    return max_loras, max_rank
+
+
+def _speculative(
+    rd: _Reading, draft_sources: DraftSources | None
+) -> tuple[SpeculativeConfig | None, ModelShape | None]:
+    if "speculative-config" not in rd.running or rd.refused("--speculative-config"):
+        return None, None
+    speculative = parse_speculative_config(rd.running["speculative-config"])
+    draft: ModelShape | None = None
+    if speculative.method in DRAFT_MODEL_METHODS:
+        draft, said = _draft_shape(speculative, draft_sources)
+        if draft is None:
+            rd.bad.append(Unsupported("--speculative-config", said))
+        else:
+            rd.notes.append(said)
+    return speculative, draft
+
+
+def _cuda_graphs(
+    spec: InferenceCapacitySpec, rd: _Reading, version: str
+) -> tuple[bool, tuple[int, ...] | None, int | None]:
+    """(eager, cudagraph_capture_sizes, max_cudagraph_capture_size)."""
+    captures: tuple[int, ...] | None = None
+    top_capture: int | None = None
+    run_eager = _bool_flag(rd.running, "enforce-eager") is True
+    if rd.deployed and spec.engine.enforce_eager and not run_eager:
+        rd.conflicts.append(
+            "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
+        )
+    # -O0 / --optimization-level 0 (0.12+), -O other than 3 (0.11): cudagraph_mode NONE
+    eager = spec.engine.enforce_eager or run_eager or cuda_graphs_off(rd.running, version)
+    comp = rd.running.get("compilation-config")
+    json_form = comp is not None and comp.strip().startswith("{")
+    if comp is not None and json_form and not rd.refused("--compilation-config"):
+        cfg = parse_json_flag("compilation-config", comp)
+        sizes = cfg.get("cudagraph_capture_sizes")
+        if isinstance(sizes, list):
+            captures = tuple(int(x) for x in sizes)
+        if isinstance(cfg.get("max_cudagraph_capture_size"), int):
+            top_capture = int(cfg["max_cudagraph_capture_size"])
+        if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
+            eager = True
+    return eager, captures, top_capture
+
+
+def _prefix_caching(spec: InferenceCapacitySpec, rd: _Reading) -> bool | None:
+    prefix = _bool_flag(rd.running, "enable-prefix-caching")
+    want = spec.engine.enable_prefix_caching
+    if want is None or not rd.deployed:
+        return prefix
+    # vLLM V1 caches prefixes unless told not to
+    if want != (True if prefix is None else prefix):
+        rd.conflicts.append(
+            f"spec.engine.enablePrefixCaching is {str(want).lower()} but the Deployment runs "
+            + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
+        )
+    return want
+
+
+def _workload(spec: InferenceCapacitySpec) -> Workload | None:
+    w = spec.workload
+    if not w.cohorts and w.peak_concurrency is None:
+        return None
+    return Workload(
+        cohorts=tuple(
+            Cohort(
+                c.name,
+                c.weight,
+                Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
+                Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
+                c.shared_prefix_tokens,
+                c.samples,
+            )
+            for c in w.cohorts
+        ),
+        quantile=w.quantile,
+        peak_concurrency=w.peak_concurrency,
+        itl_target_ms=w.itl_target_ms,
+        itl_quantile=w.itl_quantile,
+        ttft_target_ms=w.ttft_target_ms,
+        burst_weights=(
+            tuple(w.burst.weights.get(c.name, 0.0) for c in w.cohorts)
+            if w.burst is not None
+            else None
+        ),
+    )
+
+
 def resolve(
     spec: InferenceCapacitySpec,
     deployment: Mapping[str, Any] | None = None,
@@ -475,242 +784,40 @@ def resolve(
     ``--speculative-config`` drafters already resolved likewise (:func:`draft_model_ref`);
     without it a drafter is resolved here (:func:`resolve_draft_source`)."""
     check_bounds(spec)
-    running: dict[str, str] = {}
-    env: dict[str, str | None] = {}
-    conflicts: list[str] = []
-    bad: list[Unsupported] = []
-    notes: list[str] = []
-    image_version = None
-    index = None
-    if deployment is not None:
-        check_deployment(deployment)
-        containers = (
-            deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
-        )
-        index = find_vllm_container(containers, spec.target_ref.container)
-        running = read_flags(containers[index])
-        env = read_env(containers[index])
-        image_version = parse_image_version(str(containers[index].get("image", "")))
-        bad += [
-            Unsupported("(command line)", f"flags the operator cannot read may be set: {why}")
-            for why in hidden_flags(containers[index])
-        ]
-        # a modelled flag whose value Kubernetes or the shell fills in at run time
-        bad += [
-            Unsupported(f"--{f}", "its value is set at run time; the operator cannot read it")
-            for f in sorted(unresolved_flags(containers[index]))
-            if f in MODELLED_FLAGS and f != "model"
-        ]
-        if containers[index].get("envFrom"):
-            notes.append("the vLLM container has envFrom: VLLM_* variables from it cannot be read")
-    # sizes the user wrote are bounded before any work; the version is a released one
+    rd = _read_container(spec, deployment)
     if model_source is None and spec.model.name is not None:
         model_source = resolve_model_source(spec)
     shape = resolve_model(spec, config_maps, model_source)
     gpu = resolve_gpu(spec)
-
-    def pick(name: str, spec_value: Any, flag: str, cast: Any = int) -> Any:
-        run = running.get(flag)
-        if cast is int and run is not None:
-            parsed = _int_flag(running, flag, bad)
-            run = str(parsed) if parsed is not None else run
-        if spec_value is not None:
-            run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
-            if run is not None and run_norm != str(spec_value):
-                conflicts.append(
-                    f"{name} is {spec_value} in the spec but --{flag} {run} on the Deployment"
-                )
-            return spec_value
-        if run is not None and _castable(run, cast):
-            return cast(run)
-        return None
-
-    tp = (
-        pick("spec.hardware.tensorParallel", spec.hardware.tensor_parallel, "tensor-parallel-size")
-        or 1
-    )
-    pp = (
-        pick(
-            "spec.hardware.pipelineParallel",
-            spec.hardware.pipeline_parallel,
-            "pipeline-parallel-size",
-        )
-        or 1
-    )
-    # --max-model-len -1 (or "auto", human_readable_int_or_auto in 0.3x): fit to the KV memory
-    auto_len = (
-        running.get("max-model-len") in ("-1", "auto") and spec.workload.max_model_len is None
-    )
-    max_len = (
-        None
-        if auto_len
-        else pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
-    )
-    kv_dtype = (
-        pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str) or "auto"
-    )
-    batched = pick(
-        "spec.engine.maxNumBatchedTokens",
-        spec.engine.max_num_batched_tokens,
-        "max-num-batched-tokens",
-    )
-    block = pick("spec.engine.blockSize", spec.engine.block_size, "block-size")
-    if spec.engine.version:
-        version, source = spec.engine.version, "spec"
-    elif image_version:
-        version, source = image_version, "image"
-    else:
-        version, source = NEWEST_SUPPORTED, "default"
-    if max_len is not None and max_len <= 0:
-        max_len = None  # vLLM's -1 ("auto"): fit the context to the KV pool, as unset
-    for what, value, limit in (
-        ("tensor-parallel-size", tp, 64),
-        ("pipeline-parallel-size", pp, 64),
-        ("max-model-len", max_len, MAX_MODEL_LEN),
-        ("max-num-batched-tokens", batched, MAX_BATCHED_TOKENS),
-        ("block-size", block, 1024),
-        ("data-parallel-size", _int_flag(running, "data-parallel-size", bad), 1024),
-    ):
-        if value is not None and not 0 < int(value) <= limit:
-            raise ResolveError(
-                f"--{what} on the Deployment",
-                f"{value} is outside (0, {limit}]",
-                "InvalidTarget",
-            )
-    try:
-        parse_version(version)
-    except VersionError as exc:
-        where = "spec.engine.version" if source == "spec" else "the target container's image tag"
-        raise ResolveError(where, str(exc), "UnsupportedEngineVersion") from exc
-    if deployment is not None:
+    sz = _sizes(spec, rd)
+    version, source = _engine_version(spec, rd)
+    sz = _check_sizes(sz, rd, version, source)
+    if rd.deployed:
         # the flags against that release's own (the table from vLLM's source), then classified
-        bad[:0] = classify(running, env, version)
-    dp = pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
-    if deployment is not None and dp > 1 and "data-parallel-size" not in running:
-        conflicts.append(
-            f"spec.engine.dataParallel is {dp} but the Deployment does not pass "
-            "--data-parallel-size (the operator does not set it)"
-        )
-    dtype: str = spec.model.dtype
-    run_dtype = running.get("dtype")
-    if run_dtype is not None and run_dtype != "auto":
-        if dtype == "auto":
-            dtype = run_dtype if run_dtype in ("bfloat16", "float16", "float32") else dtype
-            if run_dtype == "half":
-                dtype = "float16"
-            elif run_dtype not in ("bfloat16", "float16", "float32"):
-                bad.append(Unsupported("--dtype", f"dtype {run_dtype!r} is not modelled"))
-        elif run_dtype != dtype:
-            conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
-    run_quant = running.get("quantization")
-    if run_quant is not None:
-        # a kernel variant of the same format (awq_marlin for awq) stores the same weights
-        have = shape.quantization.method if shape.quantization is not None else None
-        if (
-            shape.quantization is not None
-            and shape.quantization.producer == "modelopt"
-            and run_quant.startswith("modelopt")
-        ):
-            # the ModelOpt config classes' override_quantization_method pick the format from
-            # the checkpoint's quant_algo whatever modelopt* name is given (modelopt.py, 0.25.0)
-            run_quant = shape.quantization.method
-        run_quant = QUANT_ALIASES.get(run_quant, run_quant)
-        spec_quant = spec.model.quantization
-        if spec_quant is not None and run_quant != QUANT_ALIASES.get(spec_quant, spec_quant):
-            conflicts.append(
-                f"spec.model.quantization is {spec.model.quantization} in the spec but "
-                f"--quantization {run_quant} on the Deployment"
-            )
-        elif spec.model.quantization is None and run_quant != have:
-            bad.append(
-                Unsupported(
-                    "--quantization",
-                    f"{run_quant!r} differs from the checkpoint's ({have or 'none'}); set "
-                    "spec.model.quantization so the ledger sizes those weights",
-                )
-            )
-    # LoRA: vLLM's LoRAConfig defaults max_loras 1, max_lora_rank 16; slots only with --enable-lora
-    max_loras, max_rank = spec.model.max_loras, spec.model.max_lora_rank
-    if _bool_flag(running, "enable-lora"):
-        run_loras = _int_flag(running, "max-loras", bad) or 1
-        run_rank = _int_flag(running, "max-lora-rank", bad) or 16
-        if max_loras and (max_loras, max_rank) != (run_loras, run_rank):
-            conflicts.append(
-                f"spec.model.maxLoras/maxLoraRank are {max_loras}/{max_rank} in the spec but "
-                f"--max-loras {run_loras} --max-lora-rank {run_rank} on the Deployment"
-            )
-        max_loras, max_rank = run_loras, run_rank
-        cpu_loras = _int_flag(running, "max-cpu-loras", bad)
-        if cpu_loras:
-            notes.append(
-                f"--max-cpu-loras {cpu_loras}: LoRA adapters cached in host memory, not on the GPU"
-            )
-    elif deployment is not None and max_loras:
-        conflicts.append(
-            f"spec.model.maxLoras is {max_loras} but the Deployment does not pass --enable-lora"
-        )
-    speculative = None
-    draft: ModelShape | None = None
-    if "speculative-config" in running and not any(u.name == "--speculative-config" for u in bad):
-        speculative = parse_speculative_config(running["speculative-config"])
-        if speculative.method in DRAFT_MODEL_METHODS:
-            draft, said = _draft_shape(speculative, draft_sources)
-            if draft is None:
-                bad.append(Unsupported("--speculative-config", said))
-            else:
-                notes.append(said)
-    captures: tuple[int, ...] | None = None
-    top_capture: int | None = None
-    run_eager = _bool_flag(running, "enforce-eager") is True
-    if deployment is not None and spec.engine.enforce_eager and not run_eager:
-        conflicts.append(
-            "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
-        )
-    # -O0 / --optimization-level 0 (0.12+), -O other than 3 (0.11): cudagraph_mode NONE
-    eager = spec.engine.enforce_eager or run_eager or cuda_graphs_off(running, version)
-    comp = running.get("compilation-config")
-    if comp is not None and not any(u.name == "--compilation-config" for u in bad):
-        if comp.strip().startswith("{"):
-            cfg = parse_json_flag("compilation-config", comp)
-            sizes = cfg.get("cudagraph_capture_sizes")
-            if isinstance(sizes, list):
-                captures = tuple(int(x) for x in sizes)
-            if isinstance(cfg.get("max_cudagraph_capture_size"), int):
-                top_capture = int(cfg["max_cudagraph_capture_size"])
-            if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
-                eager = True
+        rd.bad[:0] = classify(rd.running, rd.env, version)
+    dp = _data_parallel(spec, rd)
+    dtype = _dtype(spec, rd)
+    _check_quantization(spec, shape, rd)
+    max_loras, max_rank = _lora(spec, rd)
+    speculative, draft = _speculative(rd, draft_sources)
+    eager, captures, top_capture = _cuda_graphs(spec, rd, version)
+    running, env = rd.running, rd.env
     est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
-    use_v1 = env.get("VLLM_USE_V1")
-    kv_bytes = pick(
-        "spec.engine.kvCacheMemoryBytes",
-        spec.engine.kv_cache_memory_bytes,
-        "kv-cache-memory-bytes",
+    kv_bytes = rd.pick(
+        "spec.engine.kvCacheMemoryBytes", spec.engine.kv_cache_memory_bytes, "kv-cache-memory-bytes"
     )
-    prefix = _bool_flag(running, "enable-prefix-caching")
-    if spec.engine.enable_prefix_caching is not None and deployment is not None:
-        # vLLM V1 caches prefixes unless told not to
-        if spec.engine.enable_prefix_caching != (True if prefix is None else prefix):
-            conflicts.append(
-                f"spec.engine.enablePrefixCaching is "
-                f"{str(spec.engine.enable_prefix_caching).lower()} but the Deployment runs "
-                + ("--no-enable-prefix-caching" if prefix is False else "with prefix caching")
-            )
-        prefix = spec.engine.enable_prefix_caching
+    prefix = _prefix_caching(spec, rd)
+    preprocessor = model_source.preprocessor if model_source is not None else None
     mm_limits, skip_mm, shape = multimodal_profile(
-        shape,
-        version,
-        running,
-        bad,
-        notes,
-        model_source.preprocessor if model_source is not None else None,
+        shape, version, running, rd.bad, rd.notes, preprocessor
     )
     settings = EngineSettings(
         version=version,
-        engine="v0" if use_v1 == "0" else None,
-        max_model_len=max_len,
-        max_num_batched_tokens=batched,
-        block_size=block,
-        kv_cache_dtype=kv_dtype,
+        engine="v0" if env.get("VLLM_USE_V1") == "0" else None,
+        max_model_len=sz.max_len,
+        max_num_batched_tokens=sz.batched,
+        block_size=sz.block,
+        kv_cache_dtype=sz.kv_dtype,
         dtype=dtype,
         enforce_eager=eager,
         enable_chunked_prefill=_bool_flag(running, "enable-chunked-prefill"),
@@ -727,7 +834,7 @@ def resolve(
         performance_mode=running.get("performance-mode", "balanced"),
         cudagraph_capture_sizes=captures,
         max_cudagraph_capture_size=top_capture,
-        auto_max_model_len=auto_len,
+        auto_max_model_len=sz.auto_len,
         async_scheduling=_bool_flag(running, "async-scheduling"),
         chunked_local_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
         in ("1", "true"),
@@ -735,59 +842,33 @@ def resolve(
         mm_limits=mm_limits,
         skip_mm_profiling=skip_mm,
     )
-    workload = None
-    w = spec.workload
-    if w.cohorts or w.peak_concurrency is not None:
-        workload = Workload(
-            cohorts=tuple(
-                Cohort(
-                    c.name,
-                    c.weight,
-                    Quantiles(c.prompt_tokens.p50, c.prompt_tokens.p95, c.prompt_tokens.p99),
-                    Quantiles(c.output_tokens.p50, c.output_tokens.p95, c.output_tokens.p99),
-                    c.shared_prefix_tokens,
-                    c.samples,
-                )
-                for c in w.cohorts
-            ),
-            quantile=w.quantile,
-            peak_concurrency=w.peak_concurrency,
-            itl_target_ms=w.itl_target_ms,
-            itl_quantile=w.itl_quantile,
-            ttft_target_ms=w.ttft_target_ms,
-            burst_weights=(
-                tuple(w.burst.weights.get(c.name, 0.0) for c in w.cohorts)
-                if w.burst is not None
-                else None
-            ),
-        )
-    hr = spec.headroom
-    ro = spec.rollout
+    hr, ro = spec.headroom, spec.rollout
     inp = PlanInput(
         model=shape,
         gpu=gpu,
-        tp=int(tp),
-        pp=int(pp),
+        tp=int(sz.tp),
+        pp=int(sz.pp),
         engine=settings,
-        workload=workload,
+        workload=_workload(spec),
         headroom=Headroom(hr.operational_fraction, hr.kv_safety_fraction, hr.recovery_replicas),
         rollout=RolloutInput(ro.min_replicas, ro.max_replicas, spare_gpus, hpa_min_replicas),
         max_num_seqs_cap=spec.engine.max_num_seqs_cap,
         kv_pool_bytes=kv_bytes,
-        notes=tuple(notes),
+        notes=tuple(rd.notes),
         sizing_rule=spec.policy.sizing.lower(),
         preemption_target=spec.policy.preemption_target,
         hbm_efficiency=spec.hardware.hbm_efficiency,
     )
+    unsupported = tuple({u.name: u for u in reversed(rd.bad)}.values())[::-1]
     return Resolved(
         inp,
         version,
         source,
         running,
-        tuple(conflicts),
-        index,
-        tuple({u.name: u for u in reversed(bad)}.values())[::-1],
-        tuple(notes),
+        tuple(rd.conflicts),
+        rd.index,
+        unsupported,
+        tuple(rd.notes),
         model_source,
     )
 

@@ -1,11 +1,11 @@
 """What vLLM will allocate at startup, by version: the numbers its log prints, and whether it
 starts at all.
 
-Exact parts (from vLLM's code, research/vllm-memory.md): the budget formula per era, weights,
-KV page sizes, groups, blocks, tokens and concurrency, defaults. Measured parts (activation
-peak, non-torch memory, CUDA-graph pool) are modelled from the architecture and the batch shape,
-with constants calibrated on real startup logs (shared/data/vllm-startup-logs.jsonl); each
-constant says where it comes from. ``benchmarks/accuracy.py`` measures the result.
+Exact parts (from vLLM's code, each citing the vLLM file it follows): the budget formula per
+era, weights, KV page sizes, groups, blocks, tokens and concurrency, defaults. Measured parts
+(activation peak, non-torch memory, CUDA-graph pool) are modelled from the architecture and the
+batch shape, with constants calibrated on real startup logs (tests/data/vllm-startup-logs.jsonl);
+each constant says where it comes from. ``benchmarks/accuracy.py`` measures the result.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..model.shapes import Group
 from ..units import GiB, gib
 from ..vocab import DTYPE_BYTES
-from .versions import NEWEST_SUPPORTED, Era, Version, era_of, parse_version
+from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
+from .vllm_rules import VllmRules
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -100,11 +101,6 @@ PP_INIT_GIB = 0.92
 #: half the TP2 pre-snapshot 1.02 GiB and ~0.9 of its 2.07 − 0.25 GiB non-torch per group.
 NCCL_GROUP_INIT_GIB = 0.5
 NCCL_GROUP_PROFILE_GIB = 0.9
-
-
-#: the embedding/lm_head LoRA slots (ledger/weights.py::vocab_lora_bytes) as read in the
-#: 0.20.0–0.33.0 sources; earlier releases (``lora_extra_vocab_size`` era) were not read for them
-VOCAB_LORA_FROM = (0, 20, 0)
 
 
 def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
@@ -179,6 +175,11 @@ class ResolvedSettings:
     cg_in_budget: bool
     v2_runner: bool
     defaults_used: tuple[str, ...]
+
+    @property
+    def rules(self) -> VllmRules:
+        """The version's rulebook record."""
+        return VllmRules.for_version(self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,20 +264,6 @@ class SettingsError(ValueError):
     """Engine settings that vLLM itself would reject, or that make no sense."""
 
 
-#: Architectures the V2 model runner takes by default besides dense models, from 0.25
-#: (config/vllm.py::_is_default_v2_model_runner_model in the 0.25.0 wheel).
-V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
-    {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
-)
-#: ``config/vllm.py::DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` by version (0.22.0, 0.23.0, 0.24.0
-#: sources): 0.22 Qwen3 only; 0.23 adds Llama and Mistral (both dense and unquantized only,
-#: ``_is_default_v2_model_runner_model``); 0.24 adds DeepseekV2, Qwen2Moe and GraniteMoe and
-#: drops the dense/unquantized condition.
-V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
-V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
-V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
-
-
 #: Connectors implementing ``SupportsHMA`` (distributed/kv_transfer/kv_connector/v1/, the
 #: 0.22.0, 0.23.0 and 0.25.0 sources: NixlConnector, OffloadingConnector, MooncakeConnector,
 #: MooncakeStoreConnector, SimpleCPUOffloadConnector, DecodeBenchConnector; MultiConnector only
@@ -291,9 +278,6 @@ HMA_CONNECTORS = frozenset(
         "DecodeBenchConnector",
     }
 )
-#: config/vllm.py keeps HMA for a SupportsHMA connector from 0.22.0 (``supports_hma``); 0.20.0
-#: turns it off for any connector; 0.21 was not read, so it is treated as 0.20 (the safe side)
-HMA_CONNECTORS_FROM = (0, 22, 0)
 
 
 def lora_graph_cases(v: Version, max_loras: int) -> int:
@@ -303,8 +287,9 @@ def lora_graph_cases(v: Version, max_loras: int) -> int:
     ``cudagraph_specialize_lora`` on (the default): ``specialize_active_lora`` is off by default
     (config/lora.py), so ``[0, max_loras + 1]``, two cases. ``profile_cudagraph_memory``
     estimates over every descriptor; the estimate is scaled with the graph count as for
-    capture sizes (assumed linear: the larger, safe side). Versions before 0.20 not read: 1."""
-    return 2 if max_loras > 0 and v.key >= (0, 20, 0) else 1
+    capture sizes (assumed linear: the larger, safe side). Versions before 0.20 not read: 1
+    (:attr:`VllmRules.lora_graph_cases`)."""
+    return VllmRules.for_version(v).lora_graph_cases if max_loras > 0 else 1
 
 
 def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
@@ -314,38 +299,30 @@ def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
     on Blackwell SM100, 256/256. Hopper's Triton backend pads only the intermediate size to 64,
     but whether its weight swizzle pads more was not verified, so Hopper keeps Marlin's 256/128
     (the larger, safe side); A100 and others run Marlin, 256/128 (exact on the 0.19 A100 log)."""
-    if v.key >= (0, 20, 0) and _gpu_family(gpu_name) == "blackwell":
+    blackwell = _gpu_family(gpu_name) == "blackwell"
+    if blackwell and VllmRules.for_version(v).mxfp4_trtllm_on_blackwell:
         return MXFP4_TRTLLM_ALIGN
     return MXFP4_MARLIN_ALIGN
 
 
 def connector_keeps_hma(v: Version, connector: str | None) -> bool:
     """Whether ``--kv-transfer-config`` with ``connector`` leaves the hybrid KV manager on."""
-    return v.key >= HMA_CONNECTORS_FROM and connector in HMA_CONNECTORS
+    return VllmRules.for_version(v).hma_with_connector and connector in HMA_CONNECTORS
 
 
 def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
-    """vLLM's default model runner (``config/vllm.py::_is_default_v2_model_runner_model``)."""
-    if v.key >= (0, 29, 0):
+    """vLLM's default model runner (``config/vllm.py::_is_default_v2_model_runner_model``;
+    the rules by version: :attr:`VllmRules.v2_runner_all` and the fields after it)."""
+    r = VllmRules.for_version(v)
+    if r.v2_runner_all:
         return True
-    hybrid = shape.has_kind(AttnKind.MAMBA)
-    if v.key >= (0, 25, 0):
-        dense = not shape.is_moe and not hybrid
-        return dense or shape.architecture in V2_RUNNER_MOE_DEFAULTS_0_25
-    if v.key >= (0, 24, 0):
-        return shape.architecture in V2_RUNNER_DEFAULTS_0_24
-    if v.key >= (0, 22, 0):
-        archs = V2_RUNNER_DEFAULTS_0_23 if v.key >= (0, 23, 0) else V2_RUNNER_DEFAULTS_0_22
-        return shape.architecture in archs and not shape.is_moe and shape.quantization is None
-    return False
-
-
-#: Speculative methods the V2 runner takes (config/vllm.py::
-#: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
-#: 0.28.0 add dspark; ngram falls back to V1); from 0.32.0 only suffix, medusa, mlp_speculator
-#: and custom_class fall back (0.29–0.31 not read: treated as 0.28, the V1 side).
-V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
-V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+    if r.v2_runner_dense and not shape.is_moe and not shape.has_kind(AttnKind.MAMBA):
+        return True
+    if shape.architecture not in r.v2_runner_archs:
+        return False
+    return not r.v2_runner_archs_dense_unquantized or (
+        not shape.is_moe and shape.quantization is None
+    )
 
 
 def v2_runner_unsupported(v: Version, spec: SpeculativeConfig | None) -> bool:
@@ -353,9 +330,10 @@ def v2_runner_unsupported(v: Version, spec: SpeculativeConfig | None) -> bool:
     yet support ...; using the V1 model runner instead")."""
     if spec is None:
         return False
-    if v.key >= (0, 32, 0):
-        return spec.method in V2_SPEC_UNSUPPORTED_0_32
-    return spec.method not in V2_SPEC_METHODS_0_24
+    r = VllmRules.for_version(v)
+    if r.v2_spec_methods is None:
+        return spec.method in r.v2_spec_unsupported
+    return spec.method not in r.v2_spec_methods
 
 
 def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool:
@@ -364,16 +342,16 @@ def cuda_graph_estimate_applied(v: Version, v2_runner: bool, rocm: bool) -> bool
     (``v1/worker/gpu/model_runner.py``; implemented by 0.30, PR #49233); ROCm is left out through
     0.25 (``is_cuda()``) and included from 0.26 (``is_cuda_alike()``) in
     ``v1/worker/gpu_worker.py::Worker.determine_available_memory``."""
-    if v.key < (0, 18, 0):
+    r = VllmRules.for_version(v)
+    if not r.cuda_graph_estimate_exists:
         return False
-    if v2_runner and (0, 21, 0) <= v.key < (0, 29, 0):
+    if v2_runner and not r.v2_cuda_graph_estimate:
         return False
-    return not (rocm and v.key < (0, 26, 0))
+    return not rocm or r.rocm_cuda_graph_estimate
 
 
-#: The ≥ 160 GiB batch tier (T = 16384, R = 1024 for the API server): first in 0.28
-#: (engine/arg_utils.py::EngineArgs.get_batch_defaults; absent in the 0.27.1 wheel).
-BIG_GPU_TIER_VERSION = (0, 28, 0)
+#: The ≥ 160 GiB batch tier (T = 16384, R = 1024 for the API server), where the version has it
+#: (:attr:`VllmRules.big_gpu_tier`; engine/arg_utils.py::EngineArgs.get_batch_defaults).
 BIG_GPU_TIER_GIB = 160
 
 
@@ -391,10 +369,11 @@ def batch_defaults(
     a100 = "a100" in gpu_name.lower()
     if era is Era.V0:
         return 0, 256  # tokens resolved with max_model_len below
-    if v.key >= BIG_GPU_TIER_VERSION and total_gib >= BIG_GPU_TIER_GIB:
+    r = VllmRules.for_version(v)
+    if r.big_gpu_tier and total_gib >= BIG_GPU_TIER_GIB:
         T, R = 16384, 1024
     else:
-        big = total_gib >= 70 if v.key < (0, 9, 0) else total_gib >= 70 and not a100
+        big = total_gib >= 70 and (r.a100_in_big_tier or not a100)
         if big:
             T, R = (8192 if usage_context == "api" else 16384), 1024
         else:
@@ -415,15 +394,6 @@ def _gpu_family(gpu_name: str) -> str:
     return "other"
 
 
-#: vLLM releases whose DeepSeek-V4 KV planning was read (ledger/kv_dsv4.py): 0.24.0, 0.25.0 and
-#: 0.26.0 (identical for fp8_ds_mla, but for 0.26's sliding windows holding
-#: ``max_in_flight_tokens``, which :func:`in_flight_tokens` gives); 0.20–0.23 (other code) and
-#: 0.27+ were not read
-DSV4_READ = ((0, 24, 0), (0, 27, 0))
-#: vllm/model_executor/models/deepseek_v4.py first ships in 0.20.0 (0.19.x has no DeepSeek-V4)
-DSV4_FIRST = (0, 20, 0)
-
-
 def check_deepseek_v4(
     v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str, pp: int, s: EngineSettings
 ) -> None:
@@ -436,10 +406,10 @@ def check_deepseek_v4(
     joins the KV groups as a 44th sliding layer; not modelled)."""
     if shape.model_type != "deepseek_v4":
         return
-    if v.key < DSV4_FIRST:
+    rules = VllmRules.for_version(v)
+    if not rules.deepseek_v4_exists:
         raise SettingsError(f"vLLM {v} has no DeepSeek-V4 (added in 0.20.0)")
-    lo, hi = DSV4_READ
-    if not lo <= v.key < hi:
+    if not rules.deepseek_v4_read:
         raise SettingsError(
             f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.26 only "
             "(ledger/kv_dsv4.py); this release is not modelled"
@@ -480,22 +450,17 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
     if not shape.has_kind(AttnKind.MLA):
         return 16
     family = _gpu_family(gpu_name)
-    if (0, 11, 0) <= v.key < (0, 18, 0):
-        return {"hopper": 64, "blackwell": 128}.get(family, 16)
-    if v.key >= (0, 18, 0):
-        if family == "rocm":
-            return 64
-        if family == "blackwell":
-            return 32
-        if family == "hopper" and kv_cache_dtype.startswith("fp8"):
-            return 64
+    r = VllmRules.for_version(v)
+    block = dict(r.mla_block_by_family).get(family)
+    if block is not None:
+        return block
+    if family == "hopper" and kv_cache_dtype.startswith("fp8") and r.mla_fp8_hopper_flashmla:
+        return FLASHMLA_BLOCK
     return 16
 
 
-#: ``nvfp4`` from a ModelOpt checkpoint's KV algorithm: read in the 0.20.0 and 0.25.0 sources
-#: (utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP and config/cache.py CacheDType
-#: both have it); earlier versions were not read for it, so they are refused
-NVFP4_KV_FROM = (0, 20, 0)
+#: FlashMLA's KV block size (MLA with an fp8 KV cache on Hopper, 0.18+)
+FLASHMLA_BLOCK = 64
 
 
 def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
@@ -503,16 +468,17 @@ def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str
     get_kv_cache_quant_algo_string, 0.20.0/0.25.0): the checkpoint's KV quantization is taken
     only when ``quant_method`` starts with ``modelopt`` (every ModelOpt format: FP8, NVFP4,
     MXFP8, mixed), fp8 from 0.15 and nvfp4 (``kv_cache_quant_algo`` NVFP4 or a 4-bit float
-    ``kv_cache_scheme``) from :data:`NVFP4_KV_FROM`; a native fp8 or compressed-tensors
-    checkpoint keeps ``auto`` (its ``kv_cache_scheme`` needs ``--kv-cache-dtype fp8``), and
-    0.11–0.13 resolve nothing (the model dtype)."""
+    ``kv_cache_scheme``) from 0.20 (:attr:`VllmRules.nvfp4_kv_dtype`); a native fp8 or
+    compressed-tensors checkpoint keeps ``auto`` (its ``kv_cache_scheme`` needs
+    ``--kv-cache-dtype fp8``), and 0.11–0.13 resolve nothing (the model dtype)."""
     q = shape.quantization
     if requested != "auto" or q is None or q.producer != "modelopt" or not q.kv_cache_algo:
         return requested
-    if v.key < (0, 15, 0):
+    r = VllmRules.for_version(v)
+    if not r.modelopt_kv_dtype:
         return "auto"
     if q.kv_cache_algo == "nvfp4":
-        if v.key < NVFP4_KV_FROM:
+        if not r.nvfp4_kv_dtype:
             raise SettingsError(
                 f"the checkpoint's NVFP4 KV cache (kv_cache_quant_algo) on vLLM {v}: the ledger "
                 "read nvfp4 KV resolution from 0.20 only"
@@ -525,11 +491,12 @@ def resolve_settings(
     shape: ModelShape, total_bytes: int, gpu_name: str, s: EngineSettings
 ) -> ResolvedSettings:
     v = parse_version(s.version)
-    era = era_of(v, s.engine)
+    rules = VllmRules.for_version(v)
+    era = rules.era_for(s.engine)
     used: list[str] = []
     u = s.gpu_memory_utilization
     if u is None:
-        u = 0.92 if v.key >= (0, 20, 0) else 0.90
+        u = rules.default_gpu_memory_utilization
         used.append("gpu_memory_utilization")
     if not (0.0 < u <= 1.0):
         raise SettingsError(f"gpu_memory_utilization must be in (0, 1], got {u}")
@@ -591,14 +558,10 @@ def resolve_settings(
     dtype_bytes = DTYPE_BYTES[dtype]
     kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
-    cudagraphs = (
-        not s.enforce_eager
-        and era is not Era.V1_EARLY
-        or (era is Era.V1_EARLY and not s.enforce_eager)
-    )
+    cudagraphs = not s.enforce_eager
     est = s.estimate_cuda_graphs
     if est is None:
-        est = v.key >= (0, 20, 0)
+        est = rules.estimate_cuda_graphs_default
     v2 = _uses_v2_runner(v, shape) and not v2_runner_unsupported(v, s.speculative)
     rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
     cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
@@ -753,27 +716,28 @@ def spec_capture_sizes(
     """
     q = 1 + num_speculative_tokens
     R, T = max_num_seqs, max_num_batched_tokens
-    blackwell = _gpu_family(gpu_name) == "blackwell" and v.key >= (0, 29, 0)
+    r = VllmRules.for_version(v)
+    blackwell = _gpu_family(gpu_name) == "blackwell" and r.blackwell_capture_ceiling
     ceiling = 1024 if blackwell else 512
     top = user_max
     if top is None:
-        top = min(2 * R * (q if v.key >= (0, 13, 0) else 1), ceiling)
+        top = min(2 * R * (q if r.capture_max_times_query_len else 1), ceiling)
     top = min(top, T)
     if top < 1:
         raise SettingsError("Maximum cudagraph size should be greater than or equal to 1")
     if user_sizes is not None:
         sizes = sorted({x for x in user_sizes if x <= T})
-    elif v.key < (0, 12, 0):
+    elif not r.capture_grid_0_12:
         sizes = [1, 2, 4] + list(range(8, top + 1, 8))
     else:
         sizes = _grid(top)
-        if v.key >= (0, 22, 0) and T <= top and T not in sizes:
+        if r.capture_adds_batched_tokens and T <= top and T not in sizes:
             sizes.append(T)
-        if v.key >= (0, 29, 0) and user_max is None and q > 1:
+        if r.capture_adds_decode_sizes and user_max is None and q > 1:
             counts = sorted({*_grid(min(R, ceiling)), min(R, ceiling)})
             sizes += [n * q for n in counts if n * q <= top and n * q <= T]
         sizes = sorted(set(sizes))
-    if v.key >= (0, 12, 0) and sizes:
+    if r.capture_grid_0_12 and sizes:
         # the largest size becomes the last one; a user maximum that is not it, with user
         # sizes too, is an error (the same function, "valid_max_size", 0.13.0 and 0.20.0)
         if user_sizes is not None and user_max is not None and user_max != sizes[-1]:
@@ -782,7 +746,8 @@ def spec_capture_sizes(
                 f"with the max value of cudagraph_capture_sizes(={sizes[-1]})"
             )
         top = sizes[-1]
-    rounds = v.key >= (0, 12, 0) and not (v2_runner and v.key >= (0, 25, 0))
+    v2_manager = v2_runner and r.v2_cudagraph_manager
+    rounds = r.capture_grid_0_12 and not v2_manager
     if rounds and q > 1 and sizes:
         rounded = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= top})
         if not rounded and q <= top:
@@ -795,7 +760,7 @@ def spec_capture_sizes(
                 f"cudagraph_capture_sizes ({sizes})"
             )
         sizes, top = rounded, rounded[-1]
-    if v2_runner and v.key >= (0, 25, 0):
+    if v2_manager:
         decode = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= min(R * q, top)})
     else:
         decode = [x for x in sizes if q <= x <= R * q]
@@ -878,7 +843,7 @@ def _draft(
         per = _decoder_layer_bytes(shape, tp, dtype_bytes, ep, moe_tp) + extra
         return shape.mtp_layers * per, [(shape.layer_at(shape.num_layers - 1), shape.mtp_layers)]
     v = parse_version(settings.version)
-    if spec.method == "draft_model" and v.key < (0, 16, 0):
+    if spec.method == "draft_model" and not VllmRules.for_version(v).draft_model_speculation:
         # engine/arg_utils.py::EngineArgs._is_v1_supported_oracle raises in the 0.11.0–0.14.0
         # wheels (0.15 not read; 0.16.0 has no such refusal)
         raise SettingsError(
@@ -934,9 +899,10 @@ def hybrid_prefix_caching_default(v: Version) -> bool:
     """Prefix caching's default for a hybrid (Mamba/GDN + attention) model:
     ``config/model.py::ModelConfig.is_prefix_caching_supported`` returns False for
     ``attn_type == "hybrid"`` ("Hybrid models do not support prefix caching…") in the 0.20.0
-    and 0.25.0 sources (0.13–0.25 per research/vllm-fidelity-rereview.md N1), and True from
-    0.26.0; ``engine/arg_utils.py`` takes it as ``--enable-prefix-caching``'s default."""
-    return v.key >= (0, 26, 0)
+    and 0.25.0 sources (the rule is taken to hold from 0.13 on: the oldest line with it is not
+    pinned), and True from 0.26.0; ``engine/arg_utils.py`` takes it as
+    ``--enable-prefix-caching``'s default."""
+    return VllmRules.for_version(v).hybrid_prefix_caching_default
 
 
 def prefix_caching_enabled(v: Version, shape: ModelShape, flag: bool | None) -> bool:
@@ -964,10 +930,11 @@ def mamba_cache_mode(
     """
     if not shape.has_kind(AttnKind.MAMBA):
         return "none"
-    if not prefix_caching_enabled(v, shape, prefix_caching) or v.key < (0, 15, 0):
+    r = VllmRules.for_version(v)
+    if not prefix_caching_enabled(v, shape, prefix_caching) or not r.mamba_prefix_caching:
         return "none"
-    if v.key < (0, 28, 0) and shape.architecture in MAMBA_ALL_MODE_ARCHS:
-        if speculative and (0, 20, 0) <= v.key < (0, 22, 0):
+    if r.mamba_all_mode and shape.architecture in MAMBA_ALL_MODE_ARCHS:
+        if speculative and r.mamba_align_with_spec:
             return "align"
         return "all"
     return "align"
@@ -994,9 +961,10 @@ def prefill_checkpoint_blocks(v: Version, shape: ModelShape, gpu_name: str) -> i
     exports checkpoints with FlashInfer GDN prefill (``qwen_gdn_linear_attn.py``): Hopper, or
     Blackwell with CUDA ≥ 13 (the CUDA version is not known here: Blackwell is counted, the
     safe side); other hybrids (Jamba's Mamba1) from 0.33.0 as before (kept, the safe side)."""
+    r = VllmRules.for_version(v)
     if shape.architecture in MAMBA2_ARCHS:
-        return 1 if v.key >= (0, 32, 0) else 0
-    if v.key < (0, 33, 0):
+        return 1 if r.mamba2_checkpoint_block else 0
+    if not r.hybrid_checkpoint_block:
         return 0
     if shape.model_type.startswith(("qwen3_5", "qwen3_next")):
         return 1 if _gpu_family(gpu_name) in ("hopper", "blackwell") else 0
@@ -1017,7 +985,7 @@ def _mamba_align(v: Version, shape: ModelShape, mode: str, block: int, gpu_name:
         return math.lcm(chunk, block) if chunk else block
     gdn = shape.model_type.startswith(("qwen3_5", "qwen3_next"))
     hopper = gpu_name.upper().startswith(("H100", "H200", "H20", "H800", "GH200"))
-    if gdn and hopper and v.key >= (0, 33, 0):
+    if gdn and hopper and VllmRules.for_version(v).gdn_hopper_align:
         return math.lcm(GDN_HOPPER_ALIGN, block)
     return block
 
@@ -1040,8 +1008,9 @@ def in_flight_tokens(
     """Tokens a sliding/chunked layer must hold beyond its window: from 0.26
     ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T``, with pp + 1 batches for
     the V2 runner with async scheduling, 2 for the V1 runner with async scheduling at PP 1, and
-    pp otherwise (async scheduling is on by default from 0.26); before 0.26, T."""
-    if v.key < (0, 26, 0):
+    pp otherwise (async scheduling is on by default from 0.26); before 0.26, T
+    (:attr:`VllmRules.in_flight_batches`)."""
+    if not VllmRules.for_version(v).in_flight_batches:
         return T
     on = True if async_scheduling is None else async_scheduling
     if on:
@@ -1058,7 +1027,8 @@ def _cached_layers(
     cached as full attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
     (vllm/envs.py default "0" in those versions)."""
     layers = layers_on_rank(shape, pp, stage)
-    if shape.architecture == "NemotronHForCausalLM" and v.key >= (0, 20, 0):
+    r = VllmRules.for_version(v)
+    if shape.architecture == "NemotronHForCausalLM" and r.nemotron_h_fp32_ssm:
         # models/config.py::NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype (0.20.0,
         # 0.25.0): mamba_ssm_cache_dtype "auto" takes the config's value, else float32
         layers = [
@@ -1067,7 +1037,7 @@ def _cached_layers(
             else (layer, n)
             for layer, n in layers
         ]
-    if (0, 11, 0) <= v.key < (0, 14, 0) and not settings.chunked_local_hybrid:
+    if r.chunked_local_as_full and not settings.chunked_local_hybrid:
         layers = [
             (replace(layer, kind=AttnKind.FULL, window=0), n)
             if layer.kind is AttnKind.CHUNKED
@@ -1115,10 +1085,38 @@ def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
 
-def predict_startup(
-    shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int, settings: EngineSettings
-) -> StartupPrediction:
-    """Predict vLLM's startup numbers on every rank and whether the engine starts."""
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """What every rank of one prediction shares: the resolved settings and the per-model
+    choices vLLM makes once (speculation, CUDA-graph sizes, the hybrid cache mode)."""
+
+    rs: ResolvedSettings
+    requested: int  # ⌈total × utilization⌉
+    ep: int
+    moe_tp: int
+    hybrid_manager: bool
+    k_spec: int
+    draft_weights: int
+    draft_layers: list[tuple[LayerAttention, int]]
+    graphs: int
+    capture: CaptureSizes | None
+    mode: str  # the Mamba cache mode
+    checkpoint: int
+    align: int
+    weighed: ModelShape  # the shape whose weights are loaded (no tower where none is built)
+    #: the DP/EP NCCL communicators per rank (:func:`dp_ep_nccl_groups`)
+    nccl_groups: int = 0
+
+    @property
+    def R(self) -> int:
+        return min(self.rs.max_num_seqs, self.rs.max_num_batched_tokens)
+
+    @property
+    def T(self) -> int:
+        return self.rs.max_num_batched_tokens
+
+
+def _check_parallel(shape: ModelShape, total_bytes: int, tp: int, pp: int) -> None:
     if tp < 1 or pp < 1:
         raise SettingsError(f"tensor/pipeline parallel sizes must be >= 1 (tp={tp}, pp={pp})")
     if shape.num_attention_heads % tp:
@@ -1130,39 +1128,52 @@ def predict_startup(
         raise SettingsError(f"pipeline_parallel_size {pp} exceeds {shape.num_layers} layers")
     if total_bytes <= 0:
         raise SettingsError("GPU memory must be positive")
-    rs = resolve_settings(shape, total_bytes, gpu_name, settings)
-    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
-    era = rs.era
-    ep = tp * settings.data_parallel if settings.expert_parallel else 1
-    nccl_groups = dp_ep_nccl_groups(settings.data_parallel, shape.is_moe)
-    # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
-    moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
-    R = min(rs.max_num_seqs, rs.max_num_batched_tokens)
-    T = rs.max_num_batched_tokens
+
+
+def _hybrid_manager(shape: ModelShape, settings: EngineSettings, rs: ResolvedSettings) -> bool:
+    """Whether the hybrid KV-cache manager is on. config/vllm.py (0.20): --kv-transfer-config,
+    and chunked-local attention with EAGLE, turn it off; from 0.22 a connector that
+    SupportsHMA keeps it (:func:`connector_keeps_hma`)."""
     spec = settings.speculative
     chunked = shape.has_kind(AttnKind.CHUNKED)
     eagle = spec is not None and spec.method in ("eagle", "eagle3")
-    # config/vllm.py (0.20): --kv-transfer-config, and chunked-local attention with EAGLE, turn
-    # the hybrid KV-cache manager off; from 0.22 a connector that SupportsHMA keeps it
     hma_off = settings.kv_transfer and not connector_keeps_hma(rs.version, settings.kv_connector)
-    hybrid = era not in (Era.V0, Era.V1_EARLY) and not hma_off and not (chunked and eagle)
-    if hma_off and shape.has_kind(AttnKind.MAMBA) and era not in (Era.V0, Era.V1_EARLY):
+    v1_hybrid = rs.era not in (Era.V0, Era.V1_EARLY)
+    if hma_off and shape.has_kind(AttnKind.MAMBA) and v1_hybrid:
         raise SettingsError(
             f"--kv-transfer-config connector {settings.kv_connector!r} does not support the "
             "hybrid KV-cache manager, which Mamba/GDN hybrids need: vLLM fails at startup "
             "(config/vllm.py 'hybrid SSM models ... require HMA')"
         )
+    return v1_hybrid and not hma_off and not (chunked and eagle)
+
+
+def _setup(
+    shape: ModelShape,
+    total_bytes: int,
+    gpu_name: str,
+    tp: int,
+    pp: int,
+    settings: EngineSettings,
+) -> _Setup:
+    rs = resolve_settings(shape, total_bytes, gpu_name, settings)
+    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
+    rules = rs.rules
+    ep = tp * settings.data_parallel if settings.expert_parallel else 1
+    # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)
+    moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
+    hybrid = _hybrid_manager(shape, settings, rs)
+    spec = settings.speculative
     k_spec = 0
     if spec is not None:
         k_spec = spec.num_speculative_tokens or shape.mtp_layers
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
-    graphs = capture_count(settings)
-    capture = None  # before 0.11 (not read) the count scaling below is kept
-    if k_spec and rs.cudagraphs and era is not Era.V0 and rs.version.key >= (0, 11, 0):
+    capture = None  # before 0.11 (not read) the count scaling of the default list is kept
+    if k_spec and rs.cudagraphs and rs.era is not Era.V0 and rules.spec_capture_sizes:
         capture = spec_capture_sizes(
             rs.version,
             rs.max_num_seqs,
-            T,
+            rs.max_num_batched_tokens,
             k_spec,
             settings.cudagraph_capture_sizes,
             settings.max_cudagraph_capture_size,
@@ -1172,131 +1183,176 @@ def predict_startup(
     mode = mamba_cache_mode(
         rs.version, shape, settings.enable_prefix_caching, speculative=spec is not None
     )
-    checkpoint = prefill_checkpoint_blocks(rs.version, shape, gpu_name)
-    align = _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name)
-    ranks: list[RankPrediction] = []
-    ranges = pp_layer_ranges(shape.num_layers, pp)
-    requested = math.ceil(total_bytes * rs.gpu_memory_utilization)
-    weighed = _built_weights(shape, settings, era)
-    for stage in range(pp):
-        w = weight_breakdown(
-            weighed,
-            tp,
-            pp,
-            stage,
-            rs.dtype_bytes,
-            shape.quantization,
-            settings.max_loras,
-            settings.max_lora_rank,
-            ep=ep,
-            moe_tp=moe_tp,
-            mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
-            vocab_lora=rs.version.key >= VOCAB_LORA_FROM,
-        )
-        last = stage == pp - 1
-        fwd = forward_peak(shape, T, tp, rs.dtype_bytes, ranges[stage])
-        moe = (
-            moe_workspace(shape, T, tp, rs.dtype_bytes)
-            if shape.dense_layers.count_in(ranges[stage]) < len(ranges[stage])
-            else 0
-        )
-        samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
-        if era is Era.V0 and last:
-            samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
-        if last and k_spec:
-            samp += (k_spec + R) * shape.vocab_size * SPEC_LOGIT_BYTES
-        if last and draft_weights:
-            w = replace(w, by_group={**w.by_group, "drafter": draft_weights})
-        act = max(fwd, samp) + moe
-        prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
-        mm = prof.extra_over(act) if prof is not None else 0
-        act += mm
-        nt = non_torch(era, tp, pp, nccl_groups)
-        # the CG constants were fitted at 51 capture sizes per mode; scaled by the count (assumed)
-        if capture is not None:
-            cg = spec_cuda_graph_estimate(
-                shape,
-                len(ranges[stage]),
-                capture,
-                sum(n for _, n in draft_layers) if last else 0,
-                rs.v2_runner and rs.version.key >= (0, 30, 0),
-            )
-        else:
-            cg = cuda_graph_estimate(shape, len(ranges[stage]), rs.cudagraphs)
-            cg = cg * graphs // DEFAULT_CAPTURE_SIZES
-        cg *= lora_graph_cases(rs.version, settings.max_loras)
-        if era is Era.V1_EARLY:
-            # absolute peak (incl. weights) and non-torch incl. the CUDA context
-            avail = requested - (w.total + act) - (nt + gib(CUDA_CONTEXT_GIB))
-        elif era is Era.V1_CONSUMED:
-            consumed = w.total + nt + gib(PERSISTENT_MISC_GIB)
-            avail = requested - consumed - act - (cg if rs.cg_in_budget else 0)
-        else:
-            avail = requested - (w.total + act + nt) - (cg if rs.cg_in_budget else 0)
-        rank_requested = requested
-        if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
-            # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
-            # kv_cache_memory_bytes as is and skips the measurement; the utilization only
-            # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
-            rank_requested = requested - avail + settings.kv_cache_memory_bytes
-            avail = settings.kv_cache_memory_bytes
-        layout = kv_layout(
-            _cached_layers(shape, pp, stage, rs.version, settings) + (draft_layers if last else []),
-            tp,
-            rs.kv_bytes,
-            rs.dtype_bytes,
-            rs.block_size,
-            hybrid_manager=hybrid,
-            align=align,
-            kv_format=kv_token_format(rs.kv_cache_dtype),
-        )
-        blocks = layout.num_blocks(avail)
-        for t in range(tp):
-            ranks.append(
-                RankPrediction(
-                    stage * tp + t,
-                    stage,
-                    w,
-                    act,
-                    fwd,
-                    samp,
-                    moe,
-                    nt,
-                    cg,
-                    rank_requested,
-                    avail,
-                    layout,
-                    blocks,
-                    mm,
-                    prof,
-                )
-            )
-    binding = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, ranks[i].available_kv))
-    br = ranks[binding]
-    num_blocks = br.num_blocks
-    layout = br.layout
-    L = rs.max_model_len
-    in_flight = in_flight_tokens(rs.version, T, pp, rs.v2_runner, settings.async_scheduling)
-    B = layout.block_size
+    return _Setup(
+        rs,
+        math.ceil(total_bytes * rs.gpu_memory_utilization),
+        ep,
+        moe_tp,
+        hybrid,
+        k_spec,
+        draft_weights,
+        draft_layers,
+        capture_count(settings),
+        capture,
+        mode,
+        prefill_checkpoint_blocks(rs.version, shape, gpu_name),
+        _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name),
+        _built_weights(shape, settings, rs.era),
+        dp_ep_nccl_groups(settings.data_parallel, shape.is_moe),
+    )
 
-    def mamba_blocks(length: int) -> int:
-        return mamba_blocks_per_request(mode, rs.version, length, B, k_spec, checkpoint)
 
-    need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
-    if layout.bytes_per_block == 0:
-        conc, tokens = 0.0, 0
-    elif era is Era.V0:
-        tokens = num_blocks * layout.block_size
-        conc = tokens / L
+def _cuda_graph(
+    shape: ModelShape, su: _Setup, settings: EngineSettings, stage_layers: int, last: bool
+) -> int:
+    """The stage's CUDA-graph pool: the CG constants were fitted at 51 capture sizes per mode
+    and are scaled by the count (assumed), and by the LoRA cases."""
+    rs = su.rs
+    if su.capture is not None:
+        cg = spec_cuda_graph_estimate(
+            shape,
+            stage_layers,
+            su.capture,
+            sum(n for _, n in su.draft_layers) if last else 0,
+            rs.v2_runner and rs.rules.v2_profiles_drafter_graphs,
+        )
     else:
-        conc = num_blocks / need if need else 0.0
-        if rs.version.key >= (0, 21, 0):
-            tokens = int(conc * L)
-        else:
-            tokens = (num_blocks // max(1, layout.num_groups)) * layout.block_size
-    error = None
-    if br.available_kv <= 0 or num_blocks <= 0:
-        error = (
+        cg = cuda_graph_estimate(shape, stage_layers, rs.cudagraphs)
+        cg = cg * su.graphs // DEFAULT_CAPTURE_SIZES
+    return cg * lora_graph_cases(rs.version, settings.max_loras)
+
+
+def available_kv(
+    era: Era, requested: int, weights: int, activation: int, nt: int, cg_in_budget: int
+) -> int:
+    """vLLM's KV budget by era (v1/worker/gpu_worker.py::Worker.determine_available_memory per
+    release; the eras: versions.py). ``cg_in_budget``: the CUDA-graph estimate where the
+    version subtracts it, else 0."""
+    if era is Era.V1_EARLY:
+        # absolute peak (incl. weights) and non-torch incl. the CUDA context
+        return requested - (weights + activation) - (nt + gib(CUDA_CONTEXT_GIB))
+    if era is Era.V1_CONSUMED:
+        consumed = weights + nt + gib(PERSISTENT_MISC_GIB)
+        return requested - consumed - activation - cg_in_budget
+    return requested - (weights + activation + nt) - cg_in_budget
+
+
+def _predict_stage(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stage: int,
+    settings: EngineSettings,
+    su: _Setup,
+    gpu_name: str,
+) -> list[RankPrediction]:
+    """The ``tp`` ranks of pipeline stage ``stage`` (they hold the same bytes)."""
+    rs, era, R, T = su.rs, su.rs.era, su.R, su.T
+    stage_range = pp_layer_ranges(shape.num_layers, pp)[stage]
+    w = weight_breakdown(
+        su.weighed,
+        tp,
+        pp,
+        stage,
+        rs.dtype_bytes,
+        shape.quantization,
+        settings.max_loras,
+        settings.max_lora_rank,
+        ep=su.ep,
+        moe_tp=su.moe_tp,
+        mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
+        vocab_lora=rs.rules.vocab_lora,
+    )
+    last = stage == pp - 1
+    fwd = forward_peak(shape, T, tp, rs.dtype_bytes, stage_range)
+    moe = (
+        moe_workspace(shape, T, tp, rs.dtype_bytes)
+        if shape.dense_layers.count_in(stage_range) < len(stage_range)
+        else 0
+    )
+    samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
+    if era is Era.V0 and last:
+        samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
+    if last and su.k_spec:
+        samp += (su.k_spec + R) * shape.vocab_size * SPEC_LOGIT_BYTES
+    if last and su.draft_weights:
+        w = replace(w, by_group={**w.by_group, "drafter": su.draft_weights})
+    act = max(fwd, samp) + moe
+    prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
+    mm = prof.extra_over(act) if prof is not None else 0
+    act += mm
+    nt = non_torch(era, tp, pp, su.nccl_groups)
+    cg = _cuda_graph(shape, su, settings, len(stage_range), last)
+    avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0)
+    rank_requested = su.requested
+    if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
+        # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
+        # kv_cache_memory_bytes as is and skips the measurement; the utilization only
+        # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
+        rank_requested = su.requested - avail + settings.kv_cache_memory_bytes
+        avail = settings.kv_cache_memory_bytes
+    layout = kv_layout(
+        _cached_layers(shape, pp, stage, rs.version, settings) + (su.draft_layers if last else []),
+        tp,
+        rs.kv_bytes,
+        rs.dtype_bytes,
+        rs.block_size,
+        hybrid_manager=su.hybrid_manager,
+        align=su.align,
+        kv_format=kv_token_format(rs.kv_cache_dtype),
+    )
+    blocks = layout.num_blocks(avail)
+    return [
+        RankPrediction(
+            stage * tp + t,
+            stage,
+            w,
+            act,
+            fwd,
+            samp,
+            moe,
+            nt,
+            cg,
+            rank_requested,
+            avail,
+            layout,
+            blocks,
+            mm,
+            prof,
+        )
+        for t in range(tp)
+    ]
+
+
+def _capacity(
+    rs: ResolvedSettings, layout: KvLayout, num_blocks: int, need: int
+) -> tuple[float, int]:
+    """(max concurrency, KV tokens) as vLLM logs them (v1/core/kv_cache_utils.py::
+    get_kv_cache_capacity by version, :attr:`VllmRules.tokens_from_concurrency`)."""
+    L = rs.max_model_len
+    if layout.bytes_per_block == 0:
+        return 0.0, 0
+    if rs.era is Era.V0:
+        tokens = num_blocks * layout.block_size
+        return tokens / L, tokens
+    conc = num_blocks / need if need else 0.0
+    if rs.rules.tokens_from_concurrency:
+        return conc, int(conc * L)
+    return conc, (num_blocks // max(1, layout.num_groups)) * layout.block_size
+
+
+def _kv_error(
+    rs: ResolvedSettings,
+    br: RankPrediction,
+    total_bytes: int,
+    in_flight: int,
+    mamba_blocks: Callable[[int], int],
+) -> str | None:
+    """vLLM's startup error when the binding rank's KV budget holds no block, or not one
+    request of ``max_model_len`` tokens (the messages of v1/core/kv_cache_utils.py)."""
+    layout, L = br.layout, rs.max_model_len
+    if br.available_kv <= 0 or br.num_blocks <= 0:
+        return (
             f"No available memory for the cache blocks: available KV cache memory is "
             f"{_fmt_gib(br.available_kv)} GiB on rank {br.rank} (requested "
             f"{_fmt_gib(br.requested)} GiB = {rs.gpu_memory_utilization} × "
@@ -1305,28 +1361,75 @@ def predict_startup(
             + (f", CUDA graphs {_fmt_gib(br.cuda_graph)}" if rs.cg_in_budget else "")
             + " GiB). Try increasing gpu_memory_utilization."
         )
+    needed = layout.bytes_for_request(L, in_flight, mamba_blocks(L))
+    if rs.era is Era.V0:
+        fits = br.num_blocks * layout.block_size >= L
     else:
-        needed = layout.bytes_for_request(L, in_flight, mamba_blocks(L))
-        if era is Era.V0:
-            fits = num_blocks * layout.block_size >= L
-        else:
-            fits = needed <= br.available_kv
-        if not fits:
-            est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
-            error = (
-                f"To serve at least one request with the model's max seq len ({L}), "
-                f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
-                f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
-                f"available memory, the estimated maximum model length is {est_len}. Try "
-                "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
-            )
+        fits = needed <= br.available_kv
+    if fits:
+        return None
+    est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
+    return (
+        f"To serve at least one request with the model's max seq len ({L}), "
+        f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
+        f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
+        f"available memory, the estimated maximum model length is {est_len}. Try "
+        "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
+    )
+
+
+def _free_memory_error(
+    rs: ResolvedSettings, requested: int, total_bytes: int, tp: int, pp: int, nccl_groups: int
+) -> str | None:
+    """v1/worker/utils.py::request_memory (0.11–0.33; raises since 0.9): the free memory at
+    startup must hold the requested share; GiB printed as round(x, 2)."""
+    if rs.era in (Era.V0, Era.V1_EARLY):
+        return None
+    free = total_bytes - pre_snapshot_bytes(rs.era, tp, pp, nccl_groups)
+    if requested <= free:
+        return None
+    return (
+        f"Free memory on device cuda:0 ({round(free / GiB, 2)}/"
+        f"{round(total_bytes / GiB, 2)} GiB) on startup is less than desired GPU memory "
+        f"utilization ({rs.gpu_memory_utilization}, {round(requested / GiB, 2)} GiB). "
+        "Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
+
+
+def predict_startup(
+    shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int, settings: EngineSettings
+) -> StartupPrediction:
+    """Predict vLLM's startup numbers on every rank and whether the engine starts."""
+    _check_parallel(shape, total_bytes, tp, pp)
+    su = _setup(shape, total_bytes, gpu_name, tp, pp, settings)
+    rs = su.rs
+    ranks = [
+        r
+        for stage in range(pp)
+        for r in _predict_stage(shape, tp, pp, stage, settings, su, gpu_name)
+    ]
+    binding = min(range(len(ranks)), key=lambda i: (ranks[i].num_blocks, ranks[i].available_kv))
+    br = ranks[binding]
+    layout = br.layout
+    L = rs.max_model_len
+    in_flight = in_flight_tokens(rs.version, su.T, pp, rs.v2_runner, settings.async_scheduling)
+    B = layout.block_size
+
+    def mamba_blocks(length: int) -> int:
+        return mamba_blocks_per_request(su.mode, rs.version, length, B, su.k_spec, su.checkpoint)
+
+    need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
+    conc, tokens = _capacity(rs, layout, br.num_blocks, need)
+    error = _kv_error(rs, br, total_bytes, in_flight, mamba_blocks)
     notes: list[str] = []
-    if nccl_groups and era not in (Era.V0,):
+    nccl_groups = su.nccl_groups
+    if nccl_groups and rs.era is not Era.V0:
         notes.append(
             f"data parallel {settings.data_parallel}: {nccl_groups} more NCCL group(s) per rank "
             f"(dp{', ep' if nccl_groups > 1 else ''}), assumed {NCCL_GROUP_INIT_GIB} GiB each "
             f"before the init snapshot and {NCCL_GROUP_PROFILE_GIB} GiB each in non-torch"
         )
+    capture = su.capture
     if capture is not None:
         notes.append(
             f"speculative decoding (q = {capture.query_len} tokens per decode request): "
@@ -1340,16 +1443,8 @@ def predict_startup(
             fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
             return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
-    free_check = era not in (Era.V0, Era.V1_EARLY)  # request_memory() raises since 0.9
-    free = total_bytes - pre_snapshot_bytes(era, tp, pp, nccl_groups)
-    if free_check and requested > free:
-        # v1/worker/utils.py::request_memory (0.11–0.33); GiB printed as round(x, 2)
-        msg = (
-            f"Free memory on device cuda:0 ({round(free / GiB, 2)}/"
-            f"{round(total_bytes / GiB, 2)} GiB) on startup is less than desired GPU memory "
-            f"utilization ({rs.gpu_memory_utilization}, {round(requested / GiB, 2)} GiB). "
-            "Decrease GPU memory utilization or reduce GPU memory used by other processes."
-        )
+    msg = _free_memory_error(rs, su.requested, total_bytes, tp, pp, su.nccl_groups)
+    if msg is not None:
         if error is None:
             error = msg
         else:
@@ -1360,7 +1455,7 @@ def predict_startup(
         tp,
         pp,
         total_bytes,
-        num_blocks,
+        br.num_blocks,
         tokens,
         conc,
         error is None,
@@ -1372,7 +1467,7 @@ def predict_startup(
 
 
 def v_supports_kv_bytes(v: Version) -> bool:
-    return v.key >= (0, 11, 0)
+    return VllmRules.for_version(v).kv_cache_memory_bytes
 
 
 def _max_len_that_fits(

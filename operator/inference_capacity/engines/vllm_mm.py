@@ -45,6 +45,7 @@ from typing import Any, Final
 from ..model import ModelShape, VisionTower
 from ..units import GiB
 from .versions import Era, Version
+from .vllm_rules import VllmRules
 
 #: the eras whose encoder profile is modelled: the V1 runner's profile_run with MultiModalBudget
 #: (0.11–0.33); before, a multimodal plan is refused unless the profile is text-only
@@ -161,9 +162,8 @@ def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
     return out
 
 
-#: the options form ({"image": {"count": 1, "width": 512}}) came with vLLM PR #25631 (merged
-#: after the 0.11.0 branch; 0.11.1 has it): an older vLLM takes counts only
-LIMIT_OPTIONS_FROM: Final = (0, 11, 1)
+# the options form ({"image": {"count": 1, "width": 512}}) came in 0.11.1: the rulebook's
+# VllmRules.mm_limit_options
 
 
 def uses_options(text: str) -> bool:
@@ -299,9 +299,8 @@ def encoder_profile(
 
 # --- Qwen2-VL / Qwen2.5-VL: the dummy image of a dynamic-resolution processor ------------------
 
-#: Qwen2VLProcessingInfo.get_image_size_with_most_features factorises the patch count from
-#: 0.13 (closest_factor_pair, aspect ratio <= 200); 0.11–0.12 resize a 9999999² square
-FACTORISED_DUMMY_FROM: Final = (0, 13, 0)
+# Qwen2VLProcessingInfo.get_image_size_with_most_features factorises the patch count from 0.13
+# (closest_factor_pair, aspect ratio <= 200): the rulebook's VllmRules.mm_factorised_dummy
 _MAX_ASPECT: Final = 200
 #: --mm-processor-kwargs keys that only move the processor's pixel bounds (_get_vision_info:
 #: size | {"shortest_edge": min_pixels, "longest_edge": max_pixels})
@@ -347,7 +346,7 @@ def most_features_size(max_pixels: int, unit: int, version: Version) -> tuple[in
     the patch count ``max_pixels // unit²`` factorised into the closest pair with an aspect
     ratio <= 200 (fewer patches until one is); 0.11–0.12 ``_get_vision_info`` of a 9999999²
     image, i.e. smart_resize's square (min_pixels cannot bind at that size)."""
-    if version.key < FACTORISED_DUMMY_FROM:
+    if not VllmRules.for_version(version).mm_factorised_dummy:
         return smart_resize(9_999_999, 9_999_999, unit, 0, max_pixels)
     for n in range(max_pixels // (unit * unit), 0, -1):
         d = math.isqrt(n)

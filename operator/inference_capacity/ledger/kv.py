@@ -1,7 +1,8 @@
 """KV cache: bytes per token, pages, vLLM's KV-cache groups, blocks, tokens and concurrency.
 
-Formulas follow vLLM's ``kv_cache_interface.py`` / ``kv_cache_utils.py`` (research/vllm-memory.md
-§4–§6). Full attention: ``2 × kv_heads_per_rank × head_dim × bytes`` per token per layer
+Formulas follow vLLM's ``v1/kv_cache_interface.py`` (page sizes per spec) and
+``v1/core/kv_cache_utils.py`` (blocks, "GPU KV cache size", "Maximum concurrency"). Full
+attention: ``2 × kv_heads_per_rank × head_dim × bytes`` per token per layer
 (Llama-3.1-8B bf16: 32 × 2 × 8 × 128 × 2 = 131,072 B = 128 KiB per token). MLA stores one latent
 ``kv_lora_rank + qk_rope_head_dim`` per token, replicated on every TP rank. Sliding-window and
 chunked layers hold at most ``window + in-flight`` tokens per request. Mamba/linear layers hold a

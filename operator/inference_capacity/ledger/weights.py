@@ -1,7 +1,8 @@
 """Weight bytes per rank: TP shards, PP stages, quantization payload + scales, rope caches, LoRA.
 
 This is what vLLM's "Model loading took X GiB" measures: torch-allocated bytes after loading the
-rank's shard (research/vllm-memory.md §8). Llama-3.1-8B in bf16: 8,030,261,248 params × 2 B +
+rank's shard (``utils/mem_utils.py::DeviceMemoryProfiler`` around ``load_model``:
+``max_memory_allocated()`` after minus before). Llama-3.1-8B in bf16: 8,030,261,248 params × 2 B +
 the rope cache 131072 × 128 × 2 B = 16,094,076,928 B = 14.9888 GiB, exactly the logged figure.
 """
 

@@ -1,8 +1,9 @@
 """Quantization metadata: from a ``quantization_config`` (or a ``--quantization`` flag) to bytes.
 
-The byte formulas per format follow vLLM's linear-method parameters (see
-research/vllm-memory.md §8): the payload plus its scales, zero-points and index tensors, per
-output/input shard. A format we do not know is an error, never a guess.
+The byte formulas per format follow vLLM's linear-method parameters (each format's
+``create_weights`` in ``model_executor/layers/quantization/``): the payload plus its scales,
+zero-points and index tensors, per output/input shard. A format we do not know is an error,
+never a guess.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api import VllmStartup
 from ..planner import Plan, format_utilization
 from ..risks import risks_json
 from ..sizing import PATHS, Z95, Z99, LatencyPoint, LogNormal
@@ -207,20 +208,14 @@ def ledger_json(plan: Plan) -> dict[str, Any]:
 
 
 def startup_json(plan: Plan) -> dict[str, Any]:
-    """``status.vllmStartup`` (camelCase)."""
+    """``status.vllmStartup``: the prediction's one serializer
+    (:meth:`StartupPrediction.to_json`, the ``vllm_startup`` of ``plan -o json``) cut to the
+    fields the status model :class:`~inference_capacity.api.VllmStartup` declares, spelled by
+    that model (its camelCase aliases). Built without validation, as the hand-spelled mapping
+    before it was."""
     j = plan.prediction.to_json()
-    return {
-        "weightsGib": j["weights_gib"],
-        "activationPeakGib": j["activation_peak_gib"],
-        "nonTorchGib": j["non_torch_gib"],
-        "cudaGraphGib": j["cuda_graph_gib"],
-        "availableKvCacheGib": j["available_kv_cache_gib"],
-        "numGpuBlocks": j["num_gpu_blocks"],
-        "kvCacheTokens": j["kv_cache_tokens"],
-        "maxConcurrency": j["max_concurrency"],
-        "starts": j["starts"],
-        "error": j["error"],
-    }
+    fields: dict[str, Any] = {name: j[name] for name in VllmStartup.model_fields}
+    return VllmStartup.model_construct(**fields).model_dump(by_alias=True)
 
 
 def recommendation_json(plan: Plan) -> dict[str, Any]:

@@ -1,0 +1,311 @@
+"""vLLM's version-dependent startup rules, one record per release: :meth:`VllmRules.for_version`.
+
+Every rule that changes between vLLM releases is a field here, with the vLLM file/function it
+was read from and the releases it holds for; :mod:`.vllm` reads the record and compares no
+version itself (``tests/test_vllm_rules.py::test_no_version_comparison_outside_the_rulebook``
+fails on one). The version-free parts of the rules (the architecture sets, the block sizes,
+the formulas) stay next to the code that applies them in :mod:`.vllm`.
+
+"Not read" means the release's source was not read for that rule: it is treated as its older
+neighbour unless the field says otherwise. Ranges are inclusive of the first release and
+exclusive of the last, as the comparisons below spell them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from .versions import Era, Version, era_of, parse_version
+
+__all__ = ["VllmRules"]
+
+#: ``config/vllm.py::DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` by version (0.22.0, 0.23.0, 0.24.0
+#: sources): 0.22 Qwen3 only; 0.23 adds Llama and Mistral (both dense and unquantized only,
+#: ``_is_default_v2_model_runner_model``); 0.24 adds DeepseekV2, Qwen2Moe and GraniteMoe and
+#: drops the dense/unquantized condition.
+V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
+    {"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}
+)
+V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
+V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
+
+#: Speculative methods the V2 runner takes (config/vllm.py::
+#: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
+#: 0.28.0 add dspark; ngram falls back to V1); from 0.32.0 only suffix, medusa, mlp_speculator
+#: and custom_class fall back (0.29–0.31 not read: treated as 0.28, the V1 side).
+V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+
+#: The MLA block sizes by GPU family where the platform picks them
+#: (``platforms/cuda.py::CudaPlatform.check_and_update_config``, 0.11–0.17: FlashMLA on Hopper
+#: 64, CUTLASS MLA on Blackwell 128) and where the attention backend does
+#: (``update_block_size_for_backend``, 0.18+: FlashInfer-MLA on Blackwell 32, ROCm AITER MLA 64;
+#: FlashAttention-MLA on Hopper keeps 16, the 0.19.0 DeepSeek-V2-Lite H100 log shows 16).
+MLA_BLOCKS_PLATFORM = (("hopper", 64), ("blackwell", 128))
+MLA_BLOCKS_BACKEND = (("rocm", 64), ("blackwell", 32))
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRules:
+    """The startup rules of one vLLM release (each field: where vLLM has it, which releases)."""
+
+    version: Version
+    #: the memory-budget era with the version's default engine (versions.py::era_of; an
+    #: explicit ``VLLM_USE_V1`` engine choice: :meth:`era_for`)
+    era: Era
+
+    # --- the budget ---------------------------------------------------------------------------
+    #: ``--gpu-memory-utilization``'s default (config/cache.py::CacheConfig): 0.90 through
+    #: 0.19, 0.92 from 0.20
+    default_gpu_memory_utilization: float
+    #: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``'s default (vllm/envs.py): on from 0.20
+    estimate_cuda_graphs_default: bool
+    #: the profiler can subtract a CUDA-graph estimate at all
+    #: (v1/worker/gpu_worker.py::Worker.determine_available_memory): from 0.18
+    cuda_graph_estimate_exists: bool
+    #: the V2 runner's ``profile_cudagraph_memory()`` returns 0 in 0.21–0.28
+    #: (v1/worker/gpu/model_runner.py; implemented by 0.30, PR #49233)
+    v2_cuda_graph_estimate: bool
+    #: ROCm is in the estimate: ``is_cuda()`` through 0.25, ``is_cuda_alike()`` from 0.26
+    #: (v1/worker/gpu_worker.py::Worker.determine_available_memory)
+    rocm_cuda_graph_estimate: bool
+    #: ``--kv-cache-memory-bytes`` is taken as is and skips the measurement
+    #: (v1/worker/gpu_worker.py::Worker.determine_available_memory, 0.11–0.33)
+    kv_cache_memory_bytes: bool
+
+    # --- batch defaults -----------------------------------------------------------------------
+    #: the ≥ 160 GiB batch tier (T = 16384, R = 1024 for the API server)
+    #: (engine/arg_utils.py::EngineArgs.get_batch_defaults): first in 0.28, absent in 0.27.1
+    big_gpu_tier: bool
+    #: the ≥ 70 GiB tier counts the A100 too (engine/arg_utils.py::EngineArgs.
+    #: get_batch_defaults): before 0.9
+    a100_in_big_tier: bool
+
+    # --- the model runner ---------------------------------------------------------------------
+    #: every model runs the V2 model runner by default
+    #: (config/vllm.py::_is_default_v2_model_runner_model): from 0.29
+    v2_runner_all: bool
+    #: every dense, non-hybrid model runs it (config/vllm.py::
+    #: _is_default_v2_model_runner_model in the 0.25.0 wheel): 0.25–0.28
+    v2_runner_dense: bool
+    #: the architectures it takes by default besides those (config/vllm.py::
+    #: DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, 0.22, 0.23, 0.24, 0.25 sources; empty before 0.22)
+    v2_runner_archs: frozenset[str]
+    #: those architectures only when dense and unquantized (config/vllm.py::
+    #: _is_default_v2_model_runner_model): 0.22–0.23
+    v2_runner_archs_dense_unquantized: bool
+    #: speculative methods the V2 runner takes (config/vllm.py::
+    #: _get_v2_model_runner_unsupported_features, 0.24–0.31; None from 0.32, where
+    #: :attr:`v2_spec_unsupported` lists the refused ones instead)
+    v2_spec_methods: frozenset[str] | None
+    #: speculative methods that fall back to the V1 runner from 0.32 (the same
+    #: config/vllm.py::_get_v2_model_runner_unsupported_features)
+    v2_spec_unsupported: frozenset[str]
+    #: the V2 runner's ``CudaGraphManager`` (v1/worker/gpu/cudagraph_utils.py, 0.25+): its own
+    #: FULL decode sizes, no spec-decode rounding by ``CompilationConfig``
+    v2_cudagraph_manager: bool
+    #: the V2 runner's ``profile_cudagraph_memory`` (v1/worker/gpu/model_runner.py) measures
+    #: the speculator's graphs too: 0.30–0.33
+    v2_profiles_drafter_graphs: bool
+
+    # --- CUDA graphs --------------------------------------------------------------------------
+    #: the capture-size rules with speculative decoding were read (config/vllm.py::
+    #: VllmConfig._set_cudagraph_sizes, 0.11+; before that the count scaling of the default
+    #: list is kept)
+    spec_capture_sizes: bool
+    #: the largest capture size is ``min(2 × R × q, 512)``, not ``min(2 × R, 512)``
+    #: (config/vllm.py::VllmConfig._set_cudagraph_sizes): from 0.13
+    capture_max_times_query_len: bool
+    #: 1024 instead of 512 on data-centre Blackwell (config/vllm.py::
+    #: VllmConfig._set_cudagraph_sizes): from 0.29
+    blackwell_capture_ceiling: bool
+    #: the default grid [1, 2, 4] + 8..248 step 8 + 256.. step 16 (0.12+); 0.11: [1, 2, 4] +
+    #: multiples of 8; from 0.12 the largest size is the last one and sizes are rounded to a
+    #: multiple of q (config/compilation.py::CompilationConfig.
+    #: adjust_cudagraph_sizes_for_spec_decode)
+    capture_grid_0_12: bool
+    #: T is added to the sizes when it is at most the largest size
+    #: (config/vllm.py::VllmConfig._set_cudagraph_sizes): from 0.22
+    capture_adds_batched_tokens: bool
+    #: the uniform decode sizes ``n × q`` are added (``request_counts`` in
+    #: config/vllm.py::VllmConfig._set_cudagraph_sizes): from 0.29
+    capture_adds_decode_sizes: bool
+    #: each CUDA-graph size is captured twice with ``--enable-lora``
+    #: (v1/cudagraph_dispatcher.py::CudagraphDispatcher._get_lora_cases, 0.20.0/0.25.0);
+    #: before 0.20 not read: once
+    lora_graph_cases: int
+
+    # --- the KV cache -------------------------------------------------------------------------
+    #: MLA block sizes by GPU family (:data:`MLA_BLOCKS_PLATFORM` 0.11–0.17,
+    #: :data:`MLA_BLOCKS_BACKEND` 0.18+; none before 0.11)
+    mla_block_by_family: tuple[tuple[str, int], ...]
+    #: MLA with an fp8 KV cache on Hopper takes FlashMLA, 64 (platforms/cuda.py,
+    #: ``update_block_size_for_backend``, 0.18+; 0.11–0.17 always 64 there)
+    mla_fp8_hopper_flashmla: bool
+    #: ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's fp8 KV
+    #: (utils/torch_utils.py::resolve_kv_cache_dtype_string): from 0.15; 0.11–0.13 resolve none
+    modelopt_kv_dtype: bool
+    #: ... and its nvfp4 KV (MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP, config/cache.py CacheDType;
+    #: read in 0.20.0 and 0.25.0; earlier versions were not read for it, so they are refused)
+    nvfp4_kv_dtype: bool
+    #: config/vllm.py keeps the hybrid KV manager for a ``SupportsHMA`` connector from 0.22.0
+    #: (``supports_hma``); 0.20.0 turns it off for any connector; 0.21 was not read, treated as
+    #: 0.20 (the safe side)
+    hma_with_connector: bool
+    #: reported KV tokens are ``int(concurrency × max_model_len)``
+    #: (v1/core/kv_cache_utils.py::get_kv_cache_capacity): from 0.21; 0.9–0.20
+    #: ``num_blocks // groups × block size`` (the same function in those releases)
+    tokens_from_concurrency: bool
+    #: ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T`` (config/vllm.py) for
+    #: sliding/chunked layers, and async scheduling on by default: from 0.26; before, T
+    in_flight_batches: bool
+    #: chunked-local layers (Llama 4) are cached as full attention unless
+    #: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (vllm/envs.py default "0"):
+    #: 0.11–0.13
+    chunked_local_as_full: bool
+    #: NemotronH's ``mamba_ssm_cache_dtype`` "auto" takes the config's value, else float32
+    #: (models/config.py::NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, 0.20.0, 0.25.0)
+    nemotron_h_fp32_ssm: bool
+
+    # --- hybrid (Mamba/GDN) caches ------------------------------------------------------------
+    #: prefix caching's default for hybrids (config/model.py::ModelConfig.
+    #: is_prefix_caching_supported: False for ``attn_type == "hybrid"`` in the 0.20.0 and
+    #: 0.25.0 sources, taken to hold from 0.13; True from 0.26)
+    hybrid_prefix_caching_default: bool
+    #: Mamba state is cached with prefix caching at all (models/config.py::MambaModelConfig.
+    #: verify_and_update_config, read in 0.20.0, 0.25.0, 0.26.0, 0.28.0): from 0.15
+    mamba_prefix_caching: bool
+    #: ``SupportsMambaPrefixCaching`` models cache in "all" mode (models/config.py::
+    #: MambaModelConfig.verify_and_update_config): 0.15–0.27 (0.28 sets "align" whenever the
+    #: mode is "none")
+    mamba_all_mode: bool
+    #: ... except with speculative decoding, "align" (the same models/config.py function):
+    #: 0.20–0.21
+    mamba_align_with_spec: bool
+    #: MambaMixer2 models add a prefill checkpoint block (model_executor/layers/mamba/
+    #: mamba_mixer2.py::MambaMixer2.get_kv_cache_spec, ``num_prefill_checkpoint_blocks=1``):
+    #: from 0.32
+    mamba2_checkpoint_block: bool
+    #: other hybrids (Gated DeltaNet with FlashInfer GDN prefill, ``qwen_gdn_linear_attn.py``;
+    #: Jamba's Mamba1) add one: from 0.33
+    hybrid_checkpoint_block: bool
+    #: Hopper + FlashInfer GDN prefill aligns GDN hybrids' block size to 64 tokens
+    #: (platforms/interface.py::_align_hybrid_block_size): from 0.33
+    gdn_hopper_align: bool
+
+    # --- other --------------------------------------------------------------------------------
+    #: gpt-oss MXFP4 experts take FlashInfer TRTLLM's padding on Blackwell
+    #: (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss, 0.20.0/0.25.0);
+    #: before 0.20 not read: Marlin's
+    mxfp4_trtllm_on_blackwell: bool
+    #: ``--speculative-config`` method ``draft_model`` runs on the V1 engine
+    #: (engine/arg_utils.py::EngineArgs._is_v1_supported_oracle raises in 0.11.0–0.14.0; 0.15
+    #: not read; 0.16.0 has no such refusal)
+    draft_model_speculation: bool
+    #: ``--limit-mm-per-prompt`` takes the options form ({"image": {"count": 1, "width": 512}},
+    #: vLLM PR #25631, merged after the 0.11.0 branch): from 0.11.1; an older vLLM takes counts
+    mm_limit_options: bool
+    #: Qwen2VLProcessingInfo.get_image_size_with_most_features (models/qwen2_vl.py) factorises
+    #: the patch count (closest_factor_pair, aspect ratio <= 200): from 0.13; 0.11–0.12 resize
+    #: a 9999999² square
+    mm_factorised_dummy: bool
+    #: the embedding/lm_head LoRA slots (ledger/weights.py::vocab_lora_bytes) as read in the
+    #: 0.20.0–0.33.0 sources; earlier releases (``lora_extra_vocab_size`` era) were not read
+    vocab_lora: bool
+    #: vllm/model_executor/models/deepseek_v4.py ships from 0.20.0 (0.19.x has no DeepSeek-V4)
+    deepseek_v4_exists: bool
+    #: DeepSeek-V4's KV planning was read (ledger/kv_dsv4.py) for 0.24.0, 0.25.0 and 0.26.0
+    #: (fp8_ds_mla identical; 0.26's sliding windows hold ``max_in_flight_tokens``); 0.20–0.23
+    #: (other code) and 0.27+ were not read
+    deepseek_v4_read: bool
+
+    @classmethod
+    def for_version(cls, version: Version | str) -> VllmRules:
+        """The rules of ``version`` (a parsed :class:`Version` or what vLLM reports)."""
+        v = parse_version(version) if isinstance(version, str) else version
+        return _rules(v)
+
+    def era_for(self, engine: str | None) -> Era:
+        """The budget era with an explicit engine choice (``"v0"``/``"v1"``, None: default)."""
+        return era_of(self.version, engine)
+
+
+@cache
+def _rules(v: Version) -> VllmRules:
+    k = v.key
+
+    def at(first: tuple[int, int, int]) -> bool:
+        return k >= first
+
+    def between(first: tuple[int, int, int], last: tuple[int, int, int]) -> bool:
+        return first <= k < last
+
+    if at((0, 25, 0)):
+        v2_archs = V2_RUNNER_MOE_DEFAULTS_0_25
+    elif at((0, 24, 0)):
+        v2_archs = V2_RUNNER_DEFAULTS_0_24
+    elif at((0, 23, 0)):
+        v2_archs = V2_RUNNER_DEFAULTS_0_23
+    elif at((0, 22, 0)):
+        v2_archs = V2_RUNNER_DEFAULTS_0_22
+    else:
+        v2_archs = frozenset()
+    mla_blocks: tuple[tuple[str, int], ...]
+    if at((0, 18, 0)):
+        mla_blocks = MLA_BLOCKS_BACKEND
+    elif at((0, 11, 0)):
+        mla_blocks = MLA_BLOCKS_PLATFORM
+    else:
+        mla_blocks = ()
+    return VllmRules(
+        version=v,
+        era=era_of(v),
+        default_gpu_memory_utilization=0.92 if at((0, 20, 0)) else 0.90,
+        estimate_cuda_graphs_default=at((0, 20, 0)),
+        cuda_graph_estimate_exists=at((0, 18, 0)),
+        v2_cuda_graph_estimate=not between((0, 21, 0), (0, 29, 0)),
+        rocm_cuda_graph_estimate=at((0, 26, 0)),
+        kv_cache_memory_bytes=at((0, 11, 0)),
+        big_gpu_tier=at((0, 28, 0)),
+        a100_in_big_tier=not at((0, 9, 0)),
+        v2_runner_all=at((0, 29, 0)),
+        v2_runner_dense=at((0, 25, 0)),
+        v2_runner_archs=v2_archs,
+        v2_runner_archs_dense_unquantized=between((0, 22, 0), (0, 24, 0)),
+        v2_spec_methods=None if at((0, 32, 0)) else V2_SPEC_METHODS_0_24,
+        v2_spec_unsupported=V2_SPEC_UNSUPPORTED_0_32 if at((0, 32, 0)) else frozenset(),
+        v2_cudagraph_manager=at((0, 25, 0)),
+        v2_profiles_drafter_graphs=at((0, 30, 0)),
+        spec_capture_sizes=at((0, 11, 0)),
+        capture_max_times_query_len=at((0, 13, 0)),
+        blackwell_capture_ceiling=at((0, 29, 0)),
+        capture_grid_0_12=at((0, 12, 0)),
+        capture_adds_batched_tokens=at((0, 22, 0)),
+        capture_adds_decode_sizes=at((0, 29, 0)),
+        lora_graph_cases=2 if at((0, 20, 0)) else 1,
+        mla_block_by_family=mla_blocks,
+        mla_fp8_hopper_flashmla=at((0, 18, 0)),
+        modelopt_kv_dtype=at((0, 15, 0)),
+        nvfp4_kv_dtype=at((0, 20, 0)),
+        hma_with_connector=at((0, 22, 0)),
+        tokens_from_concurrency=at((0, 21, 0)),
+        in_flight_batches=at((0, 26, 0)),
+        chunked_local_as_full=between((0, 11, 0), (0, 14, 0)),
+        nemotron_h_fp32_ssm=at((0, 20, 0)),
+        hybrid_prefix_caching_default=at((0, 26, 0)),
+        mamba_prefix_caching=at((0, 15, 0)),
+        mamba_all_mode=not at((0, 28, 0)),
+        mamba_align_with_spec=between((0, 20, 0), (0, 22, 0)),
+        mamba2_checkpoint_block=at((0, 32, 0)),
+        hybrid_checkpoint_block=at((0, 33, 0)),
+        gdn_hopper_align=at((0, 33, 0)),
+        mxfp4_trtllm_on_blackwell=at((0, 20, 0)),
+        draft_model_speculation=at((0, 16, 0)),
+        mm_limit_options=at((0, 11, 1)),
+        mm_factorised_dummy=at((0, 13, 0)),
+        vocab_lora=at((0, 20, 0)),
+        deepseek_v4_exists=at((0, 20, 0)),
+        deepseek_v4_read=between((0, 24, 0), (0, 27, 0)),
+    )
