@@ -194,6 +194,31 @@ def test_probes_and_ports_match_the_operator_flags() -> None:
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
 
 
+def _mi(quantity: str) -> int:
+    assert quantity.endswith("Mi"), quantity
+    return int(quantity[:-2])
+
+
+@pytest.mark.parametrize("fleet", [100, 1000, 10_000])
+def test_fleet_size_sets_memory_from_the_measured_formula(fleet: int) -> None:
+    """benchmarks.reconcile --cluster real: 104 MB idle, ~0.37 MB per resource (475 MB at 1,000,
+    2 cores, 2026-12-02). The chart requests 128Mi + 0.4Mi x N and limits at max(512Mi, 1.5 x)."""
+    c = container(chart_docs({"fleetSize": fleet}))
+    request, limit = (
+        _mi(c["resources"]["requests"]["memory"]),
+        _mi(c["resources"]["limits"]["memory"]),
+    )
+    assert request == 128 + fleet * 2 // 5
+    assert limit == max(512, request * 3 // 2)
+    assert c["resources"]["requests"]["cpu"] == "50m"  # what fleetSize does not set is kept
+    assert request * 1024 * 1024 > (104 + 0.37 * fleet) * 1e6  # above the measured RSS
+
+
+def test_fleet_size_zero_keeps_the_given_resources() -> None:
+    given = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    assert container(chart_docs({"resources": given}))["resources"] == given
+
+
 # --- rendering: modes ------------------------------------------------------------------------
 
 

@@ -63,3 +63,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "inference-capacity.namespaced" -}}
 {{- if .Values.watchNamespaces }}true{{ end }}
 {{- end }}
+
+{{/*
+Container resources: .Values.resources, with the memory request and limit from fleetSize when it
+is above 0 (request = 128Mi + 0.4Mi per resource, limit = max(512Mi, 1.5 x request); measured by
+benchmarks/reconcile.py --cluster real, docs/install.md "Memory").
+*/}}
+{{- define "inference-capacity.resources" -}}
+{{- $res := deepCopy (.Values.resources | default dict) -}}
+{{- $n := int (.Values.fleetSize | default 0) -}}
+{{- if gt $n 0 -}}
+{{- $request := add 128 (div (mul $n 2) 5) -}}
+{{- $limit := max 512 (div (mul $request 3) 2) -}}
+{{- $_ := set $res "requests" (merge (dict "memory" (printf "%dMi" $request)) (omit ($res.requests | default dict) "memory")) -}}
+{{- $_ := set $res "limits" (merge (dict "memory" (printf "%dMi" $limit)) (omit ($res.limits | default dict) "memory")) -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
