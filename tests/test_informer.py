@@ -17,7 +17,11 @@ from tests.realk8s.fixtures import OPERATOR_NAMESPACE, RealKubeAPI, install_oper
 
 
 def _api(real_kube: RealKubeAPI, values: dict[str, Any] | None = None) -> client.CoreV1Api:
-    sa = install_operator_rbac(real_kube, values, release="informer" if values else None)
+    # a release of its own: the session's operator release (and its ClusterRole, which other
+    # modules' operators run under with their values) is never re-applied from here
+    sa = install_operator_rbac(
+        real_kube, values, release="informer-ns" if values else "informer-cluster"
+    )
     path = real_kube.serviceaccount_kubeconfig(OPERATOR_NAMESPACE, sa)
     return client.CoreV1Api(config.new_client_from_config(config_file=str(path)))  # type: ignore[no-untyped-call]
 
