@@ -194,7 +194,8 @@ def draw_pool(
 
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
-#: same whatever was asked before (a cached simulation never changes an answer). A power of two:
+#: same whatever was asked before (a simulation of k chunks reads the same draws whoever drew
+#: them; how far it grows is its plan's own: :class:`Simulations`). A power of two:
 #: :meth:`Simulation.fit` halves a chunk.
 CHUNK = 64
 #: Paths whose request indices the latency model reads (its ITL quantiles).
