@@ -214,3 +214,23 @@ def test_bad_inputs_name_the_field() -> None:
         dist(c, target=0.5)
     with pytest.raises(ValueError, match="workload.cohorts"):
         dist(())
+
+
+def test_a_simulation_does_not_read_another_callers_longer_paths() -> None:
+    """The draws of a pool are shared by every caller, the simulation (how far its paths are
+    grown) is the caller's: a fit after another caller grew the same pool to a far larger
+    budget equals the fit of a caller that is first, bit for bit."""
+    from inference_capacity.sizing.distribution import Simulations, clear_cache
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    args = ((chat,), (1.0,), LAYOUT, 8192)
+    clear_cache()
+    first = Simulations().get(*args)
+    alone = first.fit(2_000.0, 4096).copy()
+    clear_cache()
+    other = Simulations().get(*args)
+    other.fit(60_000.0, 1 << 20)  # grows the shared draws far past what 2,000 blocks need
+    mine = Simulations().get(*args)
+    assert mine.length < other.length
+    np.testing.assert_array_equal(mine.fit(2_000.0, 4096), alone)
+    assert mine.length == first.length

@@ -61,7 +61,7 @@ def test_draws_are_the_generators_uint16_integers_chunk_by_chunk(size: int) -> N
     ref = np.random.default_rng(SEED + 2)
     for chunks in (1, 3, 2):
         want = [ref.integers(0, size, size=(PATHS, CHUNK), dtype=np.uint16) for _ in range(chunks)]
-        assert np.array_equal(sim._draw(chunks), np.stack(want))
+        assert np.array_equal(sim._draws._draw(chunks), np.stack(want))
 
 
 @pytest.mark.parametrize("n", [(1,), (1, 4)])

@@ -30,7 +30,7 @@ PACKAGE = "inference_capacity"
 ROOT = Path(inference_capacity.__file__).resolve().parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("units", "vocab", "catalog", "settings"),
+    ("units", "vocab", "catalog", "settings", "memo"),
     ("model",),
     ("hardware",),
     ("ledger",),

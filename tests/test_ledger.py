@@ -227,3 +227,29 @@ def test_online_fp8_weights(q: str, expected: float) -> None:
     m = load_model("meta-llama/Llama-3.1-8B-Instruct", quantization=q)
     w = weight_breakdown(m, 1, 1, 0, 2, m.quantization)
     assert round(w.total / 2**30, 2) == expected  # vllm-startup-031 "Model loading took 8.49"
+
+
+def test_the_weight_memo_is_keyed_on_the_shape_not_its_identity() -> None:
+    """weight_breakdown's memo (shared by every thread) is keyed on the shape's value: an equal
+    copy of a shape finds the entry the original made, a different shape makes its own, and
+    both equal what the ledger computes unmemoised."""
+    from dataclasses import replace
+
+    from inference_capacity.ledger import weights
+    from inference_capacity.memo import ValueMemo
+
+    assert isinstance(weights._MEMO, ValueMemo)
+    shape = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    copy = replace(shape, notes=tuple(shape.notes))
+    assert copy is not shape and copy == shape and hash(copy) == hash(shape)
+    weights._MEMO.clear()
+    a = weights.weight_breakdown(shape, 2, 1, 0, 2, None)
+    assert len(weights._MEMO) == 1
+    b = weights.weight_breakdown(copy, 2, 1, 0, 2, None)
+    assert len(weights._MEMO) == 1 and b is a
+    other = replace(shape, tensors=shape.tensors[:-1])  # one tensor fewer
+    c = weights.weight_breakdown(other, 2, 1, 0, 2, None)
+    assert len(weights._MEMO) == 2
+    assert a == weights._weight_breakdown(shape, 2, 1, 0, 2, None, 0, 16, 1, 2)
+    assert c == weights._weight_breakdown(other, 2, 1, 0, 2, None, 0, 16, 1, 2)
+    assert c != a

@@ -411,3 +411,49 @@ def test_the_plan_cache_is_the_callers() -> None:
     fresh = make_plan(inp)  # a fresh cache of its own
     assert plan_json(first) == plan_json(again) == plan_json(fresh)
     assert not any(isinstance(v, dict) for k, v in vars(planner).items() if k.isupper())
+
+
+def test_plans_on_several_threads_equal_the_same_plans_made_one_by_one() -> None:
+    """No process-wide lock: make_plan is called from the operator's handler threads at once.
+    Eight threads plan 24 inputs that share one workload (so one Monte Carlo pool, grown to a
+    different length by each GPU × KV dtype × utilization's budget) with the latency curve on
+    (its points depend on how far the paths were grown). Each plan must equal the one made
+    alone, in order and in reverse order: a cache shared between plans and grown in place
+    (the simulations before issue 20) breaks this without a lock, by a half-grown simulation
+    or by a plan reading another plan's longer paths."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from inference_capacity.report.data import plan_json
+    from inference_capacity.sizing import distribution
+
+    chat = Cohort("chat", 0.7, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    agent = Cohort("agent", 0.3, Quantiles(4000, 6000, 7000), Quantiles(100, 300, 900))
+    w = Workload((chat, agent), peak_concurrency=256, itl_target_ms=60.0)
+    gpus = [get_gpu(g) for g in ("H100-SXM-80GB", "H200-SXM-141GB", "A100-SXM-80GB", "L40S")]
+    inputs = [
+        PlanInput(
+            model=LLAMA8B,
+            gpu=g,
+            engine=replace(ENGINE, kv_cache_dtype=kv, gpu_memory_utilization=u),
+            workload=w,
+            choose_utilization=u is None,
+        )
+        for g in gpus
+        for kv in ("auto", "fp8")
+        for u in (None, 0.6, 0.75)
+    ]
+
+    def one(inp: PlanInput) -> str:
+        return str(plan_json(make_plan(inp)))
+
+    distribution.clear_cache()
+    serial = [one(inp) for inp in inputs]
+    distribution.clear_cache()
+    backwards = [one(inp) for inp in reversed(inputs)][::-1]
+    assert backwards == serial  # a plan does not depend on the plans made before it
+    for _ in range(3):
+        distribution.clear_cache()  # the threads race to grow the shared draws from nothing
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            concurrent = list(pool.map(one, inputs))
+        assert concurrent == serial
+    assert len(set(serial)) > len(inputs) // 2  # the inputs give different plans

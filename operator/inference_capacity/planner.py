@@ -17,7 +17,6 @@ Order of work:
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field, replace
 
 from .budget import RankLedger, build_ledger, max_utilization
@@ -41,6 +40,7 @@ from .sizing import (
     LatencyPoint,
     RolloutPlan,
     SeqSizing,
+    Simulations,
     Workload,
     build_latency_model,
     plan_rollout,
@@ -209,21 +209,19 @@ def _predict(inp: PlanInput, settings: EngineSettings) -> StartupPrediction:
     return predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, settings)
 
 
-#: make_plan is serialised: the sizing simulations are cached process-wide and grown in place
-#: (sizing.distribution._SIMULATIONS, Simulation.ensure), and the operator plans from several
-#: handler threads at once (a real cluster with 200 resources hit an IndexError in a half-grown
-#: one). The planner's own memo is the caller's :class:`PlanCache`; the lock goes when sizing's
-#: simulations are owned by the caller too.
-_PLAN_LOCK = threading.RLock()
-
-
 @dataclass
 class PlanCache:
-    """The latency batches of one plan (or of plans one caller makes in a row, on one thread),
-    owned by the caller: the planner asks again at each step of its sizing loop with the same
-    latency model and simulation, so the last few are kept. Keyed on the objects themselves
-    (a simulation by identity), never on ``id()``."""
+    """The simulations and latency batches of one plan (or of plans one caller makes in a row,
+    on one thread), owned by the caller: the planner asks again at each step of its sizing loop
+    with the same latency model and simulation, so the last few are kept. Keyed on the objects
+    themselves (a simulation by identity), never on ``id()``. Nothing here is shared between
+    callers, so plans on several threads need no lock (each passes its own cache, or none: a
+    fresh one per plan); what is shared underneath (a pool's Monte Carlo draws, weights and
+    latency terms per model shape) is append-only or keyed on values, each behind its own
+    lock."""
 
+    #: the Monte Carlo simulations the sizing grew (per workload and block layout)
+    simulations: Simulations = field(default_factory=Simulations)
     batches: dict[tuple[object, ...], BatchLatency] = field(default_factory=dict)
     #: entries kept (most recently made last)
     keep: int = 4
@@ -245,8 +243,7 @@ class PlanCache:
 def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
     """Plan one replica of a vLLM deployment and the fleet around it. ``cache``: the caller's
     memo (a fresh one per plan when not given)."""
-    with _PLAN_LOCK:
-        return _make_plan(inp, cache if cache is not None else PlanCache())
+    return _make_plan(inp, cache if cache is not None else PlanCache())
 
 
 def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
@@ -362,6 +359,7 @@ def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
             ),
             pred,
             cap,
+            cache,
         )
         chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
         latency = _latency(inp, pred, distribution, chosen, cache)
@@ -475,7 +473,11 @@ def default_max_num_seqs(pred: StartupPrediction, inp: PlanInput) -> int:
 
 
 def _distribution(
-    inp: PlanInput, workload: Workload, p: StartupPrediction, cap: int
+    inp: PlanInput,
+    workload: Workload,
+    p: StartupPrediction,
+    cap: int,
+    cache: PlanCache | None = None,
 ) -> DistributionSizing:
     r = p.ranks[p.binding_rank]
     return size_by_distribution(
@@ -488,6 +490,7 @@ def _distribution(
         cap,
         inp.preemption_target,
         default_max_num_seqs(p, inp),
+        cache.simulations if cache is not None else None,
     )
 
 
@@ -552,7 +555,7 @@ def _size_distribution(
 ) -> SeqSizing:
     """The distribution rule as a :class:`SeqSizing`: the largest batch below the preemption
     target, then the ITL target (from the latency model), then the cap."""
-    d = _distribution(inp, workload, p, cap)
+    d = _distribution(inp, workload, p, cap, cache)
     n, limited = d.binding.max_num_seqs, "kv"
     msg = (
         f"{n} sequences keep P(preemption) at {d.probability(n):.2%} (target "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..memo import ValueMemo
 from ..model.quant import quantized_bytes, quantized_copies, tensor_format
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
@@ -170,11 +171,10 @@ def _expert_parallel(t: Tensor, ep: int) -> Tensor:
     return replace(t, split=Split.REPLICATED, experts=cdiv(t.experts, ep))
 
 
-#: memo of weight_breakdown by shape identity: a plan predicts the same weights several times
-#: (probe, chosen utilization, chosen max-num-seqs) and sweeps reuse one shape for many points.
-#: The shape is kept in the value so its id cannot be reused while cached.
-_MEMO: dict[tuple[Any, ...], tuple[ModelShape, WeightBreakdown]] = {}
-_MEMO_MAX = 512
+#: memo of weight_breakdown by value (the shape and the arguments): a plan predicts the same
+#: weights several times (probe, chosen utilization, chosen max-num-seqs) and sweeps reuse one
+#: shape for many points; shared by every thread (:class:`~inference_capacity.memo.ValueMemo`)
+_MEMO: ValueMemo[tuple[Any, ...], WeightBreakdown] = ValueMemo(512)
 
 
 def weight_breakdown(
@@ -212,15 +212,7 @@ def weight_breakdown(
         mxfp4_align,
         vocab_lora,
     )
-    key = (id(shape), *args)
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is shape:
-        return hit[1]
-    result = _weight_breakdown(shape, *args)
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.pop(next(iter(_MEMO)))
-    _MEMO[key] = (shape, result)
-    return result
+    return _MEMO.get((shape, *args), lambda: _weight_breakdown(shape, *args))
 
 
 def _weight_breakdown(

@@ -18,6 +18,7 @@ quantization scales depend on each tensor's shape. A single parameter count cann
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
@@ -357,6 +358,16 @@ class ModelShape:
     #: the modalities vLLM's processor accepts (``get_supported_mm_limits``); every one must be
     #: at 0 for a text-only profile (an unnamed modality defaults to 999 items)
     mm_modalities: tuple[str, ...] = ()
+    #: the hash of the fields above, made on first use (memo keys hash a shape often:
+    #: :mod:`inference_capacity.memo`); 0 until then
+    _hash: int = field(default=0, init=False, repr=False, compare=False, hash=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if not h:
+            h = hash(tuple(getattr(self, f) for f in _SHAPE_FIELDS)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def num_parameters(self) -> int:
@@ -411,3 +422,7 @@ class ModelShape:
         if any(a is None for a in out):
             raise ValueError(f"{self.name}: a layer without an attention spec")
         return tuple(a for a in out if a is not None)
+
+
+#: the fields a ModelShape is compared (and hashed) on
+_SHAPE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelShape) if f.compare)

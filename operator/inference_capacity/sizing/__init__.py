@@ -10,6 +10,7 @@ from .distribution import (
     DistributionSizing,
     LogNormal,
     MixSizing,
+    Simulations,
     size_by_distribution,
 )
 from .gpus import container_gpu_request, spare_after_scale_up, spare_gpus
@@ -45,6 +46,7 @@ __all__ = [
     "container_gpu_request",
     "plan_rollout",
     "replicas_for_peak",
+    "Simulations",
     "size_by_distribution",
     "size_max_num_seqs",
     "spare_after_scale_up",

@@ -45,9 +45,10 @@ resampled along the paths (a bootstrap of the request distribution).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +58,7 @@ from ..model.shapes import AttnKind, cdiv
 from .workload import Cohort, Quantiles
 
 T = TypeVar("T")
+A = TypeVar("A", bound="npt.NDArray[Any]")
 
 #: Standard normal quantiles: Φ⁻¹(0.95), Φ⁻¹(0.99).
 Z95 = 1.6448536269514722
@@ -192,7 +194,8 @@ def draw_pool(
 
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
-#: same whatever was asked before (a cached simulation never changes an answer). A power of two:
+#: same whatever was asked before (a simulation of k chunks reads the same draws whoever drew
+#: them; how far it grows is its plan's own: :class:`Simulations`). A power of two:
 #: :meth:`Simulation.fit` halves a chunk.
 CHUNK = 64
 #: Paths whose request indices the latency model reads (its ITL quantiles).
@@ -225,13 +228,20 @@ def _fitting_in_chunk(blocks: npt.NDArray[np.int32], base: IntArray, budget: flo
     return pos
 
 
-class Simulation:
-    """``PATHS`` batches admitting requests drawn from a pool, grown on demand by
-    :meth:`ensure` in chunks of :data:`CHUNK` requests. Kept per chunk: the pool indices drawn
-    and, per path, the prefix sum of blocks (and of sequences) at the chunk's end; a prefix sum
-    inside a chunk is summed when asked (only the chunk where a path outgrows a budget is)."""
+#: values derived from a pool and a length (a budget's fit: one integer per path) kept per pool
+_KEPT = 256
 
-    def __init__(self, pool: RequestPool, paths: int = PATHS) -> None:
+
+class _Draws:
+    """The request indices of a simulation's paths, drawn chunk by chunk in a fixed order, and
+    per path the prefix sums of blocks (and sequences) at each chunk's end: append-only and
+    shared by every :class:`Simulation` of one pool (the expensive part of a simulation). Its
+    first k chunks never change once drawn, whatever was asked before, so a simulation of k
+    chunks reads the same arrays whether it drew them or another plan did. Thread-safe: growth
+    holds the object's own lock; a reader only reads chunks it has grown to (arrays are replaced
+    whole, never written in place)."""
+
+    def __init__(self, pool: RequestPool, paths: int) -> None:
         self.pool = pool
         self.paths = paths
         self.rng = np.random.default_rng(SEED + 2)
@@ -239,29 +249,17 @@ class Simulation:
         self.blocks32 = pool.blocks.astype(np.int32)
         if len(pool.blocks) > 1 << 16:
             raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
-        self.kept_paths = min(paths, KEPT_PATHS)
         # (chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]
         self.draws = np.zeros((0, paths, CHUNK), dtype=np.uint16)
         # (chunks, paths): blocks (sequences) of a path's requests up to each chunk's end
         self.end_blocks = np.zeros((0, paths), dtype=np.int32)
         self.end_seqs = np.zeros((0, paths), dtype=np.int64)
-        self._index: npt.NDArray[np.uint16] | None = None
-        self._kept: dict[object, object] = {}
-        self._fits: dict[tuple[float, int], IntArray] = {}
-        self._mid: FloatArray | None = None
-        self._per_seq: tuple[float, float] | None = None
-
-    @property
-    def length(self) -> int:
-        return int(self.draws.shape[0]) * CHUNK
-
-    @property
-    def index(self) -> npt.NDArray[np.uint16]:
-        """(kept paths, length): the pool entry of each request of the first KEPT_PATHS paths."""
-        if self._index is None:
-            kept = self.draws[:, : self.kept_paths, :].transpose(1, 0, 2)
-            self._index = kept.reshape(self.kept_paths, self.length)
-        return self._index
+        self.chunks = 0
+        self._lock = threading.Lock()
+        #: values derived from the first k chunks, by (key, k): the same for every simulation
+        self._small: dict[tuple[object, int], object] = {}
+        #: arrays along the paths, by key: (chunks, the longest made)
+        self._large: dict[object, tuple[int, npt.NDArray[Any]]] = {}
 
     def _draw(self, chunks: int) -> npt.NDArray[np.uint16]:
         """The next ``chunks`` chunks of pool indices: ``rng.integers(0, pool, (paths, CHUNK),
@@ -278,23 +276,114 @@ class Simulation:
             [self.rng.integers(0, n, size=shape[1:], dtype=np.uint16) for _ in range(chunks)]
         )
 
+    def grow_to(self, chunks: int) -> None:
+        """At least ``chunks`` chunks drawn."""
+        with self._lock:
+            if chunks <= self.chunks:
+                return
+            idx = self._draw(chunks - self.chunks)
+            at = idx.astype(np.intp)
+            sums = np.take(self.blocks32, at).sum(axis=2, dtype=np.int32)
+            ends = np.cumsum(sums, axis=0, dtype=np.int32)
+            if self.chunks:
+                ends += self.end_blocks[-1]
+            end_blocks = np.concatenate([self.end_blocks, ends]) if self.chunks else ends
+            end_seqs = self.end_seqs
+            if not self.uniform_n:
+                seqs = np.cumsum(np.take(self.pool.seqs, at).sum(axis=2), axis=0)
+                if self.chunks:
+                    seqs += self.end_seqs[-1]
+                end_seqs = np.concatenate([self.end_seqs, seqs]) if self.chunks else seqs
+            draws = np.concatenate([self.draws, idx]) if self.chunks else idx
+            self.draws, self.end_blocks, self.end_seqs = draws, end_blocks, end_seqs
+            self.chunks = chunks  # last: a reader of k <= chunks finds every array that long
+
+    def kept(self, key: object, chunks: int, make: Callable[[], T]) -> T:
+        """A value derived from the first ``chunks`` chunks, made once (the least recently used
+        of :data:`_KEPT` forgotten first)."""
+        k = (key, chunks)
+        with self._lock:
+            if k in self._small:
+                hit = self._small.pop(k)
+                self._small[k] = hit  # most recently used last
+                return cast(T, hit)
+        value = make()  # outside the lock: the same value whichever thread makes it
+        with self._lock:
+            out = self._small.setdefault(k, value)
+            while len(self._small) > _KEPT:
+                del self._small[next(iter(self._small))]
+            return cast(T, out)
+
+    def prefix(self, key: object, chunks: int, make: Callable[[], A]) -> A:
+        """A (kept paths, requests) array along the paths' first ``chunks`` chunks whose first
+        columns do not change as the paths grow (the pool index of each request, a prefix sum
+        along a path): the longest made is kept and sliced (a slice of a prefix sum is the
+        prefix sum of the slice, bit for bit), read-only."""
+        with self._lock:
+            hit = self._large.get(key)
+        if hit is not None and hit[0] >= chunks:
+            return cast(A, hit[1][:, : chunks * CHUNK])
+        value = make()
+        value.flags.writeable = False
+        with self._lock:
+            cur = self._large.get(key)
+            if cur is None or cur[0] < chunks:
+                self._large[key] = (chunks, value)
+        return value
+
+
+class Simulation:
+    """``PATHS`` batches admitting requests drawn from a pool, grown on demand by
+    :meth:`ensure` in chunks of :data:`CHUNK` requests. Kept per chunk: the pool indices drawn
+    and, per path, the prefix sum of blocks (and of sequences) at the chunk's end; a prefix sum
+    inside a chunk is summed when asked (only the chunk where a path outgrows a budget is).
+
+    One simulation belongs to one plan (its length is what that plan's questions grew it to, as
+    if it were the first plan of the process); the draws are shared with every simulation of
+    the same pool (:class:`_Draws`), so a later plan only reads what an earlier one drew."""
+
+    def __init__(self, pool: RequestPool, paths: int = PATHS, draws: _Draws | None = None) -> None:
+        self._draws = draws if draws is not None else _Draws(pool, paths)
+        self.pool = pool
+        self.paths = paths
+        self.uniform_n = self._draws.uniform_n
+        self.blocks32 = self._draws.blocks32
+        self.kept_paths = min(paths, KEPT_PATHS)
+        self._chunks = 0
+
+    @property
+    def draws(self) -> npt.NDArray[np.uint16]:
+        """(chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]."""
+        return self._draws.draws[: self._chunks]
+
+    @property
+    def end_blocks(self) -> npt.NDArray[np.int32]:
+        """(chunks, paths): blocks of a path's requests up to each chunk's end."""
+        return self._draws.end_blocks[: self._chunks]
+
+    @property
+    def end_seqs(self) -> npt.NDArray[np.int64]:
+        """(chunks, paths): sequences of a path's requests up to each chunk's end."""
+        return self._draws.end_seqs[: self._chunks]
+
+    @property
+    def length(self) -> int:
+        return self._chunks * CHUNK
+
+    @property
+    def index(self) -> npt.NDArray[np.uint16]:
+        """(kept paths, length): the pool entry of each request of the first KEPT_PATHS paths."""
+
+        def make() -> npt.NDArray[np.uint16]:
+            kept = self.draws[:, : self.kept_paths, :].transpose(1, 0, 2)
+            out: npt.NDArray[np.uint16] = kept.reshape(self.kept_paths, self.length)
+            return out
+
+        return self._draws.prefix("index", self._chunks, make)
+
     def _grow(self, chunks: int) -> None:
-        idx = self._draw(chunks)
-        at = idx.astype(np.intp)
-        sums = np.take(self.blocks32, at).sum(axis=2, dtype=np.int32)
-        ends = np.cumsum(sums, axis=0, dtype=np.int32)
-        if self.length:
-            ends += self.end_blocks[-1]
-        self.end_blocks = np.concatenate([self.end_blocks, ends]) if self.length else ends
-        if not self.uniform_n:
-            seqs = np.cumsum(np.take(self.pool.seqs, at).sum(axis=2), axis=0)
-            if self.length:
-                seqs += self.end_seqs[-1]
-            self.end_seqs = np.concatenate([self.end_seqs, seqs]) if self.length else seqs
-        self.draws = np.concatenate([self.draws, idx]) if self.length else idx
-        self._index = None
-        self._kept.clear()
-        self._fits.clear()
+        self._draws.grow_to(self._chunks + chunks)
+        self._chunks += chunks
 
     def seqs_at(self, column: int | IntArray) -> IntArray:
         """Sequences held by the first ``column`` requests (per path, or one column per path)."""
@@ -338,60 +427,66 @@ class Simulation:
 
     def fit(self, budget: float, cap: int) -> IntArray:
         """N_m: sequences of the requests that fit ``budget`` blocks, per path (at least ``cap``
-        where a path never outgrows it). Read-only; memoised until the simulation grows."""
+        where a path never outgrows it). Read-only; made once per budget and length."""
         self.ensure(budget, cap)
-        key = (budget, cap)
-        hit = self._fits.get(key)
-        if hit is not None:
-            return hit
-        # blocks only grow along a path: whole chunks fit up to the first whose end outgrows
-        # the budget; inside that one, the requests that fit are found by halving
-        chunk = np.count_nonzero(self.end_blocks <= budget, axis=0)
-        fitting = chunk.astype(np.int64) * CHUNK
-        part = np.flatnonzero(chunk < self.draws.shape[0])
-        if len(part):
-            c = chunk[part]
-            base = np.where(c > 0, self.end_blocks[np.maximum(c - 1, 0), part], 0)
-            fitting[part] += _fitting_in_chunk(
-                np.take(self.blocks32, self.draws[c, part].astype(np.intp)), base, budget
-            )
-        out: IntArray = fitting * self.uniform_n if self.uniform_n else self.seqs_at(fitting)
-        out.flags.writeable = False
-        self._fits[key] = out
-        return out
+
+        def make() -> IntArray:
+            # blocks only grow along a path: whole chunks fit up to the first whose end
+            # outgrows the budget; inside that one, the requests that fit are found by halving
+            end_blocks, draws = self.end_blocks, self.draws
+            chunk = np.count_nonzero(end_blocks <= budget, axis=0)
+            fitting = chunk.astype(np.int64) * CHUNK
+            part = np.flatnonzero(chunk < draws.shape[0])
+            if len(part):
+                c = chunk[part]
+                base = np.where(c > 0, end_blocks[np.maximum(c - 1, 0), part], 0)
+                fitting[part] += _fitting_in_chunk(
+                    np.take(self.blocks32, draws[c, part].astype(np.intp)), base, budget
+                )
+            out: IntArray = fitting * self.uniform_n if self.uniform_n else self.seqs_at(fitting)
+            out.flags.writeable = False
+            return out
+
+        # what fits a budget depends on it and the paths' length only (not on the cap)
+        return self._draws.kept(("fit", budget), self._chunks, make)
 
     def per_sequence(self) -> tuple[float, float]:
         """Mean blocks and mean full context (tokens) per sequence of the pool."""
-        if self._per_seq is None:
+
+        def make() -> tuple[float, float]:
             pool = self.pool
             seqs = float(pool.seqs.sum())
             ctx = (pool.prompt + pool.output) * pool.seqs
-            self._per_seq = (float(pool.blocks.sum()) / seqs, float(ctx.sum()) / seqs)
-        return self._per_seq
+            return (float(pool.blocks.sum()) / seqs, float(ctx.sum()) / seqs)
+
+        return self._draws.kept("per-sequence", -1, make)
 
     def mid_context(self) -> FloatArray:
         """Each pool request's context at a uniformly random point of its decode
         (prompt + U × output; seeded), for the latency model."""
-        if self._mid is None:
+
+        def make() -> FloatArray:
             u = np.random.default_rng(SEED + 1).random(len(self.pool.prompt))
-            self._mid = self.pool.prompt + u * self.pool.output
-        return self._mid
+            out: FloatArray = self.pool.prompt + u * self.pool.output
+            return out
+
+        return self._draws.kept("mid-context", -1, make)
 
     def kept_cumsum(self, key: object, values: FloatArray | Callable[[], FloatArray]) -> FloatArray:
         """Prefix sums of a per-request ``values`` (or of what it makes) along the kept paths
-        (memoised by ``key`` until the simulation grows)."""
-        out = self._kept.get(key)
-        if out is None:
+        (one per ``key`` and length, shared by the simulations of the pool)."""
+
+        def make() -> FloatArray:
             v = values() if callable(values) else values
-            out = np.cumsum(v[self.index], axis=1)
-            self._kept[key] = out
-        return cast(FloatArray, out)
+            out: FloatArray = np.cumsum(v[self.index], axis=1)
+            return out
+
+        return self._draws.prefix(("cumsum", key), self._chunks, make)
 
     def kept(self, key: object, make: Callable[[], T]) -> T:
-        """Any value derived from the pool, memoised by ``key`` until the simulation grows."""
-        if key not in self._kept:
-            self._kept[key] = make()
-        return cast(T, self._kept[key])
+        """Any value derived from the pool and the paths so far, made once per ``key`` and
+        length (shared by the simulations of the pool)."""
+        return self._draws.kept(key, self._chunks, make)
 
 
 def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:
@@ -401,32 +496,77 @@ def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:
     return tuple((g.kind, g.block_size, g.window) for g in layout.groups)
 
 
-_SIMULATIONS: dict[tuple[object, ...], Simulation] = {}
-#: simulations kept (a plan uses one or two; a sweep of one model one per block signature)
-_KEEP = 2
+#: the draws of each pool, by value (cohorts, weights, block signature, max-model-len): shared
+#: by every plan of the process, append-only (a plan reads only the chunks it grew to)
+_DRAWS: dict[tuple[object, ...], _Draws] = {}
+_DRAWS_LOCK = threading.Lock()
+#: pools kept (a plan uses one or two; a sweep of one model one per block signature)
+_KEEP = 4
 
 
-def _simulation(
-    cohorts: tuple[Cohort, ...],
-    weights: tuple[float, ...],
-    layout: KvLayout,
-    max_model_len: int,
-) -> Simulation:
-    key = (cohorts, weights, block_signature(layout), max_model_len)
-    sim = _SIMULATIONS.pop(key, None)
-    if sim is None:
-        pool = draw_pool(cohorts, weights, layout, max_model_len, np.random.default_rng(SEED))
+def _shared_draws(key: tuple[object, ...], make: Callable[[], _Draws]) -> _Draws:
+    with _DRAWS_LOCK:
+        hit = _DRAWS.pop(key, None)
+        if hit is not None:
+            _DRAWS[key] = hit  # most recently used last
+            return hit
+    made = make()  # outside the lock: the same pool whichever thread draws it
+    with _DRAWS_LOCK:
+        out = _DRAWS.setdefault(key, made)
+        while len(_DRAWS) > _KEEP:
+            del _DRAWS[next(iter(_DRAWS))]
+        return out
+
+
+def _draws_of(key: tuple[object, ...], layout: KvLayout) -> _Draws:
+    cohorts, weights, _, max_model_len = key
+
+    def make() -> _Draws:
+        pool = draw_pool(
+            cast(tuple[Cohort, ...], cohorts),
+            cast(tuple[float, ...], weights),
+            layout,
+            cast(int, max_model_len),
+            np.random.default_rng(SEED),
+        )
         constant = bool((pool.blocks == pool.blocks[0]).all() and (pool.seqs == pool.seqs[0]).all())
         # constant lengths: every path is the same, so one path is exact
-        sim = Simulation(pool, paths=1 if constant else PATHS)
-    _SIMULATIONS[key] = sim  # most recently used last
-    while len(_SIMULATIONS) > _KEEP:
-        del _SIMULATIONS[next(iter(_SIMULATIONS))]
-    return sim
+        return _Draws(pool, paths=1 if constant else PATHS)
+
+    return _shared_draws(key, make)
+
+
+class Simulations:
+    """The simulations of one plan (or of the plans one caller makes in a row, on one thread),
+    owned by the caller (the planner's :class:`PlanCache`): each grows only as its own plans
+    ask, so a plan's answer never depends on what other plans (other threads) asked before; the
+    draws underneath are shared (:class:`_Draws`). Not for two threads at once."""
+
+    def __init__(self) -> None:
+        self._sims: dict[tuple[object, ...], Simulation] = {}
+
+    def get(
+        self,
+        cohorts: tuple[Cohort, ...],
+        weights: tuple[float, ...],
+        layout: KvLayout,
+        max_model_len: int,
+    ) -> Simulation:
+        key = (cohorts, weights, block_signature(layout), max_model_len)
+        sim = self._sims.pop(key, None)
+        if sim is None:
+            d = _draws_of(key, layout)
+            sim = Simulation(d.pool, d.paths, d)
+        self._sims[key] = sim  # most recently used last
+        while len(self._sims) > _KEEP:
+            del self._sims[next(iter(self._sims))]
+        return sim
 
 
 def clear_cache() -> None:
-    _SIMULATIONS.clear()
+    """Forget the shared draws (a cold start; the callers' simulations keep theirs)."""
+    with _DRAWS_LOCK:
+        _DRAWS.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,9 +626,12 @@ def size_by_distribution(
     cap: int,
     target: float,
     default_max_num_seqs: int,
+    simulations: Simulations | None = None,
 ) -> DistributionSizing:
     """The largest N (≤ cap) whose preemption probability is below ``target`` for the steady
-    mix and, when given, the burst mix; with the probability at N and at vLLM's default."""
+    mix and, when given, the burst mix; with the probability at N and at vLLM's default.
+    ``simulations``: the caller's (a fresh set when not given)."""
+    sims = simulations if simulations is not None else Simulations()
     if not cohorts:
         raise ValueError("workload.cohorts: at least one cohort is needed to size max-num-seqs")
     if not 0.0 < target < 0.5:
@@ -502,7 +645,7 @@ def size_by_distribution(
         mixes_in.append(("burst", burst_weights))
     mixes: list[MixSizing] = []
     for name, weights in mixes_in:
-        sim = _simulation(tuple(cohorts), tuple(float(w) for w in weights), layout, max_model_len)
+        sim = sims.get(tuple(cohorts), tuple(float(w) for w in weights), layout, max_model_len)
         if budget < 1:
             mixes.append(MixSizing(name, sim.pool, Paths(sim, np.zeros(sim.paths, np.int64)), 0))
             continue

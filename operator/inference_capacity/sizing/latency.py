@@ -58,6 +58,7 @@ import numpy.typing as npt
 from ..engines import StartupPrediction
 from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
+from ..memo import ValueMemo
 from ..model import AttnKind, ModelShape
 from . import perf
 from .distribution import DistributionSizing, MixSizing
@@ -206,19 +207,12 @@ class LatencyModel:
         return float(total)
 
 
-#: per model object (by identity: a sweep plans one model many times)
-_BY_MODEL: dict[tuple[int, object], tuple[ModelShape, object]] = {}
+#: per model shape (by value: a sweep plans one model many times), shared by every thread
+_BY_MODEL: ValueMemo[tuple[ModelShape, object], object] = ValueMemo(256)
 
 
 def _memo(shape: ModelShape, key: object, make: Callable[[], T]) -> T:
-    hit = _BY_MODEL.get((id(shape), key))
-    if hit is not None and hit[0] is shape:
-        return cast(T, hit[1])
-    value = make()
-    if len(_BY_MODEL) > 256:
-        _BY_MODEL.clear()
-    _BY_MODEL[(id(shape), key)] = (shape, value)
-    return value
+    return cast(T, _BY_MODEL.get((shape, key), make))
 
 
 def _params(shape: ModelShape) -> dict[str, float]:
