@@ -18,6 +18,16 @@ from ..vocab import DTYPE_BYTES, QUANT_ALIASES, QUANT_METHODS
 from .errors import ModelConfigError
 from .shapes import ModelShape, Quantization, Tensor, cdiv
 
+#: OCP MXFP4 experts (gpt-oss, DeepSeek-V4): 4-bit E2M1 weights, one E8M0 byte of scale per 32
+MXFP4_EXPERTS = Quantization(
+    method="mxfp4",
+    weight_bits=4,
+    group_size=32,
+    scale_bytes=1,
+    scope="experts",
+    float_format=True,
+)
+
 #: ``--quantization`` names that are the same format as another entry
 ALIASES = QUANT_ALIASES
 #: every method the ledger sizes (the CRD's quantization enum is the same set)
@@ -210,14 +220,7 @@ def parse_quantization(
     if base == "compressed-tensors":
         return _compressed_tensors(cfg)
     if base == "mxfp4":
-        return Quantization(
-            method="mxfp4",
-            weight_bits=4,
-            group_size=32,
-            scale_bytes=1,
-            scope="experts",
-            float_format=True,
-        )
+        return MXFP4_EXPERTS
     if base == "bitsandbytes":
         if cfg.get("load_in_8bit"):
             return Quantization(method="bitsandbytes", weight_bits=8, group_size=0)

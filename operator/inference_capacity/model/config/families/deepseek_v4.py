@@ -38,6 +38,7 @@ from typing import Any
 
 from ...errors import ModelConfigError
 from ...layerset import LayerSet, Pattern
+from ...quant import MXFP4_EXPERTS
 from ...shapes import (
     AttnKind,
     Group,
@@ -86,18 +87,7 @@ def dsv4_quantization(c: _Cfg) -> Quantization | None:
         scale_bytes=1 if expert == "fp4" else 4,
         float_format=True,
     )
-    experts = (
-        Quantization(
-            method="mxfp4",
-            weight_bits=4,
-            group_size=32,
-            scale_bytes=1,
-            scope="experts",
-            float_format=True,
-        )
-        if expert == "fp4"
-        else linear
-    )
+    experts = MXFP4_EXPERTS if expert == "fp4" else linear
     return Quantization(
         method="deepseek_v4_fp8",
         weight_bits=8,
