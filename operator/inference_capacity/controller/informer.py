@@ -101,10 +101,6 @@ class Informer:
         with self._lock:
             return self._synced
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
     # --- the thread --------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
+from ..ledger.kv_dsv4 import DSV4_BLOCK_SIZE
 from ..ledger.weights import (
     MXFP4_MARLIN_ALIGN,
     MXFP4_TRTLLM_ALIGN,
@@ -424,10 +425,10 @@ def check_deepseek_v4(
             f"DeepSeek-V4 with --kv-cache-dtype {kv_cache_dtype}: vLLM's FlashMLA layout "
             "asserts 'DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache'; use fp8"
         )
-    if s.block_size is not None and s.block_size != 256:
+    if s.block_size is not None and s.block_size != DSV4_BLOCK_SIZE:
         raise SettingsError(
             f"DeepSeek-V4 with --block-size {s.block_size}: the FlashMLA DeepSeek-V4 backend "
-            "supports 256 only (sparse_mla.py get_supported_kernel_block_sizes)"
+            f"supports {DSV4_BLOCK_SIZE} only (sparse_mla.py get_supported_kernel_block_sizes)"
         )
     if pp > 1:
         raise SettingsError("DeepSeek-V4 with pipeline parallelism is not modelled")
@@ -446,7 +447,7 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
       FlashInfer-MLA on Blackwell 32; ROCm AITER MLA 64.
     """
     if shape.model_type == "deepseek_v4":
-        return 256  # "Setting kv cache block size to 256 for DEEPSEEK_SPARSE_SWA backend"
+        return DSV4_BLOCK_SIZE  # "Setting kv cache block size to 256 for DEEPSEEK_SPARSE_SWA ..."
     if not shape.has_kind(AttnKind.MLA):
         return 16
     family = _gpu_family(gpu_name)
