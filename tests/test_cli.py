@@ -220,7 +220,8 @@ def test_stdin_manifest() -> None:
                 "--max-model-len",
                 "999999999",
             ],
-            "absurd",
+            # bounded as on a container (engines/vllm_config.py MAX_MODEL_LEN)
+            "--max-model-len: 999999999 is outside (0, 10000000]",
         ),
         (["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct"], "--gpu NAME or --gpu-memory-gib"),
         (["plan"], "give FILE.yaml"),

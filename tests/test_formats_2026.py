@@ -453,13 +453,14 @@ def test_pd_connector_with_hma_keeps_hybrid_manager() -> None:
         )
 
 
-def test_resolve_reads_the_connector_name() -> None:
-    from inference_capacity.resolve import _kv_connector
+def test_read_engine_reads_the_connector_name() -> None:
+    from inference_capacity.engines.vllm_config import read_engine
 
-    assert _kv_connector('{"kv_connector": "NixlConnector", "kv_role": "kv_both"}') == (
-        "NixlConnector"
-    )
-    assert _kv_connector(None) is None
+    flags = {"kv-transfer-config": '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'}
+    cfg = read_engine(flags, {}, "0.25.0")
+    assert (cfg.kv_transfer.enabled, cfg.kv_transfer.connector) == (True, "NixlConnector")
+    assert cfg.settings().kv_connector == "NixlConnector"
+    assert read_engine({}, {}, "0.25.0").kv_transfer.connector is None
 
 
 def test_gpt_oss_mxfp4_padding_by_moe_backend() -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api import InferenceCapacitySpec
-from .engines import NEWEST_SUPPORTED, EngineSettings, VersionError, era_of, parse_version
+from .engines import NEWEST_SUPPORTED, VersionError, era_of, parse_version
 from .engines.vllm_args import (
     find_vllm_container,
     hidden_flags,
@@ -24,15 +24,20 @@ from .engines.vllm_args import (
     read_flags,
     unresolved_flags,
 )
+from .engines.vllm_config import (
+    MAX_BATCHED_TOKENS,
+    MAX_LORAS,
+    MAX_NUM_SEQS,
+    EngineConfig,
+    EngineConfigError,
+    MultimodalSettings,
+    read_engine,
+)
 from .engines.vllm_flags import (
     DRAFT_MODEL_METHODS,
     MODELLED_FLAGS,
     SpeculativeConfig,
     Unsupported,
-    classify,
-    cuda_graphs_off,
-    human_readable_int,
-    parse_json_flag,
     parse_speculative_config,
 )
 from .engines.vllm_mm import (
@@ -42,7 +47,6 @@ from .engines.vllm_mm import (
     ProfileSizing,
     calibration,
     image_options,
-    parse_limit_mm_per_prompt,
     processor_pixels,
     profile_sizing,
     size_dynamic_tower,
@@ -82,6 +86,9 @@ class Resolved:
     notes: tuple[str, ...] = ()
     #: where spec.model.name resolved to (catalog, Hub, local); None for configMapRef / config
     model_source: ResolvedModel | None = None
+    #: the target container's launch as :func:`read_engine` reads it (flags only; the spec's
+    #: values are merged into ``plan_input.engine``)
+    engine_config: EngineConfig | None = None
 
     @property
     def supported(self) -> bool:
@@ -89,18 +96,6 @@ class Resolved:
 
     def unsupported_message(self) -> str:
         return "; ".join(str(u) for u in self.unsupported)
-
-
-def _int_flag(flags: Mapping[str, str], key: str, bad: list[Unsupported]) -> int | None:
-    """An integer flag in vLLM's number forms (``32k``); a value that is not one is refused."""
-    value = flags.get(key)
-    if value is None:
-        return None
-    try:
-        return human_readable_int(value)
-    except ValueError:
-        bad.append(Unsupported(f"--{key}", f"value {value!r} is not an integer"))
-        return None
 
 
 def resolve_model_source(
@@ -208,30 +203,10 @@ def _draft_shape(
     return shape, f"--speculative-config draft model {src.id} ({sc.method}) from {where}"
 
 
-def _kv_connector(value: str | None) -> str | None:
-    """The ``kv_connector`` of ``--kv-transfer-config`` (the flag was checked by vllm_flags)."""
-    if value is None:
-        return None
-    try:
-        connector = parse_json_flag("kv-transfer-config", value).get("kv_connector")
-    except ValueError:
-        return None
-    return str(connector) if connector else None
-
-
-def _bool_flag(flags: Mapping[str, str], key: str) -> bool | None:
-    """A BooleanOptionalAction flag: ``--key`` True, ``--no-key`` False, absent None."""
-    if key in flags:
-        return flags[key].lower() != "false"
-    if f"no-{key}" in flags:
-        return False
-    return None
-
-
 def multimodal_profile(
     shape: ModelShape,
     version: str,
-    running: Mapping[str, str],
+    mm: MultimodalSettings,
     bad: list[Unsupported],
     notes: list[str],
     preprocessor: Mapping[str, Any] | None = None,
@@ -247,17 +222,16 @@ def multimodal_profile(
     A Qwen2(.5)-VL tower is sized here (:func:`_size_dynamic`) from ``preprocessor`` (the
     repository's preprocessor_config.json), ``--mm-processor-kwargs`` max_pixels/min_pixels and
     the options form's image width/height; the shape returned carries the sized tower."""
-    limits: dict[str, int] | None = None
-    if "limit-mm-per-prompt" in running and not any(u.name == "--limit-mm-per-prompt" for u in bad):
-        limits = parse_limit_mm_per_prompt(running["limit-mm-per-prompt"])
-    skip = _bool_flag(running, "skip-mm-profiling") is True
-    counts = tuple(sorted(limits.items())) if limits is not None else None
+    limits = mm.limits
+    skip = mm.skip_mm_profiling
+    counts = mm.counts
     v = parse_version(version)
     profiled = era_of(v) in MM_PROFILE_ERAS
     if (
         limits is not None
         and not VllmRules.for_version(v).mm_limit_options
-        and uses_options(running["limit-mm-per-prompt"])
+        and mm.limit_mm_per_prompt is not None
+        and uses_options(mm.limit_mm_per_prompt)
     ):
         bad.append(
             Unsupported(
@@ -270,7 +244,7 @@ def multimodal_profile(
     tower = shape.vision_tower
     if tower is not None and not tower.sized and profiled and not skip:
         if not text_only(limits, shape.mm_modalities):
-            got = _size_dynamic(shape, version, running, limits, preprocessor, notes)
+            got = _size_dynamic(shape, version, mm, preprocessor, notes)
             if isinstance(got, tuple):
                 bad.append(Unsupported(*got))
                 return counts, skip, shape
@@ -311,7 +285,7 @@ def multimodal_profile(
             "dummy item and vision tower are not modelled), so the activation peak vLLM "
             "subtracts is unknown"
         )
-    elif "mm-processor-kwargs" in running:
+    elif mm.mm_processor_kwargs is not None:
         bad.append(
             Unsupported(
                 "--mm-processor-kwargs",
@@ -339,14 +313,13 @@ PIXEL_WAYS = (
 def _size_dynamic(
     shape: ModelShape,
     version: str,
-    running: Mapping[str, str],
-    limits: Mapping[str, int] | None,
+    mm: MultimodalSettings,
     preprocessor: Mapping[str, Any] | None,
     notes: list[str],
 ) -> tuple[str, str] | VisionTower:
     """A Qwen2(.5)-VL tower with its dummy image sized, or the refusal (flag, why)."""
     arch = shape.architecture
-    if (limits or {}).get("video", DEFAULT_MM_LIMIT) != 0:
+    if (mm.limits or {}).get("video", DEFAULT_MM_LIMIT) != 0:
         # 0.20 encoder_budget.py::get_modality_with_max_tokens (ties go to "video") and
         # get_num_frames_with_most_features: an active video's dummy (up to 14 frames) has at
         # least an image's tokens, and goes through the video processor, not modelled here
@@ -359,9 +332,9 @@ def _size_dynamic(
             + ") or --skip-mm-profiling makes it text-only",
         )
     kwargs: dict[str, Any] = {}
-    if "mm-processor-kwargs" in running:
+    if mm.mm_processor_kwargs is not None:
         try:
-            kwargs = json.loads(running["mm-processor-kwargs"])
+            kwargs = json.loads(mm.mm_processor_kwargs)
         except json.JSONDecodeError:
             kwargs = {"": None}
         if not isinstance(kwargs, dict) or set(kwargs) - PIXEL_KWARGS:
@@ -370,9 +343,7 @@ def _size_dynamic(
                 f"only {', '.join(sorted(PIXEL_KWARGS))} are modelled for {arch}'s dummy image",
             )
     try:
-        px = processor_pixels(
-            preprocessor, kwargs, image_options(running.get("limit-mm-per-prompt"))
-        )
+        px = processor_pixels(preprocessor, kwargs, image_options(mm.limit_mm_per_prompt))
         if px is None:
             return (
                 "--limit-mm-per-prompt",
@@ -464,8 +435,9 @@ def resolve_gpu(spec: InferenceCapacitySpec) -> Gpu:
 @dataclass
 class _Reading:
     """What resolve reads off the target container, and what it finds wrong on the way: the
-    flags and VLLM_* variables, the spec/Deployment conflicts, the flags it cannot honour, the
-    notes (each kept in the order found)."""
+    flags and VLLM_* variables (read into an :class:`EngineConfig` by :func:`read_engine`), the
+    spec/Deployment conflicts, the flags it cannot honour, the notes (each kept in the order
+    found)."""
 
     deployed: bool = False
     running: dict[str, str] = field(default_factory=dict)
@@ -475,30 +447,21 @@ class _Reading:
     notes: list[str] = field(default_factory=list)
     image_version: str | None = None
     index: int | None = None
-
-    def int_flag(self, key: str) -> int | None:
-        return _int_flag(self.running, key, self.bad)
+    cfg: EngineConfig = EngineConfig(NEWEST_SUPPORTED)
 
     def refused(self, flag: str) -> bool:
         return any(u.name == flag for u in self.bad)
 
-    def pick(self, name: str, spec_value: Any, flag: str, cast: Any = int) -> Any:
+    def pick(self, name: str, spec_value: Any, flag: str, run: Any) -> Any:
         """The spec's value (a different ``--flag`` on the Deployment is a conflict), else the
-        flag's, else None."""
-        run = self.running.get(flag)
-        if cast is int and run is not None:
-            parsed = self.int_flag(flag)
-            run = str(parsed) if parsed is not None else run
+        flag's (``run``, as read), else None."""
         if spec_value is not None:
-            run_norm = str(cast(run)) if run is not None and _castable(run, cast) else run
-            if run is not None and run_norm != str(spec_value):
+            if run is not None and str(run) != str(spec_value):
                 self.conflicts.append(
                     f"{name} is {spec_value} in the spec but --{flag} {run} on the Deployment"
                 )
             return spec_value
-        if run is not None and _castable(run, cast):
-            return cast(run)
-        return None
+        return run
 
 
 def _read_container(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] | None) -> _Reading:
@@ -529,6 +492,16 @@ def _read_container(spec: InferenceCapacitySpec, deployment: Mapping[str, Any] |
     return rd
 
 
+def _read_engine(rd: _Reading, version: str) -> None:
+    """The container's flags read against ``version``'s own (:func:`read_engine`); what it
+    refuses goes first, a number out of its bounds is the Deployment's fault."""
+    try:
+        rd.cfg = read_engine(rd.running, rd.env, version)
+    except EngineConfigError as exc:
+        raise ResolveError(f"{exc.flag} on the Deployment", exc.message, "InvalidTarget") from exc
+    rd.bad[:0] = rd.cfg.refused
+
+
 @dataclass(frozen=True)
 class _Sizes:
     tp: int
@@ -542,70 +515,81 @@ class _Sizes:
 
 def _sizes(spec: InferenceCapacitySpec, rd: _Reading) -> _Sizes:
     """Parallelism, lengths, KV dtype and block size: the spec's, else the Deployment's."""
-    hw, eng = spec.hardware, spec.engine
-    tp = rd.pick("spec.hardware.tensorParallel", hw.tensor_parallel, "tensor-parallel-size") or 1
+    hw, eng, cfg = spec.hardware, spec.engine, rd.cfg
+    par = cfg.parallel
+    tp = (
+        rd.pick(
+            "spec.hardware.tensorParallel",
+            hw.tensor_parallel,
+            "tensor-parallel-size",
+            par.tensor_parallel_size,
+        )
+        or 1
+    )
     pp = (
-        rd.pick("spec.hardware.pipelineParallel", hw.pipeline_parallel, "pipeline-parallel-size")
+        rd.pick(
+            "spec.hardware.pipelineParallel",
+            hw.pipeline_parallel,
+            "pipeline-parallel-size",
+            par.pipeline_parallel_size,
+        )
         or 1
     )
     # --max-model-len -1 (or "auto", human_readable_int_or_auto in 0.3x): fit to the KV memory
-    auto_len = (
-        rd.running.get("max-model-len") in ("-1", "auto") and spec.workload.max_model_len is None
-    )
+    auto_len = cfg.model.auto_max_model_len and spec.workload.max_model_len is None
+    run_len = -1 if cfg.model.auto_max_model_len else cfg.model.max_model_len
     max_len = (
         None
         if auto_len
-        else rd.pick("spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len")
+        else rd.pick(
+            "spec.workload.maxModelLen", spec.workload.max_model_len, "max-model-len", run_len
+        )
     )
     kv_dtype = (
-        rd.pick("spec.model.kvCacheDtype", spec.model.kv_cache_dtype, "kv-cache-dtype", str)
+        rd.pick(
+            "spec.model.kvCacheDtype",
+            spec.model.kv_cache_dtype,
+            "kv-cache-dtype",
+            cfg.cache.kv_cache_dtype,
+        )
         or "auto"
     )
     batched = rd.pick(
-        "spec.engine.maxNumBatchedTokens", eng.max_num_batched_tokens, "max-num-batched-tokens"
+        "spec.engine.maxNumBatchedTokens",
+        eng.max_num_batched_tokens,
+        "max-num-batched-tokens",
+        cfg.scheduler.max_num_batched_tokens,
     )
-    block = rd.pick("spec.engine.blockSize", eng.block_size, "block-size")
+    block = rd.pick("spec.engine.blockSize", eng.block_size, "block-size", cfg.cache.block_size)
     return _Sizes(tp, pp, auto_len, max_len, kv_dtype, batched, block)
 
 
 def _engine_version(spec: InferenceCapacitySpec, rd: _Reading) -> tuple[str, str]:
-    """(version, where it came from: spec | image | default)."""
+    """(version, where it came from: spec | image | default); a version that is not a released
+    one is refused, naming where it came from."""
     if spec.engine.version:
-        return spec.engine.version, "spec"
-    if rd.image_version:
-        return rd.image_version, "image"
-    return NEWEST_SUPPORTED, "default"
-
-
-def _check_sizes(sz: _Sizes, rd: _Reading, version: str, source: str) -> _Sizes:
-    """Sizes the user wrote are bounded before any work; the version is a released one."""
-    if sz.max_len is not None and sz.max_len <= 0:
-        sz = replace(sz, max_len=None)  # vLLM's -1 ("auto"): fit the context to the KV pool
-    for what, value, limit in (
-        ("tensor-parallel-size", sz.tp, 64),
-        ("pipeline-parallel-size", sz.pp, 64),
-        ("max-model-len", sz.max_len, MAX_MODEL_LEN),
-        ("max-num-batched-tokens", sz.batched, MAX_BATCHED_TOKENS),
-        ("block-size", sz.block, 1024),
-        ("data-parallel-size", rd.int_flag("data-parallel-size"), 1024),
-    ):
-        if value is not None and not 0 < int(value) <= limit:
-            raise ResolveError(
-                f"--{what} on the Deployment",
-                f"{value} is outside (0, {limit}]",
-                "InvalidTarget",
-            )
+        version, source = spec.engine.version, "spec"
+    elif rd.image_version:
+        version, source = rd.image_version, "image"
+    else:
+        version, source = NEWEST_SUPPORTED, "default"
     try:
         parse_version(version)
     except VersionError as exc:
         where = "spec.engine.version" if source == "spec" else "the target container's image tag"
         raise ResolveError(where, str(exc), "UnsupportedEngineVersion") from exc
-    return sz
+    return version, source
 
 
 def _data_parallel(spec: InferenceCapacitySpec, rd: _Reading) -> int:
     dp: int = (
-        rd.pick("spec.engine.dataParallel", spec.engine.data_parallel, "data-parallel-size") or 1
+        rd.pick(
+            "spec.engine.dataParallel",
+            spec.engine.data_parallel,
+            "data-parallel-size",
+            rd.cfg.parallel.data_parallel_size,
+        )
+        or 1
     )
     if rd.deployed and dp > 1 and "data-parallel-size" not in rd.running:
         rd.conflicts.append(
@@ -616,23 +600,21 @@ def _data_parallel(spec: InferenceCapacitySpec, rd: _Reading) -> int:
 
 
 def _dtype(spec: InferenceCapacitySpec, rd: _Reading) -> str:
+    """The weights' dtype: the spec's, else --dtype (aliases resolved, an unmodelled one refused
+    by :func:`read_engine`)."""
     dtype: str = spec.model.dtype
-    run_dtype = rd.running.get("dtype")
-    if run_dtype is None or run_dtype == "auto":
+    run_dtype = rd.cfg.model.dtype
+    if run_dtype is None:
         return dtype
     if dtype == "auto":
-        dtype = run_dtype if run_dtype in ("bfloat16", "float16", "float32") else dtype
-        if run_dtype == "half":
-            dtype = "float16"
-        elif run_dtype not in ("bfloat16", "float16", "float32"):
-            rd.bad.append(Unsupported("--dtype", f"dtype {run_dtype!r} is not modelled"))
-    elif run_dtype != dtype:
+        return run_dtype
+    if run_dtype != dtype:
         rd.conflicts.append(f"spec.model.dtype is {dtype} in the spec but --dtype {run_dtype}")
     return dtype
 
 
 def _check_quantization(spec: InferenceCapacitySpec, shape: ModelShape, rd: _Reading) -> None:
-    run_quant = rd.running.get("quantization")
+    run_quant = rd.cfg.model.quantization
     if run_quant is None:
         return
     # a kernel variant of the same format (awq_marlin for awq) stores the same weights
@@ -663,19 +645,19 @@ def _lora(spec: InferenceCapacitySpec, rd: _Reading) -> tuple[int, int]:
     """(max_loras, max_lora_rank): vLLM's LoRAConfig defaults max_loras 1, max_lora_rank 16;
     slots only with --enable-lora."""
     max_loras, max_rank = spec.model.max_loras, spec.model.max_lora_rank
-    if _bool_flag(rd.running, "enable-lora"):
-        run_loras = rd.int_flag("max-loras") or 1
-        run_rank = rd.int_flag("max-lora-rank") or 16
+    lora = rd.cfg.lora
+    if lora.enable_lora:
+        run_loras, run_rank = lora.slots
         if max_loras and (max_loras, max_rank) != (run_loras, run_rank):
             rd.conflicts.append(
                 f"spec.model.maxLoras/maxLoraRank are {max_loras}/{max_rank} in the spec but "
                 f"--max-loras {run_loras} --max-lora-rank {run_rank} on the Deployment"
             )
         max_loras, max_rank = run_loras, run_rank
-        cpu_loras = rd.int_flag("max-cpu-loras")
-        if cpu_loras:
+        if lora.max_cpu_loras:
             rd.notes.append(
-                f"--max-cpu-loras {cpu_loras}: LoRA adapters cached in host memory, not on the GPU"
+                f"--max-cpu-loras {lora.max_cpu_loras}: LoRA adapters cached in host memory, "
+                "not on the GPU"
             )
     elif rd.deployed and max_loras:
         rd.conflicts.append(
@@ -687,9 +669,9 @@ def _lora(spec: InferenceCapacitySpec, rd: _Reading) -> tuple[int, int]:
 def _speculative(
     rd: _Reading, draft_sources: DraftSources | None
 ) -> tuple[SpeculativeConfig | None, ModelShape | None]:
-    if "speculative-config" not in rd.running or rd.refused("--speculative-config"):
+    speculative = rd.cfg.speculative.config
+    if speculative is None:
         return None, None
-    speculative = parse_speculative_config(rd.running["speculative-config"])
     draft: ModelShape | None = None
     if speculative.method in DRAFT_MODEL_METHODS:
         draft, said = _draft_shape(speculative, draft_sources)
@@ -700,35 +682,19 @@ def _speculative(
     return speculative, draft
 
 
-def _cuda_graphs(
-    spec: InferenceCapacitySpec, rd: _Reading, version: str
-) -> tuple[bool, tuple[int, ...] | None, int | None]:
-    """(eager, cudagraph_capture_sizes, max_cudagraph_capture_size)."""
-    captures: tuple[int, ...] | None = None
-    top_capture: int | None = None
-    run_eager = _bool_flag(rd.running, "enforce-eager") is True
-    if rd.deployed and spec.engine.enforce_eager and not run_eager:
+def _cuda_graphs(spec: InferenceCapacitySpec, rd: _Reading) -> bool:
+    """Eager (no CUDA graph): the spec's enforceEager, else the Deployment's flags (-O0,
+    --enforce-eager, cudagraph_mode NONE)."""
+    comp = rd.cfg.compilation
+    if rd.deployed and spec.engine.enforce_eager and not comp.enforce_eager:
         rd.conflicts.append(
             "spec.engine.enforceEager is true but the Deployment does not pass --enforce-eager"
         )
-    # -O0 / --optimization-level 0 (0.12+), -O other than 3 (0.11): cudagraph_mode NONE
-    eager = spec.engine.enforce_eager or run_eager or cuda_graphs_off(rd.running, version)
-    comp = rd.running.get("compilation-config")
-    json_form = comp is not None and comp.strip().startswith("{")
-    if comp is not None and json_form and not rd.refused("--compilation-config"):
-        cfg = parse_json_flag("compilation-config", comp)
-        sizes = cfg.get("cudagraph_capture_sizes")
-        if isinstance(sizes, list):
-            captures = tuple(int(x) for x in sizes)
-        if isinstance(cfg.get("max_cudagraph_capture_size"), int):
-            top_capture = int(cfg["max_cudagraph_capture_size"])
-        if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
-            eager = True
-    return eager, captures, top_capture
+    return spec.engine.enforce_eager or comp.eager
 
 
 def _prefix_caching(spec: InferenceCapacitySpec, rd: _Reading) -> bool | None:
-    prefix = _bool_flag(rd.running, "enable-prefix-caching")
+    prefix = rd.cfg.cache.enable_prefix_caching
     want = spec.engine.enable_prefix_caching
     if want is None or not rd.deployed:
         return prefix
@@ -789,56 +755,45 @@ def resolve(
         model_source = resolve_model_source(spec)
     shape = resolve_model(spec, config_maps, model_source)
     gpu = resolve_gpu(spec)
-    sz = _sizes(spec, rd)
     version, source = _engine_version(spec, rd)
-    sz = _check_sizes(sz, rd, version, source)
-    if rd.deployed:
-        # the flags against that release's own (the table from vLLM's source), then classified
-        rd.bad[:0] = classify(rd.running, rd.env, version)
+    # the flags against that release's own (the table from vLLM's source), then read
+    _read_engine(rd, version)
+    sz = _sizes(spec, rd)
     dp = _data_parallel(spec, rd)
     dtype = _dtype(spec, rd)
     _check_quantization(spec, shape, rd)
     max_loras, max_rank = _lora(spec, rd)
     speculative, draft = _speculative(rd, draft_sources)
-    eager, captures, top_capture = _cuda_graphs(spec, rd, version)
-    running, env = rd.running, rd.env
-    est_cg = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
+    eager = _cuda_graphs(spec, rd)
     kv_bytes = rd.pick(
-        "spec.engine.kvCacheMemoryBytes", spec.engine.kv_cache_memory_bytes, "kv-cache-memory-bytes"
+        "spec.engine.kvCacheMemoryBytes",
+        spec.engine.kv_cache_memory_bytes,
+        "kv-cache-memory-bytes",
+        rd.cfg.cache.kv_cache_memory_bytes,
     )
     prefix = _prefix_caching(spec, rd)
     preprocessor = model_source.preprocessor if model_source is not None else None
     mm_limits, skip_mm, shape = multimodal_profile(
-        shape, version, running, rd.bad, rd.notes, preprocessor
+        shape, version, rd.cfg.multimodal, rd.bad, rd.notes, preprocessor
     )
-    settings = EngineSettings(
-        version=version,
-        engine="v0" if env.get("VLLM_USE_V1") == "0" else None,
+    settings = replace(
+        rd.cfg.settings(),
+        # the two flags the operator writes: the plan chooses them
+        gpu_memory_utilization=None,
+        max_num_seqs=None,
         max_model_len=sz.max_len,
         max_num_batched_tokens=sz.batched,
         block_size=sz.block,
         kv_cache_dtype=sz.kv_dtype,
         dtype=dtype,
         enforce_eager=eager,
-        enable_chunked_prefill=_bool_flag(running, "enable-chunked-prefill"),
         max_loras=max_loras,
         max_lora_rank=max_rank,
         data_parallel=dp,
-        expert_parallel=running.get("enable-expert-parallel") == "true",
-        estimate_cuda_graphs=None if est_cg is None else est_cg not in ("0", "false", "False"),
         speculative=speculative,
         draft_model=draft,
         enable_prefix_caching=prefix,
-        kv_transfer="kv-transfer-config" in running,
-        kv_connector=_kv_connector(running.get("kv-transfer-config")),
-        performance_mode=running.get("performance-mode", "balanced"),
-        cudagraph_capture_sizes=captures,
-        max_cudagraph_capture_size=top_capture,
         auto_max_model_len=sz.auto_len,
-        async_scheduling=_bool_flag(running, "async-scheduling"),
-        chunked_local_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
-        in ("1", "true"),
-        allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true"),
         mm_limits=mm_limits,
         skip_mm_profiling=skip_mm,
     )
@@ -864,23 +819,18 @@ def resolve(
         inp,
         version,
         source,
-        running,
+        rd.running,
         tuple(rd.conflicts),
         rd.index,
         unsupported,
         tuple(rd.notes),
         model_source,
+        rd.cfg,
     )
 
 
 #: per-GPU memory above this is not a GPU (the largest today have 288 GB)
 MAX_GPU_MEMORY_GIB = 4096.0
-#: tokens per scheduler step; vLLM's defaults are 2k-16k, long-context prefill runs use ~1M
-MAX_BATCHED_TOKENS = 10_000_000
-#: the longest context of any model (Llama 4 Scout: 10M tokens); the schema's bound too
-MAX_MODEL_LEN = 10_000_000
-#: sequences per replica
-MAX_NUM_SEQS = 1 << 20
 
 
 def check_bounds(spec: InferenceCapacitySpec) -> None:
@@ -909,9 +859,9 @@ def check_bounds(spec: InferenceCapacitySpec) -> None:
             "spec.workload.peakConcurrency",
             f"must be at most {MAX_NUM_SEQS * 1024}, got {w.peak_concurrency}",
         )
-    if spec.model.max_loras > 1024:
+    if spec.model.max_loras > MAX_LORAS:
         raise ResolveError(
-            "spec.model.maxLoras", f"must be at most 1024, got {spec.model.max_loras}"
+            "spec.model.maxLoras", f"must be at most {MAX_LORAS}, got {spec.model.max_loras}"
         )
 
 
@@ -984,11 +934,3 @@ def check_deployment(dep: Any) -> None:
                 for part in ("limits", "requests"):
                     if res.get(part) is not None:
                         need(res[part], f"{at}.resources.{part}", Mapping, "a mapping")
-
-
-def _castable(value: str, cast: Any) -> bool:
-    try:
-        cast(value)
-    except (TypeError, ValueError):
-        return False
-    return True

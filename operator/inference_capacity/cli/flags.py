@@ -11,9 +11,7 @@ import yaml
 
 from ..decision import UNMODELLED
 from ..engines.versions import NEWEST_SUPPORTED
-from ..engines.vllm import EngineSettings
-from ..engines.vllm_args import flag_int, read_flags
-from ..engines.vllm_flags import classify
+from ..engines.vllm_config import EngineConfig, EngineConfigError, read_engine
 from ..hardware import custom_gpu, get_gpu
 from ..model.source import checkpoint_json, describe, resolve_model_ref
 from ..planner import Headroom, PlanInput, make_plan
@@ -77,6 +75,20 @@ def whatif_vllm_args(a: argparse.Namespace) -> list[str]:
     return out
 
 
+def whatif_env(a: argparse.Namespace) -> dict[str, str | None]:
+    """The ``VLLM_*`` variables ``plan --model``'s ``--engine`` stands for (``VLLM_USE_V1``)."""
+    return {"VLLM_USE_V1": "0" if a.engine == "v0" else "1"} if a.engine else {}
+
+
+def whatif_engine(a: argparse.Namespace, version: str) -> EngineConfig:
+    """The what-if's launch read as a container's: ``vllm serve MODEL`` with
+    :func:`whatif_vllm_args` and :func:`whatif_env`, through :func:`read_engine`."""
+    try:
+        return read_engine([a.model, *whatif_vllm_args(a)], whatif_env(a), version)
+    except EngineConfigError as exc:
+        raise CliError(f"plan: {exc}") from None
+
+
 def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     if not a.model:
         raise CliError("plan: give FILE.yaml, or --model NAME_OR_CONFIG_JSON with --gpu")
@@ -94,14 +106,11 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
     # the what-if flags as the vLLM flags they stand for, read and classified as a container's
     # (the table of the release's own flags, the modelled/neutral/refused lists, the multimodal
     # profile's rules)
-    flags = read_flags(
-        {"name": "what-if", "command": ["vllm", "serve", a.model], "args": whatif_vllm_args(a)}
-    )
-    env = {"VLLM_USE_V1": "0"} if a.engine == "v0" else {}
+    cfg = whatif_engine(a, version)
     mm_notes: list[str] = []
-    refused = classify(flags, env, version)
+    refused = list(cfg.refused)
     mm_limits, skip_mm, shape = multimodal_profile(
-        shape, version, flags, refused, mm_notes, source.preprocessor
+        shape, version, cfg.multimodal, refused, mm_notes, source.preprocessor
     )
     unsupported = None
     mm_refused = False
@@ -116,29 +125,7 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         )
         skip_mm = skip_mm or mm_refused
 
-    def number(flag: str) -> int | None:  # as vLLM reads it (human_readable_int where it does)
-        return flag_int(flag, flags[flag]) if flag in flags else None
-
-    lora = flags.get("enable-lora") == "true"
-    gmu = flags.get("gpu-memory-utilization")
-    settings = EngineSettings(
-        version=version,
-        engine=a.engine,
-        gpu_memory_utilization=float(gmu) if gmu is not None else None,
-        max_model_len=number("max-model-len"),
-        max_num_seqs=number("max-num-seqs"),
-        max_num_batched_tokens=number("max-num-batched-tokens"),
-        block_size=number("block-size"),
-        kv_cache_dtype=flags.get("kv-cache-dtype", "auto"),
-        dtype=flags.get("dtype", "auto"),
-        enforce_eager=flags.get("enforce-eager") == "true",
-        max_loras=(number("max-loras") or 0) if lora else 0,
-        max_lora_rank=(number("max-lora-rank") or 16) if lora else 16,
-        data_parallel=number("data-parallel-size") or 1,
-        expert_parallel=flags.get("enable-expert-parallel") == "true",
-        mm_limits=mm_limits,
-        skip_mm_profiling=skip_mm,
-    )
+    settings = replace(cfg.settings(), mm_limits=mm_limits, skip_mm_profiling=skip_mm)
     headroom = 0.05 if a.operational_headroom is None else a.operational_headroom
     if not 0 <= headroom < 1:
         raise CliError("--operational-headroom must be in [0, 1)")
@@ -159,8 +146,8 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         PlanInput(
             model=shape,
             gpu=gpu,
-            tp=number("tensor-parallel-size") or 1,
-            pp=number("pipeline-parallel-size") or 1,
+            tp=cfg.parallel.tensor_parallel_size or 1,
+            pp=cfg.parallel.pipeline_parallel_size or 1,
             engine=settings,
             workload=workload,
             headroom=Headroom(operational_fraction=headroom),
