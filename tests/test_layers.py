@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("observe",),
     ("api",),
     ("planner", "whatif", "report", "resolve", "risks"),
-    ("decide", "patching", "decision"),
+    ("decide", "patching", "decision", "evaluate"),
     # ui: the what-if page, the CLI's plan behind an HTTP API (``inference-capacity ui``)
     ("cli", "controller", "ui"),
 )

@@ -12,7 +12,6 @@ import yaml
 
 from ..decision import UNMODELLED, Decision
 from ..model.source import checkpoint_json
-from ..planner import make_plan
 from ..report import (
     plan_json,
     table,
@@ -148,14 +147,15 @@ def _plan_capacity(
     config_maps: dict[Any, Any],
     windows: Any,
 ) -> tuple[dict[str, Any], str, Any]:
-    """One InferenceCapacity of the input: resolve, plan and decide against its Deployment (and
-    the Nodes, Pods, HPA and PDB of the input) as the operator does."""
+    """One InferenceCapacity of the input: read, plan and decide against its Deployment (and
+    the Nodes, Pods, HPA and PDB of the input) with the operator's glue
+    (:func:`inference_capacity.evaluate.evaluate`)."""
     import time
 
     from .. import decision
     from ..api import KIND, InferenceCapacity
+    from ..evaluate import Snapshot, evaluate, read
     from ..patching import apply_strategic
-    from ..resolve import resolve
 
     nodes = [d for d in others if d.get("kind") == "Node"]
     pods = [d for d in others if d.get("kind") == "Pod"]
@@ -174,11 +174,40 @@ def _plan_capacity(
     hpa_min = decision.hpa_min_replicas_by_target(
         d for d in others if d.get("kind") == "HorizontalPodAutoscaler"
     ).get(spec.target_ref.name)
-    resolved = resolve(spec, dep, config_maps, hpa_min_replicas=hpa_min)
+    pdb = next(
+        (
+            d
+            for d in others
+            if d.get("kind") == "PodDisruptionBudget" and _name_of(d) == icap.metadata.name
+        ),
+        None,
+    )
+    uid = str((doc.get("metadata") or {}).get("uid") or "")
+    snapshot = Snapshot(
+        deployment=dep,
+        config_maps=config_maps,
+        hpa_min_replicas=hpa_min,
+        nodes=nodes or None,
+        pods=pods,
+        nodes_unknown="spare GPUs unknown (no Nodes in the input)",
+        foreign_pdb=decision.foreign_pdb(pdb, icap.metadata.name, uid, KIND),
+        now=time.time(),
+    )
+    resolved = read(spec, snapshot)
     if not resolved.supported:
         return _unsupported_result(icap, resolved, decision.unsupported(resolved))
     inp = resolved.plan_input  # no what-if flag reaches it (_refuse_manifest_flags)
     inp, observed = observed_input(a, spec, ns, icap.metadata.name, inp, config_maps)
+    ev = evaluate(
+        spec,
+        snapshot,
+        owner=f"{ns}/{icap.metadata.name}",
+        windows=windows,
+        resolved=resolved,
+        plan_input=inp,
+    )
+    plan = ev.plan
+    assert plan is not None  # supported
     extra: dict[str, Any] = {
         "name": icap.metadata.name,
         "namespace": icap.metadata.namespace,
@@ -190,8 +219,7 @@ def _plan_capacity(
     }
     if observed is not None:
         extra["observed"] = observed
-    if dep is None:
-        plan = make_plan(inp)
+    if dep is None or ev.decision is None:
         # the flags the operator would want on a container that sets none of them
         flags, removed = decision.desired_flags(spec, plan, {})
         extra["flags"] = flags
@@ -204,37 +232,7 @@ def _plan_capacity(
             "flags": flags,
         }
     else:
-        if not spec.rollout.manage_strategy:
-            spare, spare_msg = None, "strategy not managed"
-        elif nodes:
-            spare, spare_msg = decision.spare_for_target(nodes, pods, dep, spec, inp)
-        else:
-            spare, spare_msg = None, "spare GPUs unknown (no Nodes in the input)"
-        plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
-        pdb = next(
-            (
-                d
-                for d in others
-                if d.get("kind") == "PodDisruptionBudget" and _name_of(d) == icap.metadata.name
-            ),
-            None,
-        )
-        uid = str((doc.get("metadata") or {}).get("uid") or "")
-        world = decision.World(
-            deployment=dep,
-            hpa_min_replicas=hpa_min,
-            foreign_pdb=decision.foreign_pdb(pdb, icap.metadata.name, uid, KIND),
-            now=time.time(),
-        )
-        chosen = decision.decide(
-            spec,
-            f"{ns}/{icap.metadata.name}",
-            resolved,
-            plan,
-            world,
-            spare_message=spare_msg,
-            windows=windows,
-        )
+        chosen = ev.decision
         extra["flags"] = dict(chosen.flags) if chosen.change else {}
         extra["patch"] = _patch_json(chosen, target)
         extra["decision"] = {

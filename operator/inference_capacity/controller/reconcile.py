@@ -1,8 +1,10 @@
 """One reconciliation of an InferenceCapacity: read the world, plan with the core, decide, write.
 
-Kubernetes I/O goes through :mod:`.k8s`; every number comes from the core (``resolve`` →
-``make_plan``); the safety rules come from :mod:`inference_capacity.decide`. A reconcile is
-idempotent: with nothing material changed it writes nothing but (unchanged) status.
+Kubernetes I/O goes through :mod:`.k8s`; what it reads goes into a
+:class:`~inference_capacity.evaluate.Snapshot`, and every number and every choice comes from the
+core's one glue, the same ``plan FILE`` calls (:func:`~inference_capacity.evaluate.read`, then
+:func:`~inference_capacity.evaluate.evaluate`: ``resolve`` → ``make_plan`` → ``decide``). A
+reconcile is idempotent: with nothing material changed it writes nothing but (unchanged) status.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import decision, risks, settings
+from .. import decision, evaluate, risks, settings
 from ..api import API_VERSION, KIND, InferenceCapacity, ManifestError, status_document
 from ..decide import set_condition
 from ..engines.vllm_args import VllmArgsError, read_flags
-from ..planner import Plan
+from ..planner import Plan, PlanInput
 from ..report import (
     latency_status,
     ledger_json,
@@ -28,7 +30,7 @@ from ..report import (
     sizing_status,
     startup_json,
 )
-from ..resolve import Resolved, ResolveError, resolve
+from ..resolve import Resolved, ResolveError
 from . import k8s, metrics, models, observing, startup, state
 
 log = logging.getLogger("inference_capacity.reconcile")
@@ -224,23 +226,24 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         return _refuse(ctx, refused.reason, refused.message)
     ctx.cond("ModelResolved", "True", model.reason, model.message)
     ctx.status["model"] = models.model_status(spec, model.source)
-    hpa_min = k8s.hpa_min_replicas(ctx.ns, target)
+    snapshot = evaluate.Snapshot(
+        deployment=dep,
+        config_maps=cms,
+        model_source=model.source,
+        draft_sources=drafts,
+        hpa_min_replicas=k8s.hpa_min_replicas(ctx.ns, target),
+    )
     try:
-        resolved = resolve(
-            spec,
-            dep,
-            cms,
-            hpa_min_replicas=hpa_min,
-            model_source=model.source,
-            draft_sources=drafts,
-        )
+        resolved = evaluate.read(spec, snapshot)
         if not resolved.supported:
             return _perform(ctx, decision.unsupported(resolved), dep, spec)
         ctx.cond(*_fields(decision.SUPPORTED))
         adj = _startup_adjust(ctx, spec, dep, resolved) if spec.policy.observe_startup else None
         if adj is not None:
             resolved = replace(resolved, plan_input=adj[1].plan_input)
-        planned = _plan(ctx, spec, dep, resolved, hpa_min)
+        mem_step = adj[1].memory_step if adj is not None else None
+        snapshot = replace(snapshot, memory_step=mem_step)
+        planned = _plan(ctx, spec, snapshot, resolved)
     except VllmArgsError as exc:
         return _refuse(ctx, exc.reason, f"spec.targetRef.container: {exc}")
     except ResolveError as exc:
@@ -251,7 +254,9 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
         return _refuse(ctx, "InvalidInput", f"{type(exc).__name__}: {exc}"[:900])
     if planned is None:
         return ctx.finish()  # waiting for the first observation
-    plan, spare_msg, observed = planned
+    ev, inp, observed = planned
+    assert ev.plan is not None  # supported
+    plan = ev.plan
     _fill_status(ctx, icap, resolved.engine_version, resolved.engine_version_source, plan)
     if observed is not None:
         _observed_status(ctx, observed)
@@ -259,24 +264,16 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
     if adj is not None:
         _startup_status(ctx, spec, *adj)
     metrics.publish_plan(ctx.ns, ctx.name, plan)
-    mem_step = adj[1].memory_step if adj is not None else None
-    return _decide_and_write(ctx, spec, dep, resolved, plan, hpa_min, spare_msg, mem_step)
+    return _decide_and_write(ctx, spec, snapshot, ev, inp)
 
 
 def _plan(
-    ctx: _Ctx, spec: Any, dep: Mapping[str, Any], resolved: Resolved, hpa_min: int | None
-) -> tuple[Plan, str, observing.Observed | None] | None:
-    """The plan for the target: spare GPUs from the (shared, briefly cached) Node/Pod listing,
-    the Prometheus observation merged in. None while the first observation is pending: planning
-    from the spec now and from the observation a moment later would roll out twice."""
+    ctx: _Ctx, spec: Any, snapshot: evaluate.Snapshot, resolved: Resolved
+) -> tuple[evaluate.Evaluation, PlanInput, observing.Observed | None] | None:
+    """The Prometheus observation merged into the inputs, then planned and decided
+    (:func:`_evaluate`). None while the first observation is pending: planning from the spec
+    now and from the observation a moment later would roll out twice."""
     inp = resolved.plan_input
-    spare, spare_msg = (None, "strategy not managed")
-    if spec.rollout.manage_strategy:
-        listed = _nodes_and_pods()
-        if listed is None:
-            spare, spare_msg = None, "spare GPUs unknown (Nodes not readable)"
-        else:
-            spare, spare_msg = decision.spare_for_target(*listed, dep, spec, inp)
     observed = observing.observe_and_merge(
         spec, ctx.ns, ctx.uid or ctx.name, inp, resolved.running_flags
     )
@@ -290,35 +287,60 @@ def _plan(
             ctx.outcome.retry_after = 2.0
             ctx.outcome.reason = "waiting for the first Prometheus observation"
             return None
-    plan, spare_msg = decision.plan_for_target(inp, spec, dep, hpa_min, spare, spare_msg)
-    return plan, spare_msg, observed
+    return _evaluate(ctx, spec, snapshot, resolved, inp), inp, observed
+
+
+def _evaluate(
+    ctx: _Ctx, spec: Any, snapshot: evaluate.Snapshot, resolved: Resolved, inp: PlanInput
+) -> evaluate.Evaluation:
+    """:func:`~inference_capacity.evaluate.evaluate` on ``snapshot`` with the rest of the world
+    read: the (shared, briefly cached) Node/Pod listing, the PDB's owner, the replica history,
+    the time."""
+    dep = snapshot.deployment
+    assert dep is not None
+    nodes: Any = None
+    pods: Any = ()
+    if spec.rollout.manage_strategy:
+        listed = _nodes_and_pods()
+        if listed is not None:
+            nodes, pods = listed
+    world = _world(ctx, spec, dep, snapshot.hpa_min_replicas)
+    seen = replace(
+        snapshot,
+        nodes=nodes,
+        pods=pods,
+        nodes_unknown="spare GPUs unknown (Nodes not readable)",
+        foreign_pdb=world.foreign_pdb,
+        replica_history=world.replica_history,
+        now=world.now,
+    )
+    return evaluate.evaluate(
+        spec,
+        seen,
+        owner=f"{ctx.ns}/{ctx.name}",
+        windows=_windows(),
+        resolved=resolved,
+        plan_input=inp,
+    )
 
 
 def _decide_and_write(
     ctx: _Ctx,
     spec: Any,
-    dep: Mapping[str, Any],
-    resolved: Resolved,
-    plan: Plan,
-    hpa_min: int | None,
-    spare_msg: str,
-    memory_step: risks.MemoryStep | None = None,
+    snapshot: evaluate.Snapshot,
+    ev: evaluate.Evaluation,
+    inp: PlanInput,
 ) -> Outcome:
-    """Decide, and write the patch the decision gives with optimistic concurrency: the patch
-    carries the resourceVersion it was decided on, so a concurrent edit makes it fail (409)
-    instead of being overwritten; then the Deployment is read again and decided again."""
+    """Write the patch the decision gives with optimistic concurrency: the patch carries the
+    resourceVersion it was decided on, so a concurrent edit makes it fail (409) instead of being
+    overwritten; then the Deployment is read again and evaluated again."""
     target = spec.target_ref.name
-    windows = _windows()
+    resolved = ev.resolved
+    dep = snapshot.deployment
+    assert dep is not None
     for attempt in range(4):
-        chosen = decision.decide(
-            spec,
-            f"{ctx.ns}/{ctx.name}",
-            resolved,
-            plan,
-            replace(_world(ctx, spec, dep, hpa_min), memory_step=memory_step),
-            spare_message=spare_msg,
-            windows=windows,
-        )
+        chosen = ev.decision
+        assert chosen is not None  # a Deployment and a plan
         if chosen.action != "patch" or chosen.change is None:
             return _perform(ctx, chosen, dep, spec)
         patch = json.loads(json.dumps(chosen.change.patch))
@@ -346,6 +368,8 @@ def _decide_and_write(
             containers = dep["spec"]["template"]["spec"]["containers"]
             running = read_flags(containers[resolved.container_index or 0])
             resolved = replace(resolved, running_flags=running)
+            snapshot = replace(snapshot, deployment=dep)
+            ev = _evaluate(ctx, spec, snapshot, resolved, inp)
             continue
         written = patched.get("metadata", {}).get("generation")
         if isinstance(written, int):
