@@ -294,3 +294,20 @@ def test_every_numeric_flag_setting_is_bounded() -> None:
             if f.type in ("int | None", "float | None") and "high" not in f.metadata:
                 unbounded.append(f"{record.__name__}.{f.name}")
     assert not unbounded, unbounded
+
+
+def test_a_pods_running_flags_are_read_by_the_same_reader() -> None:
+    """controller/startup.py and observing.py predict a pod at the values it runs of the flags
+    the operator writes, read by read_engine (``32k`` is 32000 as in vLLM; a value vLLM cannot
+    read gives no prediction)."""
+    from inference_capacity.engines import EngineSettings
+    from inference_capacity.engines.vllm_config import at_running_flags
+
+    base = EngineSettings(VERSION, max_model_len=8192)
+    got = at_running_flags(
+        base, {"gpu-memory-utilization": "0.8", "max-num-seqs": "64", "max-model-len": "32k"}
+    )
+    assert got == replace(base, gpu_memory_utilization=0.8, max_num_seqs=64, max_model_len=32_000)
+    assert at_running_flags(base, {}) == base
+    assert at_running_flags(base, {"gpu-memory-utilization": "most"}) is None
+    assert at_running_flags(base, {"gpu-memory-utilization": "1.5"}) is None

@@ -34,6 +34,7 @@ from typing import Any
 from .. import settings
 from ..api import InferenceCapacitySpec
 from ..engines import predict_startup
+from ..engines.vllm_config import EngineConfigError, read_engine
 from ..observe import (
     Calibration,
     Client,
@@ -241,13 +242,16 @@ def _predicted_blocks(
 ) -> dict[str, int]:
     """What the ledger predicts each pod allocated, at the flags that pod reports running."""
     out: dict[str, int] = {}
+    try:
+        seqs = read_engine(running, {}, inp.engine.version).scheduler.max_num_seqs
+    except EngineConfigError:
+        seqs = None
     for pod, pool in obs.pods.items():
         settings = inp.engine
         if pool.gpu_memory_utilization is not None:
             settings = replace(settings, gpu_memory_utilization=pool.gpu_memory_utilization)
-        seqs = running.get("max-num-seqs")
-        if seqs and seqs.isdigit():
-            settings = replace(settings, max_num_seqs=int(seqs))
+        if seqs is not None:
+            settings = replace(settings, max_num_seqs=seqs)
         if pool.block_size:
             settings = replace(settings, block_size=pool.block_size)
         if inp.kv_pool_bytes is not None and "kv-cache-memory-bytes" in running:

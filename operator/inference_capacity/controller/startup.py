@@ -29,6 +29,7 @@ from typing import Any
 from .. import risks, settings
 from ..engines import predict_startup
 from ..engines.vllm_args import find_vllm_container, read_flags
+from ..engines.vllm_config import at_running_flags
 from ..observe.startup_log import LIMIT_BYTES, StartupLog, parse, prediction_errors
 from ..planner import PlanInput
 from ..risks import HostInput
@@ -139,16 +140,10 @@ def _restarted_or_oom(pod: Mapping[str, Any]) -> bool:
 def _predicted(inp: PlanInput, flags: Mapping[str, str]) -> dict[str, object] | None:
     """What the ledger predicts vLLM prints with this pod's flags (its utilization, max-num-seqs
     and max-model-len over the spec's)."""
-    eng = inp.engine
+    eng = at_running_flags(inp.engine, flags)  # the pod's flags read as vLLM reads them
+    if eng is None:
+        return None
     try:
-        if (u := flags.get("gpu-memory-utilization")) is not None:
-            eng = replace(eng, gpu_memory_utilization=float(u))
-        if (n := flags.get("max-num-seqs")) is not None and n.isdigit():
-            eng = replace(eng, max_num_seqs=int(n))
-        if (m := flags.get("max-model-len")) is not None and m.isdigit():
-            eng = replace(eng, max_model_len=int(m))
-        if (b := flags.get("kv-cache-memory-bytes")) is not None and b.isdigit():
-            eng = replace(eng, kv_cache_memory_bytes=int(b))
         p = predict_startup(inp.model, inp.gpu.total_bytes, inp.gpu.name, inp.tp, inp.pp, eng)
     except (ValueError, ArithmeticError):
         return None

@@ -17,7 +17,7 @@ in :attr:`EngineConfig.refused` (``Supported=False``), a number outside the fiel
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -487,3 +487,32 @@ def read_engine(
         flags=MappingProxyType(flags),
         refused=tuple(r.refused),
     )
+
+
+#: the flags the operator writes that a pod may run at other values than the plan's
+_WRITTEN: Final = (
+    "--gpu-memory-utilization",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--kv-cache-memory-bytes",
+)
+
+
+def at_running_flags(settings: EngineSettings, flags: Mapping[str, str]) -> EngineSettings | None:
+    """``settings`` at the values a pod runs of the flags the operator writes
+    (--gpu-memory-utilization, --max-num-seqs, --max-model-len, --kv-cache-memory-bytes), read
+    by :func:`read_engine` against ``settings.version``; None when vLLM could not read one of
+    them (not a number, or out of bounds)."""
+    try:
+        cfg = read_engine(flags, {}, settings.version)
+    except EngineConfigError:
+        return None
+    if any(u.name in _WRITTEN for u in cfg.refused):
+        return None
+    changed: dict[str, Any] = {
+        "gpu_memory_utilization": cfg.cache.gpu_memory_utilization,
+        "max_num_seqs": cfg.scheduler.max_num_seqs,
+        "max_model_len": cfg.model.max_model_len,
+        "kv_cache_memory_bytes": cfg.cache.kv_cache_memory_bytes,
+    }
+    return replace(settings, **{k: v for k, v in changed.items() if v is not None})
