@@ -530,6 +530,244 @@ def memory_change(
     return res, text
 
 
+#: the memory request to write: (the container's resources, "memory request 1Gi→2Gi")
+_Memory = tuple[dict[str, Any], str]
+
+
+def _early_refusal(
+    spec: InferenceCapacitySpec, plan: Plan, world: World, index: int, running: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """(reason, message) of a refusal before any change is weighed: too few GPUs per pod, or a
+    host-memory flag the memory request cannot model."""
+    short = gpu_shortfall(world.deployment, index, spec, plan.input)
+    if short:
+        return "InsufficientGpusPerPod", short
+    unmodelled = host_unmodelled(running) if spec.policy.set_memory_request else []
+    if unmodelled:
+        return (
+            "UnsupportedFlag",
+            "spec.policy.setMemoryRequest: the host-memory estimate does not model "
+            + "; ".join(unmodelled)
+            + "; no memory request is written (turn the policy off or drop the flag)",
+        )
+    return None
+
+
+def _hold_memory(
+    spec: InferenceCapacitySpec,
+    st: _Stable,
+    mem: _Memory | None,
+    world: World,
+    windows: Windows,
+) -> tuple[_Stable, _Memory | None]:
+    """A memory request is a pod-template change: the template window holds it as it holds the
+    flags (but the step up after an OOMKilled start, a safety raise with a window of its own)."""
+    if mem is None or spec.mode != "Enforce" or world.memory_step is not None:
+        return st, mem
+    window = _window(spec.policy.stabilization_window_seconds, windows.template_s)
+    mem_hold = st.hold_s
+    if mem_hold is None:
+        mem_hold = template_hold(
+            {"resources.requests.memory": ("", mem[1])},
+            template_changed_at(world.deployment),
+            world.now,
+            window,
+        )
+    if mem_hold is None:
+        return st, mem
+    if st.hold_s is None:
+        held = (
+            *st.held,
+            f"{mem[1]} (stabilization window: the pod template changed less than "
+            f"{window:g} s ago; applied in {mem_hold:.0f} s)",
+        )
+        st = replace(st, hold_s=mem_hold, held=held)
+    return st, None
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """What the Deployment would be changed to, once hysteresis and windows have had their say."""
+
+    flags: dict[str, str]
+    remove: tuple[str, ...]
+    replicas: int | None
+    strategy: dict[str, Any] | None
+    mem: _Memory | None
+    current_replicas: Any
+    rep_change: bool
+    strat_change: bool
+
+    @property
+    def empty(self) -> bool:
+        return not self.rep_change and not self.strat_change and self.mem is None
+
+
+def _wanted(
+    spec: InferenceCapacitySpec,
+    plan: Plan,
+    dep: Mapping[str, Any],
+    st: _Stable,
+    desired: Mapping[str, str],
+    remove: tuple[str, ...],
+    running: Mapping[str, str],
+    mem: _Memory | None,
+) -> _Wanted:
+    ro = plan.recommendation.rollout
+    # a change within the hysteresis (or held) is not written: the running value stays
+    flags = {
+        k: (v if k in st.changes else running.get(k, v))
+        for k, v in desired.items()
+        if k in running or k in st.changes
+    }
+    strategy = (
+        {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
+        if spec.rollout.manage_strategy and ro.safe
+        else None
+    )
+    dep_spec = dep.get("spec") or {}
+    cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
+    return _Wanted(
+        flags=flags,
+        remove=tuple(k for k in remove if k in st.changes),
+        replicas=st.replicas,
+        strategy=strategy,
+        mem=mem,
+        current_replicas=dep_spec.get("replicas", 1),
+        rep_change=st.replicas is not None and dep_spec.get("replicas") != st.replicas,
+        strat_change=strategy is not None
+        and (
+            _norm_strategy(cur_strategy) != strategy
+            or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
+        ),
+    )
+
+
+def _want_text(
+    changes: Mapping[str, tuple[str | None, str]], w: _Wanted, dep: Mapping[str, Any], plan: Plan
+) -> str:
+    """What the patch sets, for people: "--max-num-seqs 64→85, replicas 2→3"."""
+    ro = plan.recommendation.rollout
+    want = _arrows(changes)
+    if w.mem is not None:
+        want += f"{', ' if want else ''}{w.mem[1]}"
+    if w.rep_change:
+        current = (dep.get("spec") or {}).get("replicas")
+        want += f"{', ' if want else ''}replicas {current}→{w.replicas}"
+    if w.strat_change:
+        want += (
+            f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
+        )
+    return want
+
+
+def _unchanged(
+    base: Decision,
+    conds: Sequence[Condition],
+    ready: Condition,
+    desired: Mapping[str, str],
+    running: Mapping[str, str],
+    pdb_now: int | None,
+) -> Decision:
+    """Nothing to write: held by a window, or already running the recommended flags."""
+    if base.held:
+        msg = "waiting to apply " + "; ".join(base.held)
+        return replace(
+            base,
+            conditions=(*conds, Condition("Applied", "False", "StabilizationWindow", msg), ready),
+            events=(Event("Normal", "StabilizationWindow", msg),),
+            pdb_min_available=pdb_now,
+        )
+    within = any(running.get(k) != v for k, v in desired.items())
+    msg = "the Deployment already runs the recommended flags" + (
+        " (within hysteresis)" if within else ""
+    )
+    return replace(
+        base,
+        conditions=(*conds, Condition("Applied", "True", "UpToDate", msg), ready),
+        pdb_min_available=pdb_now,
+    )
+
+
+def _deliver(
+    spec: InferenceCapacitySpec,
+    plan: Plan,
+    dep: Mapping[str, Any],
+    base: Decision,
+    conds: Sequence[Condition],
+    ready: Condition,
+    change: DeploymentChange,
+    want: str,
+    w: _Wanted,
+    pdb_min: Any,
+) -> Decision:
+    """The change, by mode and rollout: recommended only (mode Recommend), refused (no safe
+    rollout), waiting (a rollout in progress), nothing after all, or the patch."""
+    ro = plan.recommendation.rollout
+    if spec.mode == "Recommend":
+        msg = f"mode Recommend: would set {want}"
+        return replace(
+            base,
+            reason="RecommendOnly",
+            conditions=(*conds, Condition("Applied", "False", "RecommendOnly", msg), ready),
+            events=(Event("Normal", "Recommendation", msg),),
+            want=want,
+            recommended=change,
+        )
+    if not ro.safe:
+        r = refusal(
+            "NoSafeRollout", f"not applying ({want}): {ro.message}", ready_reason="NoSafeRollout"
+        )
+        r = replace(r, conditions=(*conds, *r.conditions))
+        return replace(r, want=want, recommended=change)
+    busy = rollout_in_progress(dep)
+    if busy:
+        return replace(
+            base,
+            action="wait",
+            reason="RolloutInProgress",
+            conditions=(
+                *conds,
+                Condition(
+                    "Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}"
+                ),
+                Condition("Ready", "False", "RolloutInProgress", busy),
+            ),
+            requeue=True,
+            retry_after=None,
+            want=want,
+            recommended=change,
+        )
+    if change.empty:
+        return replace(
+            base,
+            conditions=(
+                *conds,
+                Condition("Applied", "True", "UpToDate", "nothing to change"),
+                ready,
+            ),
+            pdb_min_available=pdb_min(w.current_replicas),
+        )
+    target = (dep.get("metadata") or {}).get("name", spec.target_ref.name)
+    msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
+    after = [Condition("Applied", "True", "Applied", msg)]
+    if base.held:
+        waiting = f"set {want}; waiting to apply " + "; ".join(base.held)
+        after.append(Condition("Applied", "False", "StabilizationWindow", waiting))
+    return replace(
+        base,
+        action="patch",
+        conditions=(*conds, *after, ready),
+        events=(Event("Normal", "Applied", msg, once=False),),
+        change=change,
+        recommended=change,
+        want=want,
+        flags=w.flags,
+        replicas=w.replicas,
+        pdb_min_available=pdb_min(w.replicas if w.replicas is not None else w.current_replicas),
+    )
+
+
 def decide(
     spec: InferenceCapacitySpec,
     owner: str,
@@ -558,59 +796,20 @@ def decide(
     running = resolved.running_flags
     desired, remove = desired_flags(spec, plan, running)
     index = resolved.container_index or 0
-    short = gpu_shortfall(dep, index, spec, plan.input)
-    if short:
-        return refuse("InsufficientGpusPerPod", short)
+    early = _early_refusal(spec, plan, world, index, running)
+    if early is not None:
+        return refuse(*early)
     changes = material_changes(running, desired, spec.policy.hysteresis_percent)
     changes.update({k: (running[k], REMOVED) for k in remove if k in running})
     planned = ro.replicas if manages_replicas(spec, world.hpa_min_replicas) else None
-    unmodelled = host_unmodelled(running) if spec.policy.set_memory_request else []
-    if unmodelled:
-        return refuse(
-            "UnsupportedFlag",
-            "spec.policy.setMemoryRequest: the host-memory estimate does not model "
-            + "; ".join(unmodelled)
-            + "; no memory request is written (turn the policy off or drop the flag)",
-        )
     try:
         mem = memory_change(spec, plan, world, index, running)
     except ValueError as exc:
         return refuse("InvalidInput", f"spec.policy.setMemoryRequest: {exc}")
-    st = _stabilize(spec, changes, planned, world, windows)
-    changes, replicas, held = st.changes, st.replicas, st.held
-    if mem is not None and spec.mode == "Enforce" and world.memory_step is None:
-        # a pod-template change: the template window holds it as it holds the flags (but the
-        # step up after an OOMKilled start, a safety raise with a window of its own)
-        window = _window(spec.policy.stabilization_window_seconds, windows.template_s)
-        mem_hold = st.hold_s
-        if mem_hold is None:
-            mem_hold = template_hold(
-                {"resources.requests.memory": ("", mem[1])},
-                template_changed_at(dep),
-                world.now,
-                window,
-            )
-        if mem_hold is not None:
-            if st.hold_s is None:
-                held = (
-                    *held,
-                    f"{mem[1]} (stabilization window: the pod template changed less than "
-                    f"{window:g} s ago; applied in {mem_hold:.0f} s)",
-                )
-                st = replace(st, hold_s=mem_hold, held=held)
-            mem = None
-    # a change within the hysteresis (or held) is not written: the running value stays
-    flags = {
-        k: (v if k in changes else running.get(k, v))
-        for k, v in desired.items()
-        if k in running or k in changes
-    }
-    remove = tuple(k for k in remove if k in changes)
-    strategy = (
-        {"maxSurge": ro.max_surge, "maxUnavailable": ro.max_unavailable}
-        if spec.rollout.manage_strategy and ro.safe
-        else None
+    st, mem = _hold_memory(
+        spec, _stabilize(spec, changes, planned, world, windows), mem, world, windows
     )
+    w = _wanted(spec, plan, dep, st, desired, remove, running, mem)
     if not plan.fits:
         return refuse("NotFits", f"{plan.reason}: {plan.message}", ready_reason=plan.reason)
     blocking = blocking_conflicts(resolved, spec)
@@ -619,66 +818,29 @@ def decide(
     keep_pdb = owns_pdb(spec, world.hpa_min_replicas)
     if keep_pdb and world.foreign_pdb:
         return refuse("PodDisruptionBudgetConflict", world.foreign_pdb)
-    dep_spec = dep.get("spec") or {}
-    current_replicas = dep_spec.get("replicas", 1)
-    rep_change = replicas is not None and dep_spec.get("replicas") != replicas
-    cur_strategy = (dep_spec.get("strategy") or {}).get("rollingUpdate")
-    strat_change = strategy is not None and (
-        _norm_strategy(cur_strategy) != strategy
-        or (dep_spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate"
-    )
 
     def pdb(replicas_after: Any) -> int | None:
         return pdb_min_available(ro.pdb_min_available, replicas_after) if keep_pdb else None
 
     base = Decision(
         action="none",
-        requeue=bool(held) and st.hold_s is not None,
-        retry_after=st.hold_s if held else None,
-        reason="StabilizationWindow" if held else "",
+        requeue=bool(st.held) and st.hold_s is not None,
+        retry_after=st.hold_s if st.held else None,
+        reason="StabilizationWindow" if st.held else "",
         replica_history=st.history,
-        held=held,
+        held=st.held,
     )
-    if not changes and not rep_change and not strat_change and mem is None:
-        if held:
-            msg = "waiting to apply " + "; ".join(held)
-            return replace(
-                base,
-                conditions=(
-                    *conds,
-                    Condition("Applied", "False", "StabilizationWindow", msg),
-                    ready,
-                ),
-                events=(Event("Normal", "StabilizationWindow", msg),),
-                pdb_min_available=pdb(current_replicas),
-            )
-        within = any(running.get(k) != v for k, v in desired.items())
-        msg = "the Deployment already runs the recommended flags" + (
-            " (within hysteresis)" if within else ""
-        )
-        return replace(
-            base,
-            conditions=(*conds, Condition("Applied", "True", "UpToDate", msg), ready),
-            pdb_min_available=pdb(current_replicas),
-        )
-    want = _arrows(changes)
-    if mem is not None:
-        want += f"{', ' if want else ''}{mem[1]}"
-    if rep_change:
-        want += f"{', ' if want else ''}replicas {dep_spec.get('replicas')}→{replicas}"
-    if strat_change:
-        want += (
-            f"{', ' if want else ''}maxSurge/maxUnavailable → {ro.max_surge}/{ro.max_unavailable}"
-        )
+    if not st.changes and w.empty:
+        return _unchanged(base, conds, ready, desired, running, pdb(w.current_replicas))
     change = build_change(
         dep,
         index,
-        flags,
+        w.flags,
         running,
-        replicas,
-        strategy,
+        w.replicas,
+        w.strategy,
         owner=owner,
-        remove=remove,
+        remove=w.remove,
         resources=mem[0] if mem is not None else None,
     )
     if (change.changed_flags or change.resources) and change.patch:
@@ -686,62 +848,5 @@ def decide(
         change.patch.setdefault("metadata", {}).setdefault("annotations", {})[
             ANNOTATION_TEMPLATE_CHANGED
         ] = iso(world.now)
-    if spec.mode == "Recommend":
-        msg = f"mode Recommend: would set {want}"
-        return replace(
-            base,
-            reason="RecommendOnly",
-            conditions=(*conds, Condition("Applied", "False", "RecommendOnly", msg), ready),
-            events=(Event("Normal", "Recommendation", msg),),
-            want=want,
-            recommended=change,
-        )
-    if not ro.safe:
-        r = refuse("NoSafeRollout", f"not applying ({want}): {ro.message}", "NoSafeRollout")
-        return replace(r, want=want, recommended=change)
-    busy = rollout_in_progress(dep)
-    if busy:
-        return replace(
-            base,
-            action="wait",
-            reason="RolloutInProgress",
-            conditions=(
-                *conds,
-                Condition(
-                    "Applied", "False", "RolloutInProgress", f"waiting to apply {want}: {busy}"
-                ),
-                Condition("Ready", "False", "RolloutInProgress", busy),
-            ),
-            requeue=True,
-            retry_after=None,
-            want=want,
-            recommended=change,
-        )
-    if change.empty:
-        return replace(
-            base,
-            conditions=(
-                *conds,
-                Condition("Applied", "True", "UpToDate", "nothing to change"),
-                ready,
-            ),
-            pdb_min_available=pdb(current_replicas),
-        )
-    target = (dep.get("metadata") or {}).get("name", spec.target_ref.name)
-    msg = f"set {want} on deployment/{target} (hash {change.applied_hash})"
-    after = [Condition("Applied", "True", "Applied", msg)]
-    if held:
-        waiting = f"set {want}; waiting to apply " + "; ".join(held)
-        after.append(Condition("Applied", "False", "StabilizationWindow", waiting))
-    return replace(
-        base,
-        action="patch",
-        conditions=(*conds, *after, ready),
-        events=(Event("Normal", "Applied", msg, once=False),),
-        change=change,
-        recommended=change,
-        want=want,
-        flags=flags,
-        replicas=replicas,
-        pdb_min_available=pdb(replicas if replicas is not None else current_replicas),
-    )
+    want = _want_text(st.changes, w, dep, plan)
+    return _deliver(spec, plan, dep, base, conds, ready, change, want, w, pdb)
