@@ -622,14 +622,17 @@ def test_rulebook_eras_match_the_budget_eras() -> None:
     assert VllmRules.for_version("0.10.0").era_for("v0") is Era.V0
 
 
-#: the longest function the engines and resolve may hold (issue 20: "no function in the pure
-#: core over ~120 lines"; the rest of the core is not split yet)
+#: the longest function the pure core may hold (issue 20: "no function in the pure core over
+#: ~120 lines"); the adapters (controller/, cli/, ui/) are not held to it
 MAX_FUNCTION_LINES = 120
+#: the adapters: Kubernetes, the terminal, the browser
+ADAPTERS = ("controller", "cli", "ui")
 
 
-def test_no_long_function_in_the_engines_or_resolve() -> None:
+def test_no_long_function_in_the_pure_core() -> None:
     root = Path(inference_capacity.__file__).resolve().parent
-    paths = [*sorted((root / "engines").rglob("*.py")), root / "resolve.py"]
+    paths = [p for p in sorted(root.rglob("*.py")) if p.relative_to(root).parts[0] not in ADAPTERS]
+    assert root / "resolve.py" in paths and root / "planner.py" in paths
     long: list[str] = []
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -17,6 +17,7 @@ from .engines import Era
 from .engines.vllm import (
     CUDA_CONTEXT_GIB,
     RankPrediction,
+    ResolvedSettings,
     StartupPrediction,
     distributed_init_bytes,
 )
@@ -143,10 +144,9 @@ def margin_items(
     return items
 
 
-def rank_ledger(
-    pred: StartupPrediction, r: RankPrediction, operational_fraction: float
-) -> RankLedger:
-    s = pred.settings
+def _weight_items(s: ResolvedSettings, r: RankPrediction) -> list[LedgerItem]:
+    """The rank's weights by group, its rope cache, the checkpoint's header correction and the
+    LoRA slots."""
     items: list[LedgerItem] = []
     for group, b in sorted(r.weights.by_group.items()):
         items.append(LedgerItem(f"weights.{group}", b, "worker", "model", "exact", True))
@@ -186,6 +186,15 @@ def rank_ledger(
                 f"max_loras × rank, {s.dtype}",
             )
         )
+    return items
+
+
+def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerItem]:
+    """What the profile run and the worker hold besides the weights: the activation peak, the
+    fused-MoE workspace, the multimodal encoder profile, non-torch memory, CUDA graphs inside
+    the budget."""
+    s = pred.settings
+    items: list[LedgerItem] = []
     which = "sampler logits" if r.sampler_peak >= r.forward_peak else "forward activations"
     items.append(
         LedgerItem(
@@ -230,6 +239,12 @@ def rank_ledger(
     )
     if r.cuda_graph and s.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=True))
+    return items
+
+
+def _kv_items(s: ResolvedSettings, r: RankPrediction) -> list[LedgerItem]:
+    """The KV-cache pool and the budget left below one block."""
+    items: list[LedgerItem] = []
     pool = max(0, r.num_blocks * r.layout.bytes_per_block)
     items.append(
         LedgerItem(
@@ -255,6 +270,14 @@ def rank_ledger(
                 "budget left below one block",
             )
         )
+    return items
+
+
+def rank_ledger(
+    pred: StartupPrediction, r: RankPrediction, operational_fraction: float
+) -> RankLedger:
+    s = pred.settings
+    items = [*_weight_items(s, r), *_iteration_items(pred, r), *_kv_items(s, r)]
     used_in_budget = sum(i.bytes for i in items)
     unbudgeted_in_requested = r.requested - used_in_budget
     if unbudgeted_in_requested < 0:

@@ -246,11 +246,183 @@ def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
     return _make_plan(inp, cache if cache is not None else PlanCache())
 
 
+def _utilization(inp: PlanInput, st: EngineSettings, notes: list[str]) -> float:
+    """The safe maximum for ``st`` (its margin items do not depend on u), or the one that gives
+    the asked KV pool."""
+    h = inp.headroom
+    probe = _predict(inp, replace(st, gpu_memory_utilization=0.9))
+    u_max = max_utilization(probe, h.operational_fraction)
+    if inp.kv_pool_bytes is None:
+        return u_max
+    u_pool = utilization_for_pool(inp, st, inp.kv_pool_bytes)
+    if u_pool > u_max:
+        notes.append(
+            f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
+            f"utilization {u_pool}, above the safe maximum {u_max}"
+        )
+    return u_pool
+
+
+def _predict_chosen(
+    inp: PlanInput, st: EngineSettings, notes: list[str]
+) -> tuple[EngineSettings, StartupPrediction]:
+    """The prediction at ``st``, with the utilization chosen first when the plan chooses it."""
+    if inp.choose_utilization:
+        st = replace(st, gpu_memory_utilization=_utilization(inp, st, notes))
+    return st, _predict(inp, st)
+
+
+def _size_seqs(
+    inp: PlanInput,
+    settings: EngineSettings,
+    pred: StartupPrediction,
+    notes: list[str],
+    cache: PlanCache,
+) -> tuple[EngineSettings, StartupPrediction, SeqSizing | None]:
+    """max-num-seqs sized from the workload by the spec's rule, predicted again at the chosen
+    value until the batch fits its own pool (the profile's activation depends on it); the
+    settings and prediction at that batch, and the sizing (None when not sized)."""
+    h = inp.headroom
+    seqs: SeqSizing | None = None
+    R = pred.settings.max_num_seqs
+    if not (
+        inp.choose_max_num_seqs
+        and inp.workload is not None
+        and inp.workload.cohorts
+        and pred.starts
+    ):
+        if inp.choose_max_num_seqs and inp.workload is None:
+            notes.append(
+                f"no workload cohorts: max-num-seqs left at {R} (vLLM's default); give "
+                "spec.workload.cohorts to size it"
+            )
+        return settings, pred, None
+    workload = _effective_workload(
+        inp.workload,
+        prefix_caching_enabled(pred.settings.version, inp.model, settings.enable_prefix_caching),
+    )
+    # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
+    # than one scheduler step can hold
+    cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
+    if inp.sizing_rule not in SIZING_RULES:
+        raise SettingsError(
+            f"policy.sizing: {inp.sizing_rule!r} is not one of {', '.join(SIZING_RULES)}"
+        )
+    hbm = inp.gpu.hbm_bandwidth_bytes_per_s
+
+    def size(p: StartupPrediction) -> SeqSizing:
+        r = p.ranks[p.binding_rank]
+        if inp.sizing_rule == "conservative":
+            return size_max_num_seqs(
+                workload,
+                r.layout,
+                p.num_gpu_blocks,
+                p.settings.max_model_len,
+                h.kv_safety_fraction,
+                cap,
+                r.weights.total,
+                hbm,
+            )
+        return _size_distribution(inp, workload, p, cap, cache)
+
+    for _ in range(4):
+        seqs = size(pred)
+        if seqs.max_num_seqs <= 0:
+            break
+        if seqs.max_num_seqs == R and R == pred.settings.max_num_seqs:
+            break  # fixed point: the pool was predicted at this very batch
+        # the profile's activation depends on R: predict again at the chosen value. A
+        # smaller R only frees memory; a larger one may shrink the pool, so the next pass
+        # re-sizes on the new pool and the loop ends on a batch that fits its own pool.
+        R = seqs.max_num_seqs
+        settings, pred = _predict_chosen(inp, replace(settings, max_num_seqs=R), notes)
+    if seqs is not None and seqs.max_num_seqs > 0 and R == pred.settings.max_num_seqs:
+        final = size(pred)
+        if final.max_num_seqs < R:  # over-reserves its own pool: take the smaller batch
+            seqs = final
+            R = final.max_num_seqs
+            settings = replace(settings, max_num_seqs=R)
+            pred = _predict(inp, settings)
+    return settings, pred, seqs
+
+
+def _published(
+    inp: PlanInput, pred: StartupPrediction, seqs: SeqSizing | None, cache: PlanCache
+) -> tuple[DistributionSizing | None, LatencyReport | None]:
+    """The distribution's numbers, published under either rule (for the conservative rule: the
+    preemption risk of the batch it chose), with the latency at the chosen N."""
+    rs = pred.settings
+    if inp.workload is None or not inp.workload.cohorts or not pred.starts:
+        return None, None
+    cap = min(inp.max_num_seqs_cap or 1 << 20, rs.max_num_batched_tokens)
+    distribution = _distribution(
+        inp,
+        _effective_workload(
+            inp.workload,
+            prefix_caching_enabled(rs.version, inp.model, inp.engine.enable_prefix_caching),
+        ),
+        pred,
+        cap,
+        cache,
+    )
+    chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
+    return distribution, _latency(inp, pred, distribution, chosen, cache)
+
+
+def _verdict(
+    inp: PlanInput,
+    pred: StartupPrediction,
+    ledger: tuple[RankLedger, ...],
+    seqs: SeqSizing | None,
+    rollout: RolloutPlan,
+    per_engine: int,
+) -> tuple[bool, str, str]:
+    """(fits, reason, message): the first of vLLM will not start, the asked KV pool out of
+    reach, a rank over-committed, no sequence fits, too many replicas; else Fits."""
+    rs = pred.settings
+    r = pred.ranks[pred.binding_rank]
+    over = [rl for rl in ledger if rl.unallocated < 0]
+    if not pred.starts:
+        return False, "VllmWillNotStart", pred.error or "vLLM will not start"
+    if inp.kv_pool_bytes is not None and r.available_kv < inp.kv_pool_bytes:
+        return (
+            False,
+            "KvPoolUnreachable",
+            f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB per GPU) is out of reach: "
+            f"at utilization {rs.gpu_memory_utilization} vLLM allocates "
+            f"{max(r.available_kv, 0) / GiB:.2f} GiB",
+        )
+    if over:
+        rl = over[0]
+        return (
+            False,
+            "OverCommitted",
+            f"rank {rl.rank}: the plan needs {-rl.unallocated / GiB:.2f} GiB more than "
+            f"the device's {rl.device_bytes / GiB:.2f} GiB (utilization "
+            f"{rs.gpu_memory_utilization} leaves too little for the CUDA context, "
+            "graphs and headroom)",
+        )
+    if seqs is not None and seqs.max_num_seqs <= 0:
+        return (
+            False,
+            "WorkloadDoesNotFit",
+            f"not one {_rule_words(inp)} sequence fits: " + seqs.message,
+        )
+    if not rollout.fits_max_replicas:
+        return False, "ExceedsMaxReplicas", rollout.message
+    return (
+        True,
+        "Fits",
+        f"KV pool {r.num_blocks * r.layout.bytes_per_block / GiB:.2f} GiB = "
+        f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_engine}"
+        + (f" ({seqs.message})" if seqs is not None else ""),
+    )
+
+
 def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
     h = inp.headroom
     if not 0 <= h.operational_fraction < 1:
         raise SettingsError("headroom.operationalFraction must be in [0, 1)")
-    settings = inp.engine
     notes: list[str] = []
     provenance = {
         "gpuMemoryUtilization": "calibrated",
@@ -258,111 +430,17 @@ def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
         "maxModelLen": "exact",
         "replicas": "assumed",
     }
-
-    def utilization(st: EngineSettings) -> float:
-        """The safe maximum for ``st`` (its margin items do not depend on u), or the one that
-        gives the asked KV pool."""
-        probe = _predict(inp, replace(st, gpu_memory_utilization=0.9))
-        u_max = max_utilization(probe, h.operational_fraction)
-        if inp.kv_pool_bytes is None:
-            return u_max
-        u_pool = utilization_for_pool(inp, st, inp.kv_pool_bytes)
-        if u_pool > u_max:
-            notes.append(
-                f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB) needs "
-                f"utilization {u_pool}, above the safe maximum {u_max}"
-            )
-        return u_pool
-
-    def predict(st: EngineSettings) -> tuple[EngineSettings, StartupPrediction]:
-        if inp.choose_utilization:
-            st = replace(st, gpu_memory_utilization=utilization(st))
-        return st, _predict(inp, st)
-
-    settings, pred = predict(settings)
-    seqs: SeqSizing | None = None
-    R = pred.settings.max_num_seqs
-    hbm = inp.gpu.hbm_bandwidth_bytes_per_s
-    if (
-        inp.choose_max_num_seqs
-        and inp.workload is not None
-        and inp.workload.cohorts
-        and pred.starts
-    ):
-        workload = _effective_workload(
-            inp.workload,
-            prefix_caching_enabled(
-                pred.settings.version, inp.model, settings.enable_prefix_caching
-            ),
-        )
-        # vLLM refuses max_num_batched_tokens < max_num_seqs: never recommend more sequences
-        # than one scheduler step can hold
-        cap = min(inp.max_num_seqs_cap or 1 << 20, pred.settings.max_num_batched_tokens)
-
-        if inp.sizing_rule not in SIZING_RULES:
-            raise SettingsError(
-                f"policy.sizing: {inp.sizing_rule!r} is not one of {', '.join(SIZING_RULES)}"
-            )
-
-        def size(p: StartupPrediction) -> SeqSizing:
-            r = p.ranks[p.binding_rank]
-            if inp.sizing_rule == "conservative":
-                return size_max_num_seqs(
-                    workload,
-                    r.layout,
-                    p.num_gpu_blocks,
-                    p.settings.max_model_len,
-                    h.kv_safety_fraction,
-                    cap,
-                    r.weights.total,
-                    hbm,
-                )
-            return _size_distribution(inp, workload, p, cap, cache)
-
-        for _ in range(4):
-            seqs = size(pred)
-            if seqs.max_num_seqs <= 0:
-                break
-            if seqs.max_num_seqs == R and R == pred.settings.max_num_seqs:
-                break  # fixed point: the pool was predicted at this very batch
-            # the profile's activation depends on R: predict again at the chosen value. A
-            # smaller R only frees memory; a larger one may shrink the pool, so the next pass
-            # re-sizes on the new pool and the loop ends on a batch that fits its own pool.
-            R = seqs.max_num_seqs
-            settings, pred = predict(replace(settings, max_num_seqs=R))
-        if seqs is not None and seqs.max_num_seqs > 0 and R == pred.settings.max_num_seqs:
-            final = size(pred)
-            if final.max_num_seqs < R:  # over-reserves its own pool: take the smaller batch
-                seqs = final
-                R = final.max_num_seqs
-                settings = replace(settings, max_num_seqs=R)
-                pred = _predict(inp, settings)
+    settings, pred = _predict_chosen(inp, inp.engine, notes)
+    # sized from the workload (_size_seqs): the provenance says so
+    sized = bool(
+        inp.choose_max_num_seqs and inp.workload is not None and inp.workload.cohorts
+    ) and bool(pred.starts)
+    settings, pred, seqs = _size_seqs(inp, settings, pred, notes, cache)
+    if sized:
         provenance["maxNumSeqs"] = "calibrated"
-    elif inp.choose_max_num_seqs and inp.workload is None:
-        notes.append(
-            f"no workload cohorts: max-num-seqs left at {R} (vLLM's default); give "
-            "spec.workload.cohorts to size it"
-        )
     rs = pred.settings
     r = pred.ranks[pred.binding_rank]
-    distribution: DistributionSizing | None = None
-    latency: LatencyReport | None = None
-    if inp.workload is not None and inp.workload.cohorts and pred.starts:
-        # the distribution's numbers are published under either rule (for the conservative
-        # rule: the preemption risk of the batch it chose), with the latency at the chosen N
-        cap = min(inp.max_num_seqs_cap or 1 << 20, rs.max_num_batched_tokens)
-        distribution = _distribution(
-            inp,
-            _effective_workload(
-                inp.workload,
-                prefix_caching_enabled(rs.version, inp.model, inp.engine.enable_prefix_caching),
-            ),
-            pred,
-            cap,
-            cache,
-        )
-        chosen = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
-        latency = _latency(inp, pred, distribution, chosen, cache)
+    distribution, latency = _published(inp, pred, seqs, cache)
     ledger = build_ledger(pred, h.operational_fraction)
     per_engine = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     # each data-parallel rank is its own engine with its own max-num-seqs and KV pool
@@ -395,37 +473,7 @@ def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
         rollout,
         provenance,
     )
-    fits, reason, message = True, "Fits", ""
-    over = [rl for rl in ledger if rl.unallocated < 0]
-    if not pred.starts:
-        fits, reason, message = False, "VllmWillNotStart", pred.error or "vLLM will not start"
-    elif inp.kv_pool_bytes is not None and r.available_kv < inp.kv_pool_bytes:
-        fits, reason = False, "KvPoolUnreachable"
-        message = (
-            f"the asked KV pool ({inp.kv_pool_bytes / GiB:.2f} GiB per GPU) is out of reach: "
-            f"at utilization {rs.gpu_memory_utilization} vLLM allocates "
-            f"{max(r.available_kv, 0) / GiB:.2f} GiB"
-        )
-    elif over:
-        rl = over[0]
-        fits, reason = False, "OverCommitted"
-        message = (
-            f"rank {rl.rank}: the plan needs {-rl.unallocated / GiB:.2f} GiB more than "
-            f"the device's {rl.device_bytes / GiB:.2f} GiB (utilization "
-            f"{rs.gpu_memory_utilization} leaves too little for the CUDA context, "
-            "graphs and headroom)"
-        )
-    elif seqs is not None and seqs.max_num_seqs <= 0:
-        fits, reason = False, "WorkloadDoesNotFit"
-        message = f"not one {_rule_words(inp)} sequence fits: " + seqs.message
-    elif not rollout.fits_max_replicas:
-        fits, reason, message = False, "ExceedsMaxReplicas", rollout.message
-    else:
-        message = (
-            f"KV pool {r.num_blocks * r.layout.bytes_per_block / GiB:.2f} GiB = "
-            f"{pred.kv_cache_tokens:,} tokens per replica; max-num-seqs {per_engine}"
-            + (f" ({seqs.message})" if seqs is not None else "")
-        )
+    fits, reason, message = _verdict(inp, pred, ledger, seqs, rollout, per_engine)
     kvb = rs.kv_bytes
     kv_format = kv_token_format(rs.kv_cache_dtype)
     return Plan(

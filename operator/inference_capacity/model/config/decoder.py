@@ -379,6 +379,60 @@ def _gdn(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     ]
 
 
+def _layer_tensors(
+    d: _Decoder,
+    kind: AttnKind,
+    mamba: bool,
+    moe: bool,
+    mlp_only: bool,
+    moe_only: bool,
+    ls: LayerSet,
+) -> tuple[list[Tensor], LayerAttention]:
+    """The tensors of the layers ``ls`` (one distinct kind of layer: its mixer, its MLP or
+    experts, its norms) and their attention."""
+    h = d.hidden
+    tensors: list[Tensor] = []
+    mixer_only = mamba and not d.gdn  # Nemotron-H "M": no MLP in the layer
+    if mamba:
+        tensors += _gdn(d, ls) if d.gdn else _mamba2(d, ls)
+        spec = LayerAttention(AttnKind.MAMBA, mamba=d.mamba)
+    elif kind is AttnKind.MLA:
+        tensors += _mla(d, ls)
+        spec = LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope)
+    elif kind is AttnKind.NONE:
+        spec = LayerAttention(AttnKind.NONE)
+    else:
+        tensors += _attention(d, ls, kind)
+        kv_heads, head_dim = _attn_dims(d, kind)
+        spec = LayerAttention(
+            kind,
+            kv_heads=kv_heads,
+            head_dim_k=head_dim,
+            head_dim_v=head_dim,
+            window=d.window if kind is not AttnKind.FULL else 0,
+        )
+    if mixer_only or mlp_only or moe_only or d.attn_only:
+        n_norms = 1
+    else:
+        n_norms = d.norms_per_layer
+    if kind is AttnKind.NONE and moe_only:
+        tensors += _moe(d, ls)
+    elif kind is AttnKind.NONE and mlp_only:
+        tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
+    elif not mixer_only and not d.attn_only:
+        if moe:
+            tensors += _moe(d, ls)
+        if d.intermediate and (not moe or d.dense_and_moe):
+            tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
+    if d.layer_scalar:
+        tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layers=ls))
+    for k in range(n_norms):
+        tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layers=ls))
+        if d.norm_bias:
+            tensors.append(Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layers=ls))
+    return tensors, spec
+
+
 def _build(
     name: str,
     model_type: str,
@@ -420,49 +474,11 @@ def _build(
     dense = LayerSet()
     # one pass per distinct layer (kind and flags), its tensors standing for every such layer
     for (kind, mamba, moe, mlp_only, moe_only), ls in per_layer.groups().items():
-        mixer_only = mamba and not d.gdn  # Nemotron-H "M": no MLP in the layer
-        if mamba:
-            tensors += _gdn(d, ls) if d.gdn else _mamba2(d, ls)
-            spec = LayerAttention(AttnKind.MAMBA, mamba=d.mamba)
-        elif kind is AttnKind.MLA:
-            tensors += _mla(d, ls)
-            spec = LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope)
-        elif kind is AttnKind.NONE:
-            spec = LayerAttention(AttnKind.NONE)
-        else:
-            tensors += _attention(d, ls, kind)
-            kv_heads, head_dim = _attn_dims(d, kind)
-            spec = LayerAttention(
-                kind,
-                kv_heads=kv_heads,
-                head_dim_k=head_dim,
-                head_dim_v=head_dim,
-                window=d.window if kind is not AttnKind.FULL else 0,
-            )
+        layer, spec = _layer_tensors(d, kind, mamba, moe, mlp_only, moe_only, ls)
+        tensors += layer
         specs[spec] = specs[spec].union(ls) if spec in specs else ls
         if d.experts and not moe and not mamba:
             dense = dense.union(ls)
-        if mixer_only or mlp_only or moe_only or d.attn_only:
-            n_norms = 1
-        else:
-            n_norms = d.norms_per_layer
-        if kind is AttnKind.NONE and moe_only:
-            tensors += _moe(d, ls)
-        elif kind is AttnKind.NONE and mlp_only:
-            tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
-        elif not mixer_only and not d.attn_only:
-            if moe:
-                tensors += _moe(d, ls)
-            if d.intermediate and (not moe or d.dense_and_moe):
-                tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
-        if d.layer_scalar:
-            tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layers=ls))
-        for k in range(n_norms):
-            tensors.append(Tensor(f"norm{k}", Group.NORM, h, 1, Split.REPLICATED, layers=ls))
-            if d.norm_bias:
-                tensors.append(
-                    Tensor(f"norm{k}_bias", Group.NORM, h, 1, Split.REPLICATED, layers=ls)
-                )
     layer_groups = tuple(
         sorted((LayerGroup(a, ls) for a, ls in specs.items()), key=lambda g: g.layers.first() or 0)
     )
