@@ -24,8 +24,8 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
   ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
   shortest context) → ``ATTENTION_LAUNCH_S``.
 * ``comm/vllm/<v>/custom_allreduce_perf.parquet``: vLLM's custom all-reduce under CUDA graphs
-  (``backend == vllm_graph``), BF16, TP 2/4/8, messages 128 B .. 512 MiB (a step's are
-  hidden × tokens × 2 bytes: up to 64 MiB), at the vLLM
+  (``backend == vllm_graph``), BF16, TP 2/4/8, messages of 128 .. 512 Mi ELEMENTS (2 bytes
+  each; a step's are hidden × tokens: up to 64 Mi), at the vLLM
   version nearest the validation runs' (0.14.0 on H100/H200, 0.19.0 on B200) →
   ``ALLREDUCE_LATENCY_S``, ``LINK_EFFICIENCY``.
 * ``quantize/vllm/0.24.0/scale_matrix_perf.parquet``: ``static_scaled_fp8_quant``, the smallest
@@ -248,7 +248,11 @@ def fit_allreduce(root: Path) -> dict[str, float]:
         d = _read(root / system / f"comm/vllm/{v}/custom_allreduce_perf.parquet")
         d = d[d.backend == "vllm_graph"]
         tp = d.num_gpus.to_numpy(np.float64)
-        wire = 2 * (tp - 1) / tp * d.message_size.to_numpy(np.float64) / link
+        # message_size counts ELEMENTS, not bytes: aiconfigurator queries the table with
+        # tokens × hidden (sdk/models/gpt.py, ``ops.CustomAllReduce(name, layers, h, tp)``;
+        # sdk/perf_database.py, ``_factor_message_size``: "an element count"), BF16 here
+        nbytes = d.message_size.to_numpy(np.float64) * perf.ACTIVATION_BYTES
+        wire = 2 * (tp - 1) / tp * nbytes / link
         parts.append((wire, d.latency.to_numpy(np.float64) * 1e-3))
     wire, meas = (np.concatenate([p[i] for p in parts]) for i in range(2))
 

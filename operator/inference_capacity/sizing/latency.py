@@ -28,7 +28,8 @@ run: every point of ``tests/data/latency-points.jsonl`` is out of sample).
 **The scheduler** (vLLM V1, chunked prefill, ``--max-num-batched-tokens`` B): with N requests
 in a closed loop (each replaced when it ends), mean uncached prompt I and output O, a step runs
 D decoding sequences and, in a fraction f of steps, a prefill chunk of up to B − D tokens. The
-no-queueing point: TTFT₀ = ⌈I / (B − D)⌉ chunk steps + half a step + the request overhead,
+no-queueing point: TTFT₀ = the prompt's chunk steps (⌊I / (B − D)⌋ full ones and the remainder's)
++ half a step + the request overhead,
 E2E = TTFT + (O − 1) × mean step, throughput λ = N / E2E (Little's law), D = λ (O − 1) × mean
 step, f = λ I × mean step / chunk; solved by a few fixed-point passes. The request overhead is
 ``REQUEST_OVERHEAD_S`` + ``TOKENIZE_S_PER_TOKEN`` × the prompt. When the prefill demand
@@ -439,7 +440,11 @@ def serve(
         td = step(d, 0.0)
         tm = step(d, one)
         mean_in = mean
-        ttft = chunks * tm + 0.5 * mean + request_s
+        # its own chunks: full ones of the budget the decodes leave, then the remainder (vLLM
+        # V1's scheduler gives a waiting prompt min(its tokens, the budget left) per step:
+        # vllm/v1/core/sched/scheduler.py, Scheduler.schedule), not ⌈I / (B − D)⌉ full ones
+        own = (chunks - 1) * step(d, cap) + step(d, prompt - (chunks - 1) * cap)
+        ttft = own + 0.5 * mean + request_s
         lam = run / (ttft + dec_steps * mean)
         per_step = lam * prompt * mean  # prefill tokens a step must carry on average
         if per_step <= one:

@@ -78,13 +78,15 @@ GEMMS_PER_MOE_LAYER = 3
 #: Latency of one TP all-reduce (vLLM custom all-reduce under CUDA graphs), seconds, before its
 #: bytes over the link; two per layer at TP > 1 (*per-op*:
 #: comm/vllm/{0.14.0,0.14.0,0.19.0}/custom_allreduce_perf.parquet of h100/h200/b200,
-#: ``vllm_graph``, TP 2/4/8, messages 128 B..512 MiB; mean |log err| 0.25).
+#: ``vllm_graph``, TP 2/4/8, messages of 128..512 Mi BF16 elements — the table's
+#: ``message_size`` counts elements, as aiconfigurator queries it with tokens × hidden; mean
+#: |log err| 0.25).
 ALLREDUCE_LATENCY_S = 5.20e-6
 #: The datasheet NVLink/PCIe figure in the catalog is bidirectional; an all-reduce's bytes move
 #: at one direction's rate (NVLink 4: 900 GB/s total = 450 GB/s each way).
 LINK_DIRECTIONS = 2.0
 #: Multiplies the one-direction link bandwidth an all-reduce's bytes move at (*per-op*, the
-#: same fit).
-LINK_EFFICIENCY = 0.309
+#: same fit; 0.309 until the fit read the table's element counts as bytes, halving it).
+LINK_EFFICIENCY = 0.618
 #: A ring all-reduce moves 2 (tp − 1) / tp of the message per rank; activations are BF16.
 ACTIVATION_BYTES = 2
