@@ -69,3 +69,18 @@ def test_which_mamba2_models_widen_by_version() -> None:
     assert {"FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Zamba2ForCausalLM"} <= archs(
         "0.32.0"
     )
+
+
+def test_the_tp4_int8_log_replays_its_layout_exactly() -> None:
+    # vllm-startup-095 (club-3090#446, vLLM 0.22.0, 4x RTX 3090, int8_per_token_head, MTP 3):
+    # 15.73 GiB -> 1,746,661 tokens, 6.66x at 262,144 (tokens given the logged KV)
+    from benchmarks.helpers import load_points, predict_point
+
+    from tests.test_startup_log_sources import DATA
+
+    point = next(p for p in load_points(DATA) if p.id == "vllm-startup-095")
+    pred, reason = predict_point(point)
+    assert reason is None and pred is not None
+    assert pred["replay"] == "layout"
+    assert pred["kv_cache_tokens"] == 1746661
+    assert pred["max_concurrency"] == 6.66
