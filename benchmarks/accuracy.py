@@ -55,9 +55,9 @@ DATA_GAPS = (
     " catalog (the blocking term of each is listed above)",
     "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
     "no ROCm (MI300X) startup log",
-    "no replayable log with --kv-cache-memory-bytes, LoRA, speculative decoding or a Mamba/GDN"
-    " hybrid (the >= 0.20 consumer-GPU logs have MTP/DFlash and GDN hybrids, but not their"
-    " configs)",
+    "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"
+    " one KV-layout replay (vllm-startup-095, its budget not replayed); the other >= 0.20"
+    " Qwen3.6/3.8-27B logs lack their checkpoint's quantization block or their flags",
 )
 
 #: (column, predicted key, logged key); predicted keys from StartupPrediction.to_json, rank 0
