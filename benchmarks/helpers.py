@@ -17,6 +17,7 @@ from typing import Any
 
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings, SettingsError, predict_startup
+from inference_capacity.engines.vllm_flags import SpeculativeConfig
 from inference_capacity.hardware import UnknownGpuError, get_gpu
 from inference_capacity.model import load_config, shape_from_config
 from inference_capacity.model.errors import ModelConfigError, UnknownModelError
@@ -72,6 +73,11 @@ class PointSetup:
     skip: str | None = None
     note: str = ""
     settings: dict[str, Any] | None = None
+    #: replay the KV layout only: ``--kv-cache-memory-bytes`` = the logged available KV, so the
+    #: tokens and concurrency vLLM printed for that pool are compared (the budget terms are
+    #: not: the log lacks what they need); the report leaves available KV out for it
+    layout: bool = False
+    speculative: tuple[str, int] | None = None  # (method, num_speculative_tokens) as logged
 
 
 POINT_SETUP: dict[str, PointSetup] = {
@@ -206,6 +212,16 @@ POINT_SETUP: dict[str, PointSetup] = {
         settings={"expert_parallel": True, "max_num_batched_tokens": 8192},
         note="the -0731 revision has the base model's 43 decoder layers; flags of the issue's "
         "DP8 command (MegaMoE backend not modelled)",
+    ),
+    "vllm-startup-095": PointSetup(
+        "nvidia/Qwen3.6-27B-NVFP4",
+        gpu="RTX-3090",
+        layout=True,
+        speculative=("mtp", 3),
+        settings={"dtype": "float16", "enable_prefix_caching": True},
+        note="the Qwen3.6-27B shapes (the AutoRound checkpoint's quantization does not move the "
+        "layout); MTP n=3 and int8_per_token_head as the report states; float16 and prefix "
+        "caching as every club-3090 AutoRound compose's non-default args print them",
     ),
     "vllm-startup-091": PointSetup(
         None,
@@ -368,5 +384,14 @@ def _predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
         dtype=p.dtype or "auto",
     )
     kw.update(setup.settings or {})
+    if setup.speculative is not None:
+        kw["speculative"] = SpeculativeConfig(*setup.speculative)
+    if setup.layout:
+        kw["kv_cache_memory_bytes"] = int(round(p.logged["kv_cache_gib"] * GiB))
+        if "text_config" in cfg:  # text only: the layout does not depend on the encoder
+            kw["mm_limits"] = (("image", 0), ("video", 0), ("audio", 0))
     pred = predict_startup(shape, total, gpu_name, p.tp, p.pp, EngineSettings(**kw))
-    return pred.to_json(), None
+    out = pred.to_json()
+    if setup.layout:
+        out["replay"] = "layout"
+    return out, None

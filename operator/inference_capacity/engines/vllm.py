@@ -1021,6 +1021,15 @@ def in_flight_tokens(
     return batches * T
 
 
+def _spec_tokens(shape: ModelShape, settings: EngineSettings) -> int:
+    """``num_speculative_tokens`` (MTP's default: the model's MTP layer count); 0 without
+    speculative decoding."""
+    spec = settings.speculative
+    if spec is None:
+        return 0
+    return spec.num_speculative_tokens or shape.mtp_layers
+
+
 def _cached_layers(
     shape: ModelShape, pp: int, stage: int, v: Version, settings: EngineSettings
 ) -> list[tuple[LayerAttention, int]]:
@@ -1035,6 +1044,18 @@ def _cached_layers(
         layers = [
             (replace(layer, mamba=replace(layer.mamba, ssm_dtype_bytes=4)), n)
             if layer.mamba is not None and layer.mamba.ssm_dtype_bytes is None
+            else (layer, n)
+            for layer, n in layers
+        ]
+    k_spec = _spec_tokens(shape, settings)
+    if k_spec:
+        # mamba_utils.py::gated_delta_net_state_shape / mamba2_state_shape: the conv state holds
+        # conv_kernel - 1 + num_speculative_tokens columns (GDN in every release read, Mamba2
+        # models by VllmRules.spec_conv_mamba2_archs)
+        layers = [
+            (replace(layer, mamba=replace(layer.mamba, spec_columns=k_spec)), n)
+            if layer.mamba is not None
+            and (layer.mamba.gdn or shape.architecture in r.spec_conv_mamba2_archs)
             else (layer, n)
             for layer, n in layers
         ]
@@ -1165,9 +1186,7 @@ def _setup(
     moe_tp = tp if settings.expert_parallel else tp * settings.data_parallel
     hybrid = _hybrid_manager(shape, settings, rs)
     spec = settings.speculative
-    k_spec = 0
-    if spec is not None:
-        k_spec = spec.num_speculative_tokens or shape.mtp_layers
+    k_spec = _spec_tokens(shape, settings)
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
     capture = None  # before 0.11 (not read) the count scaling of the default list is kept
     if k_spec and rs.cudagraphs and rs.era is not Era.V0 and rules.spec_capture_sizes:

@@ -47,6 +47,14 @@ MLA_BLOCKS_PLATFORM = (("hopper", 64), ("blackwell", 128))
 MLA_BLOCKS_BACKEND = (("rocm", 64), ("blackwell", 32))
 
 
+#: Mamba2 architectures that widen the conv state by the speculative tokens from 0.17, and those
+#: added in 0.32 (VllmRules.spec_conv_mamba2_archs)
+SPEC_CONV_MAMBA2_0_17 = frozenset({"NemotronHForCausalLM", "Mamba2ForCausalLM"})
+SPEC_CONV_MAMBA2_0_32 = frozenset(
+    {"FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Zamba2ForCausalLM"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class VllmRules:
     """The startup rules of one vLLM release (each field: where vLLM has it, which releases)."""
@@ -194,6 +202,14 @@ class VllmRules:
     #: Hopper + FlashInfer GDN prefill aligns GDN hybrids' block size to 64 tokens
     #: (platforms/interface.py::_align_hybrid_block_size): from 0.33
     gdn_hopper_align: bool
+    #: Mamba2 architectures whose conv state holds ``conv_kernel − 1 + num_speculative_tokens``
+    #: columns (model_executor/layers/mamba/mamba_utils.py::mamba2_state_shape ``num_spec``, as
+    #: the model's ``get_mamba_state_shape_from_config`` passes it): NemotronH and Mamba2 from
+    #: 0.17 (0.14 and 0.16 pass none); FalconH1, GraniteMoeHybrid and Zamba2 from 0.32 (0.30
+    #: passes none; 0.31 not read). Gated DeltaNet (Qwen3-Next, Qwen3.5:
+    #: ``gated_delta_net_state_shape(..., num_spec)``) does so in every release read
+    #: (0.11–0.33), so it is not listed.
+    spec_conv_mamba2_archs: frozenset[str]
 
     # --- other --------------------------------------------------------------------------------
     #: gpt-oss MXFP4 experts take FlashInfer TRTLLM's padding on Blackwell
@@ -301,6 +317,10 @@ def _rules(v: Version) -> VllmRules:
         mamba2_checkpoint_block=at((0, 32, 0)),
         hybrid_checkpoint_block=at((0, 33, 0)),
         gdn_hopper_align=at((0, 33, 0)),
+        spec_conv_mamba2_archs=(
+            (SPEC_CONV_MAMBA2_0_17 if at((0, 17, 0)) else frozenset())
+            | (SPEC_CONV_MAMBA2_0_32 if at((0, 32, 0)) else frozenset())
+        ),
         mxfp4_trtllm_on_blackwell=at((0, 20, 0)),
         draft_model_speculation=at((0, 16, 0)),
         mm_limit_options=at((0, 11, 1)),

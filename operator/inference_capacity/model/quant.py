@@ -391,6 +391,16 @@ _MODULE_RENAMES = (
     ("mixer.v_proj", "attn.v_proj"),
     ("mixer.o_proj", "attn.o_proj"),
 )
+#: Qwen3.5's unfused Gated DeltaNet projections to the fused tensors the ledger (and vLLM) holds
+#: (models/qwen3_5.py packed_modules_mapping, 0.24.0: in_proj_qkvz <- in_proj_qkv + in_proj_z,
+#: in_proj_ba <- in_proj_b + in_proj_a); both halves are stored in one format in the checkpoints
+#: read, which is what a per-module format of the fused tensor assumes
+_PACKED_GDN = {
+    "linear_attn.in_proj_qkv": "linear_attn.in_proj_qkvz",
+    "linear_attn.in_proj_z": "linear_attn.in_proj_qkvz",
+    "linear_attn.in_proj_b": "linear_attn.in_proj_ba",
+    "linear_attn.in_proj_a": "linear_attn.in_proj_ba",
+}
 _AFTER_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+\..*$")
 
@@ -403,7 +413,7 @@ def module_kind(path: str) -> tuple[int | None, str]:
     for old, new in _MODULE_RENAMES:
         if name.startswith(old):
             name = new + name[len(old) :]
-    return layer, name
+    return layer, _PACKED_GDN.get(name, name)
 
 
 def _modelopt_mixed(

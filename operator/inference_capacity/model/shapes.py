@@ -144,7 +144,8 @@ class MambaState:
     Gated DeltaNet (Qwen3-Next / Qwen3.5, ``gated_delta_net_state_shape``) has the same two
     shapes: conv channels ``2·nk·dk + nv·dv``, temporal state ``(nv, dv, dk)``, so it is
     ``ssm_heads=nv, ssm_head_dim=dv, ssm_state=dk, groups=0``. Speculative tokens add
-    ``num_spec`` conv columns per sequence; that is not modelled here.
+    ``num_spec`` conv columns per sequence where the engine says so (``spec_columns``: set by
+    engines/vllm.py::_cached_layers from the version's rules).
     """
 
     conv_channels: int
@@ -156,6 +157,8 @@ class MambaState:
     ssm_dtype_bytes: int | None = None  # None: the conv dtype
     groups: int = 0  # mamba2 n_groups: conv channels hold 2*ng*N of them, padded to TP
     chunk_size: int = 0  # Mamba2 scan chunk (config chunk_size / mamba_chunk_size); 0: none
+    gdn: bool = False  # a Gated DeltaNet mixer (Qwen3-Next / Qwen3.5), not Mamba2
+    spec_columns: int = 0  # extra conv columns: the speculative tokens (kernel - 1 + num_spec)
 
     def bytes_per_sequence(self, tp: int, model_dtype_bytes: int) -> int:
         conv_b = self.conv_dtype_bytes or model_dtype_bytes
@@ -166,7 +169,7 @@ class MambaState:
             ng_pad = self.groups + ((tp - self.groups) if self.groups % tp else 0)
             extra = ng_pad - self.groups
             channels = self.conv_channels + 2 * extra * self.ssm_state
-        conv = cdiv(channels, tp) * (self.conv_kernel - 1) * conv_b
+        conv = cdiv(channels, tp) * (self.conv_kernel - 1 + self.spec_columns) * conv_b
         ssm = cdiv(self.ssm_heads, tp) * self.ssm_head_dim * self.ssm_state * ssm_b
         return conv + ssm
 

@@ -103,6 +103,7 @@ def _qwen3_5(c: _Cfg, moe: bool) -> _Decoder:
         ssm_head_dim=dv,
         ssm_state=dk,
         ssm_dtype_bytes=TORCH_DTYPE_BYTES[str(ssm_dtype)] if ssm_dtype is not None else None,
+        gdn=True,
     )
     d.gdn = True
     if moe:

@@ -1,0 +1,86 @@
+"""Speculative tokens widen a hybrid model's conv state (issue 21, replay of the club-3090
+Qwen3.6-27B logs): vLLM's mamba_utils.py::gated_delta_net_state_shape and mamba2_state_shape
+give the conv state ``conv_kernel - 1 + num_spec`` columns, num_spec being the
+``--speculative-config`` num_speculative_tokens. Gated DeltaNet passes it in every release read
+(0.11-0.33); NemotronH/Mamba2 from 0.17; FalconH1, GraniteMoeHybrid, Zamba2 from 0.32."""
+
+from __future__ import annotations
+
+from inference_capacity.engines.versions import parse_version
+from inference_capacity.engines.vllm import EngineSettings, predict_startup
+from inference_capacity.engines.vllm_flags import SpeculativeConfig
+from inference_capacity.engines.vllm_rules import VllmRules
+from inference_capacity.hardware import get_gpu
+from inference_capacity.model import load_config, shape_from_config
+from inference_capacity.units import GiB
+
+TEXT_ONLY = (("image", 0), ("video", 0), ("audio", 0))
+
+
+def _qwen36_tp2(k: int) -> dict[str, object]:
+    name, cfg = load_config("nvidia/Qwen3.6-27B-NVFP4")
+    shape = shape_from_config(cfg, name=name)
+    gpu = get_gpu("RTX-3090")
+    s = EngineSettings(
+        version="0.24.0",
+        max_model_len=262144,
+        max_num_seqs=2,
+        max_num_batched_tokens=8192,
+        kv_cache_dtype="fp8_e5m2",
+        dtype="float16",
+        enable_prefix_caching=True,
+        kv_cache_memory_bytes=int(11.05 * GiB),
+        speculative=SpeculativeConfig("mtp", k) if k else None,
+        mm_limits=TEXT_ONLY,
+    )
+    return predict_startup(shape, gpu.total_bytes, gpu.name, 2, 1, s).to_json()
+
+
+def test_mtp3_widens_the_gdn_conv_state_and_the_block() -> None:
+    # GDN state per layer on a TP2 rank: conv (2*16*128 + 48*128)/2 channels x (4 - 1 + 3)
+    # columns x 2 B = 61,440; temporal 24*128*128 x 4 B (mamba_ssm_dtype float32) = 1,572,864;
+    # 1,634,304 B over fp8 attention's 2*2*256 = 1,024 B/token -> 1596 -> the 16-token
+    # multiple 1600 (platforms/interface.py::_align_hybrid_block_size). Without MTP: 1,603,584
+    # B -> 1566 -> 1568.
+    assert _qwen36_tp2(3)["block_size"] == 1600
+    assert _qwen36_tp2(0)["block_size"] == 1568
+
+
+def test_tokens_as_the_public_0_24_log_counts_them() -> None:
+    # vllm-startup-073 (club-3090#642, 0.24.0, 2x RTX 3090): 11.05 GiB -> 623,873 tokens, 2.38x.
+    # 17 layers a group (16 attention + the MTP layer; GDN 48 padded to 3 x 17), pages of
+    # 1600 x 1,024 B: 11.05 GiB (rounded in the log) / (17 x 1,638,400 B) = 425 blocks here
+    # (426 in the log: the printed GiB is rounded down); a request needs cdiv(262144, 1600) = 164
+    # attention blocks + 3 GDN groups x (2 "align" + 3 speculative) = 179, so
+    # tokens = int(425 / 179 x 262144) = 622,408 (kv_cache_utils.py::get_kv_cache_capacity).
+    got = _qwen36_tp2(3)
+    assert got["num_gpu_blocks"] == 425
+    assert got["kv_cache_tokens"] == int(425 / 179 * 262144) == 622408
+    assert abs(got["kv_cache_tokens"] / 623873 - 1) < 0.003  # one block of rounding
+
+
+def test_which_mamba2_models_widen_by_version() -> None:
+    def archs(v: str) -> frozenset[str]:
+        return VllmRules.for_version(parse_version(v)).spec_conv_mamba2_archs
+
+    assert archs("0.16.0") == frozenset()
+    assert archs("0.17.0") == {"NemotronHForCausalLM", "Mamba2ForCausalLM"}
+    assert "FalconH1ForCausalLM" not in archs("0.30.0")
+    assert {"FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "Zamba2ForCausalLM"} <= archs(
+        "0.32.0"
+    )
+
+
+def test_the_tp4_int8_log_replays_its_layout_exactly() -> None:
+    # vllm-startup-095 (club-3090#446, vLLM 0.22.0, 4x RTX 3090, int8_per_token_head, MTP 3):
+    # 15.73 GiB -> 1,746,661 tokens, 6.66x at 262,144 (tokens given the logged KV)
+    from benchmarks.helpers import load_points, predict_point
+
+    from tests.test_startup_log_sources import DATA
+
+    point = next(p for p in load_points(DATA) if p.id == "vllm-startup-095")
+    pred, reason = predict_point(point)
+    assert reason is None and pred is not None
+    assert pred["replay"] == "layout"
+    assert pred["kv_cache_tokens"] == 1746661
+    assert pred["max_concurrency"] == 6.66
