@@ -100,15 +100,21 @@ def event_is_new(obj: str, reason: str, message: str) -> bool:
     return True
 
 
-def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
-    """Record ``generation`` as handled; True when it is newer than the one handled (the spec
-    changed since). An older one is a late event (the creation's, seen after the patch)."""
+def deployment_may_have_changed(namespace: str, name: str, generation: int | None) -> bool:
+    """True when ``generation`` is newer than the one handled (the spec changed since), or not
+    known. An older one is a late event (the creation's, seen after the patch)."""
     if generation is None:
         return True
     known = generations.get((namespace, name))
-    if known is not None and generation <= known:
+    return known is None or generation > known
+
+
+def deployment_changed(namespace: str, name: str, generation: int | None) -> bool:
+    """:func:`deployment_may_have_changed`, and ``generation`` recorded as handled."""
+    if not deployment_may_have_changed(namespace, name, generation):
         return False
-    generations.set((namespace, name), generation)
+    if generation is not None:
+        generations.set((namespace, name), generation)
     return True
 
 
