@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from inference_capacity.controller.refresher import REFRESHED
 from tests.operator_harness import Cluster, Operator, cluster, flag_value, load_example
 from tests.promfixtures import SlowServer
 from tests.realk8s.fixtures import wait_for
@@ -637,7 +638,7 @@ def _load_test(c: Cluster, load_config: Any) -> None:
 
 
 def _refreshes(c: Cluster) -> int:
-    return c.operator.log().count("Timer 'icap_refresh' succeeded")
+    return c.operator.log().count(REFRESHED)
 
 
 def _operator_quiet(c: Cluster, seconds: float, until: float) -> None:

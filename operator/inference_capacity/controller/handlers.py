@@ -1,7 +1,9 @@
 """Kopf handlers. Importing this module registers them (``kopf run -m
 inference_capacity.controller.handlers`` or ``inference-capacity run``).
 
-- create / update / resume of an InferenceCapacity, and a refresh timer: reconcile it;
+- create / update / resume of an InferenceCapacity: reconcile it, and refresh it every
+  ``REFRESH_SECONDS`` from the operator's own loop (controller/refresher: no Kopf timer, so no
+  finalizer and no full body kept per resource);
 - events of Deployments that an InferenceCapacity targets (drift, new image, replicas edited by
   hand): reconcile the InferenceCapacities that target them;
 - delete: nothing to undo on the Deployment (it keeps running as it is); the PDB goes away with
@@ -10,8 +12,6 @@ inference_capacity.controller.handlers`` or ``inference-capacity run``).
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import random
 from collections.abc import Mapping
@@ -25,6 +25,7 @@ from ..api import GROUP, VERSION
 from . import k8s, metrics, observing, startup, state
 from .diffbase import BoundedDiffBaseStorage
 from .reconcile import Outcome, reconcile
+from .refresher import IDENTITY, Leadership, Refresher
 
 PLURAL = k8s.PLURAL
 #: read when the module is imported (``run`` configures the settings before): Kopf's decorators
@@ -70,6 +71,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # a deletion waits (finalizer) for the refresh timer to stop; Kopf re-checks a timer that
     # was mid-refresh after this long (its default is 60 s: kubectl delete hung a minute)
     settings.background.cancellation_polling = ours.delete_poll_seconds
+    # the refreshes run on the leader only (Kopf's own pause rule on its peering object)
+    if not (ours.standalone or ours.peering is None):
+        refresher.set_leadership(
+            Leadership(_read_peers, IDENTITY, settings.peering.priority, not ours.namespaces)
+        )
     # Nodes and Pods for spare-GPU counting from watch-fed caches, not a listing per reconcile
     k8s.start_informers()
 
@@ -79,6 +85,7 @@ def stop_background_work(**_: Any) -> None:
     """At shutdown: Prometheus observations are cancelled, queued refreshes dropped."""
     observing.shutdown()
     k8s.stop_informers()
+    refresher.stop()
     _refresh_pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -153,9 +160,14 @@ def run_reconcile(
 def icap_changed(
     body: kopf.Body, patch: kopf.Patch, retry: int, icap_targets: Targets, **_: Any
 ) -> None:
-    out = run_reconcile(body, patch, icap_targets)
+    if not _targets:
+        _targets.append(icap_targets)
+    refresher.capture_context()
     meta = body.get("metadata") or {}
-    state.handled.set((str(meta.get("namespace")), str(meta.get("name"))), True)
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    out = run_reconcile(body, patch, icap_targets)
+    state.handled.set(key, True)
+    refresher.schedule(key)
     if out.requeue:
         # mid-rollout or no target yet: try again, backing off up to a minute; a change held
         # by the stabilization window: when the window ends
@@ -167,23 +179,46 @@ def icap_changed(
         )
 
 
-#: The refresh timers' threads. Kopf runs every sync handler in one FIFO pool of ``workers``
-#: threads; 200 resources seen at once (a restart, a bulk apply) refresh at once a minute later,
-#: and an edit made then would wait behind that wave. Refreshes run here instead, so the pool
-#: serves creations, edits and Deployment events only.
+#: The refresh threads. Kopf runs every sync handler in one FIFO pool of ``workers`` threads;
+#: 200 resources seen at once (a restart, a bulk apply) refresh at once a minute later, and an
+#: edit made then would wait behind that wave. Refreshes run here instead, so the pool serves
+#: creations, edits and Deployment events only.
 _refresh_pool = ThreadPoolExecutor(
     max_workers=max(1, settings_mod.current().refresh_workers), thread_name_prefix="refresh"
 )
+#: the index Kopf passes its handlers (a live view), kept for the refreshes, which run outside
+_targets: list[Targets] = []
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=REFRESH_SECONDS, initial_delay=REFRESH_SECONDS)
-async def icap_refresh(body: kopf.Body, patch: kopf.Patch, icap_targets: Targets, **_: Any) -> None:
-    # in the handler's context, as Kopf runs a sync handler: kopf.event and Kopf's object
-    # logger read their settings from context variables
-    context = contextvars.copy_context()
-    await asyncio.get_running_loop().run_in_executor(
-        _refresh_pool, context.run, run_reconcile, body, patch, icap_targets
-    )
+def refresh_one(namespace: str, name: str) -> float | None:
+    """One refresh (on a refresh thread): read the resource, reconcile it, write its status
+    when it changed. Returns the seconds to the next refresh, None when the resource is gone."""
+    body = k8s.get_icap(namespace, name)
+    if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+        return None
+    if DIFFBASE_ANNOTATION not in (body.get("metadata", {}).get("annotations") or {}):
+        # Kopf is still handling its creation (and retries it itself)
+        return settings_mod.current().retry_seconds
+    try:
+        run_reconcile(body, None, _targets[0] if _targets else None)
+    except kopf.TemporaryError as exc:
+        log.warning("refresh of %s/%s: %s", namespace, name, exc)
+        return float(exc.delay or settings_mod.current().retry_seconds)
+    return REFRESH_SECONDS
+
+
+def _read_peers(namespace: str | None) -> Mapping[str, Any] | None:
+    """The peers in Kopf's peering object (its status), None when it does not exist."""
+    name = settings_mod.current().peering or ""
+    return k8s.get_peering_status(name, namespace)
+
+
+refresher = Refresher(REFRESH_SECONDS, _refresh_pool, refresh_one, lambda _ns: True)
+
+
+@kopf.on.startup()
+async def start_refresher(**_: Any) -> None:
+    refresher.start()
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -195,6 +230,7 @@ def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
     """Drop everything remembered about a deleted InferenceCapacity (and its target's replica
     history: a new resource for that Deployment starts from what runs)."""
     metrics.forget(namespace, name)
+    refresher.forget((namespace, name))
     observing.forget(uid or name)
     startup.forget(uid or name)
     state.forget_resource(namespace, name, uid)

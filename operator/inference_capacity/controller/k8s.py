@@ -122,6 +122,25 @@ def get_icap(namespace: str, name: str) -> dict[str, Any] | None:
     return cast(dict[str, Any], obj)
 
 
+def get_peering_status(name: str, namespace: str | None) -> dict[str, Any] | None:
+    """The peers Kopf records in its peering object (ClusterKopfPeering, or KopfPeering in
+    ``namespace``): ``{identity: {priority, lifetime, lastseen}}``; None when it is absent."""
+    api = client.CustomObjectsApi(api_client())
+    try:
+        if namespace is None:
+            obj = api.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+        else:
+            obj = api.get_namespaced_custom_object(
+                "kopf.dev", "v1", namespace, "kopfpeerings", name
+            )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    status = cast(dict[str, Any], obj).get("status")
+    return dict(status) if isinstance(status, Mapping) else {}
+
+
 def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None:
     client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
         GROUP,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any, cast
 
 import kopf
 from prometheus_client import start_http_server
@@ -29,7 +30,10 @@ def run_operator(config: Settings) -> int:
     # every line Kopf logs about an object starts with [namespace/name]
     kopf.configure(verbose=config.verbose, log_prefix=True)
     logging.getLogger("inference_capacity").info("cluster: %s", where)
+    from .refresher import IDENTITY
+
     kopf.run(
+        identity=cast(Any, IDENTITY),
         clusterwide=not config.namespaces,
         namespaces=list(config.namespaces),
         standalone=config.standalone or config.peering is None,
