@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inference_capacity.controller.refresher import REFRESHED
 from tests.operator_harness import ROOT, Cluster, Operator, apply_crd, load_example
 from tests.realk8s.fixtures import RealKubeAPI, wait_for
 
@@ -60,8 +61,12 @@ def test_one_replica_works_and_a_standby_takes_over(real_kube: RealKubeAPI, tmp_
             timeout=10,
             message="the leader's log",
         )
-        # the standby stood by: it never reconciled
+        # the leader refreshes (the operator's own loop, every 2 s in the tests) ...
+        wait_for(lambda: REFRESHED in leader.log(), timeout=30, message="the leader's refreshes")
+        # ... the standby stood by: it never reconciled, nor refreshed (Kopf's pause rule on
+        # the peering object: a live peer of higher priority)
         assert "Handler 'icap_changed' succeeded" not in standby.log()
+        assert REFRESHED not in standby.log()
         # the leader dies; the standby takes over once the leader's peering entry expires
         leader.kill()
         ns2 = c.namespace("ha")
@@ -69,6 +74,8 @@ def test_one_replica_works_and_a_standby_takes_over(real_kube: RealKubeAPI, tmp_
         api.apply(icap2, dep2)
         c.operator = standby
         c.wait_args(ns2, "llama-8b", lambda a: "--max-num-seqs" in a, timeout=60)
+        # and refreshes once the dead leader's entry has expired
+        wait_for(lambda: REFRESHED in standby.log(), timeout=60, message="the standby refreshes")
         standby.assert_alive()
     finally:
         api.delete_namespaces(c.namespaces)

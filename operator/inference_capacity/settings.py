@@ -38,9 +38,6 @@ class Settings:
     peering_lifetime: int = 60
     #: after SIGTERM the operator kills itself if a graceful exit takes longer (seconds)
     exit_timeout_seconds: float = 20.0
-    #: a deleted resource's refresh timer is checked for having stopped this often (seconds);
-    #: Kopf's default (60 s) held a deletion that came mid-refresh behind its finalizer a minute
-    delete_poll_seconds: float = 1.0
     # --- the decision (decision.py) ----------------------------------------------------------
     #: pod-template stabilization window when spec.policy.stabilizationWindowSeconds is null
     stabilization_seconds: float = 300.0

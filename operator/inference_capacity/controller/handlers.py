@@ -68,9 +68,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # SIGTERM: Kopf exits gracefully, and kills itself when that takes longer than this (Kopf's
     # default is 10 minutes; the chart sets it below the pod's terminationGracePeriodSeconds)
     settings.process.ultimate_exiting_timeout = ours.exit_timeout_seconds
-    # a deletion waits (finalizer) for the refresh timer to stop; Kopf re-checks a timer that
-    # was mid-refresh after this long (its default is 60 s: kubectl delete hung a minute)
-    settings.background.cancellation_polling = ours.delete_poll_seconds
     # the refreshes run on the leader only (Kopf's own pause rule on its peering object)
     if not (ours.standalone or ours.peering is None):
         refresher.set_leadership(
