@@ -264,8 +264,15 @@ def _fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any]]:
         yield path, field.annotation
         inner = _model_in(field.annotation)
         if inner is not None:
-            is_list = typing.get_origin(field.annotation) is tuple
-            yield from _fields(inner, f"{path}[]" if is_list else path)
+            yield from _fields(inner, f"{path}{_suffix(field.annotation)}")
+
+
+def _suffix(annotation: Any) -> str:
+    """How ``walk`` names the nodes inside a field: ``[]`` for a list's items, ``.*`` for a
+    map's values (also inside ``X | None``)."""
+    members = () if typing.get_origin(annotation) in (tuple, dict) else typing.get_args(annotation)
+    origins = {typing.get_origin(a) for a in (annotation, *members)}
+    return "[]" if tuple in origins else ".*" if dict in origins else ""
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -490,8 +497,7 @@ def _field_infos(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any
         yield path, field
         inner = _model_in(field.annotation)
         if inner is not None:
-            is_list = typing.get_origin(field.annotation) is tuple
-            yield from _field_infos(inner, f"{path}[]" if is_list else path)
+            yield from _field_infos(inner, f"{path}{_suffix(field.annotation)}")
 
 
 # --------------------------------------------------------------------------------------------

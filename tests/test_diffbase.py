@@ -51,3 +51,42 @@ def test_the_largest_config_and_large_annotations_fit_under_the_limit() -> None:
 def test_an_essence_without_a_model_config_is_unchanged() -> None:
     raw = {"spec": {"model": {"name": "org/model"}}, "metadata": {"labels": {"a": "b"}}}
     assert bounded_essence(raw) == raw
+
+
+def test_the_state_is_stored_in_the_status_and_the_old_annotation_is_still_read() -> None:
+    """Kopf's diff base rides on the status write of the handling (one request, no metadata
+    patch); an object handled by an earlier version (annotation only) is not taken for new."""
+    import kopf
+
+    from inference_capacity.controller.diffbase import (
+        LEGACY_ANNOTATION,
+        BoundedDiffBaseStorage,
+        handled_by_kopf,
+    )
+
+    storage = BoundedDiffBaseStorage()
+    raw: dict[str, Any] = {
+        "metadata": {"name": "a", "annotations": {"team": "x"}},
+        "spec": {"model": {"config": {"hidden_size": 4096}}},
+    }
+    body = kopf.Body(raw)
+    essence = storage.build(body=body)
+    assert essence["spec"]["model"]["config"] == digest({"hidden_size": 4096})
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=essence)
+    assert set(patch) == {"status"}  # nothing for the metadata
+    assert not patch.get("metadata")
+    stored = patch["status"]["kopf"]["lastHandled"]
+    assert json.loads(stored) == essence
+    assert not handled_by_kopf(raw)
+    in_status = {**raw, "status": {"kopf": {"lastHandled": stored}}}
+    assert handled_by_kopf(in_status)
+    assert storage.fetch(body=kopf.Body(in_status)) == essence
+    legacy = {
+        **raw,
+        "metadata": {"name": "a", "annotations": {"team": "x", LEGACY_ANNOTATION: stored}},
+    }
+    assert handled_by_kopf(legacy)
+    assert storage.fetch(body=kopf.Body(legacy)) == essence
+    # the old annotation is not part of what is compared: its presence is not a change
+    assert storage.build(body=kopf.Body(legacy)) == essence

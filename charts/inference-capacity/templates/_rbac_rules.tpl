@@ -30,11 +30,12 @@ rules (CRD scanning, plus nodes and pods when rbac.spareGpuCounting).
 # owner reference, never by the operator).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch"]
-# HPAs targeting the same Deployment (replicas are left to them).
+  verbs: ["get", "list", "watch", "create", "patch"]
+# HPAs targeting the same Deployment (replicas are left to them). Cluster-wide installs keep
+# PDBs and HPAs in watch-fed caches (one list, then a watch per kind).
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # model.configMapRef: a real config.json.
 - apiGroups: [""]
   resources: ["configmaps"]

@@ -29,6 +29,7 @@ from .common import (
 __all__ = [
     "Applied",
     "Condition",
+    "HandlerState",
     "InferenceCapacityStatus",
     "Latency",
     "LatencyPoint",
@@ -447,6 +448,40 @@ class Risk(_Status):
     detail: str = Field("", max_length=1024, description="The numbers behind the margin.")
 
 
+class HandlerProgress(_Status):
+    """Kopf's record of one handler being retried (``kopf._cogs.configs.progress.ProgressRecord``:
+    timestamps in ISO 8601, UTC)."""
+
+    started: str | None = Field(None, description="When the handler was first called.")
+    stopped: str | None = Field(None, description="When it finished or failed for good.")
+    delayed: str | None = Field(None, description="When it is to be called again.")
+    purpose: str | None = Field(None, description="The cause it handles (create, update, ...).")
+    retries: int | None = Field(None, ge=0, description="Retries so far.")
+    success: bool | None = Field(None, description="Finished with success.")
+    failure: bool | None = Field(None, description="Failed for good (no more retries).")
+    message: str | None = Field(None, description="The last error's message.")
+    subrefs: tuple[str, ...] | None = Field(None, description="Sub-handlers' ids.")
+
+
+class HandlerState(_Status):
+    """Kopf's own bookkeeping, kept in the status (one status write per handling, no metadata
+    patch): the last-handled spec it diffs against, and the progress of a handler being
+    retried. Written by the framework, not by the operator's reconcile."""
+
+    last_handled: str | None = Field(
+        None,
+        description=(
+            "The last handled spec, labels and annotations as JSON (large values as digests)."
+        ),
+    )
+    progress: dict[str, HandlerProgress] | None = Field(
+        None, description="Per-handler retry state while a handler is being retried."
+    )
+    dummy: str | None = Field(
+        None, description="A timestamp the framework writes to be woken after a long delay."
+    )
+
+
 class InferenceCapacityStatus(_Status):
     """Observed state, written by the operator: the ledger, the recommendation, what was applied
     and what was measured."""
@@ -510,6 +545,9 @@ class InferenceCapacityStatus(_Status):
             "What Prometheus shows the fleet doing, and how the prediction compares. null: not "
             "observed."
         ),
+    )
+    kopf: HandlerState | None = Field(
+        None, description="The framework's handling state (Kopf): not for users."
     )
 
     def condition(self, type_: ConditionType) -> Condition | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
@@ -52,9 +53,47 @@ def bounded_essence(essence: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class BoundedDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """Kopf's annotation diff-base storage with :func:`bounded_essence` applied."""
+#: where Kopf keeps its last-handled state and its retry progress: in the status, so that a
+#: handling is one status write (the reconcile's status and Kopf's state together), not a
+#: metadata patch plus a status patch (issue 22: requests per object). ``kopf`` is in the CRD's
+#: status schema (api.status.HandlerState), so the API server keeps it.
+DIFFBASE_FIELD = "status.kopf.lastHandled"
+PROGRESS_FIELD = "status.kopf.progress"
+#: the annotation earlier versions kept it in: still read (a resource handled by an earlier
+#: version is not taken for new), never written
+LEGACY_PREFIX = "capacity.inference.dev"
+LEGACY_KEY = "last-handled-configuration"
+LEGACY_ANNOTATION = f"{LEGACY_PREFIX}/{LEGACY_KEY}"
+
+
+class BoundedDiffBaseStorage(kopf.MultiDiffBaseStorage):
+    """Kopf's diff base in ``status.kopf.lastHandled``, with :func:`bounded_essence` applied;
+    the annotation of earlier versions is read when the status has none, and not written."""
+
+    def __init__(self) -> None:
+        self.status = kopf.StatusDiffBaseStorage(field=DIFFBASE_FIELD)
+        self.legacy = kopf.AnnotationsDiffBaseStorage(prefix=LEGACY_PREFIX, key=LEGACY_KEY)
+        super().__init__([self.status, self.legacy])
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         essence = super().build(body=body, extra_fields=extra_fields)
         return cast(kopf.BodyEssence, bounded_essence(dict(essence)))
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        self.status.store(body=body, patch=patch, essence=essence)
+
+
+def progress_storage() -> kopf.StatusProgressStorage:
+    """Kopf's retry progress in ``status.kopf.progress`` (a retry's state rides on the status
+    write of that handling)."""
+    return kopf.StatusProgressStorage(field=PROGRESS_FIELD, touch_field="status.kopf.dummy")
+
+
+def handled_by_kopf(body: Mapping[str, Any]) -> bool:
+    """Whether Kopf has finished handling this object once (its diff base is stored): until
+    then Kopf's own creation handler owns it, and a status written from elsewhere would make
+    Kopf take the object for unhandled again."""
+    kopf_state = (body.get("status") or {}).get("kopf") or {}
+    if isinstance(kopf_state, Mapping) and kopf_state.get("lastHandled"):
+        return True
+    return LEGACY_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})

@@ -22,8 +22,8 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from . import k8s, metrics, observing, startup, state
-from .diffbase import BoundedDiffBaseStorage
+from . import k8s, metrics, objcache, observing, startup, state
+from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
 from .reconcile import Outcome, reconcile
 from .refresher import IDENTITY, Leadership, Refresher
 
@@ -34,19 +34,18 @@ REFRESH_SECONDS = settings_mod.current().refresh_seconds
 log = logging.getLogger("inference_capacity.handlers")
 
 
-PREFIX = "capacity.inference.dev"
-DIFFBASE_ANNOTATION = f"{PREFIX}/last-handled-configuration"
+PREFIX = LEGACY_PREFIX
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = PREFIX
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
-    # bounded: Kopf's own copy of a large inline config would exceed the API server's 256 KiB
-    # for annotations and fail every handling with 422 (see diffbase)
-    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
-        prefix=prefix, key=DIFFBASE_ANNOTATION.split("/", 1)[1]
-    )
+    # Kopf's state in the status (diffbase): a handling writes the status once, with the
+    # reconcile's result and Kopf's state together, and no metadata patch
+    settings.persistence.progress_storage = progress_storage()
+    # bounded: Kopf's copy of a large inline config would exceed the API server's 256 KiB
+    # for annotations (earlier versions kept it in one) and its object size (see diffbase)
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage()
     settings.persistence.finalizer = f"{prefix}/finalizer"
     # Kopf posts its object log records at this level or above as Events: at INFO that is a
     # "Handler ... succeeded" Event per refresh per resource (200 resources: 200 Event objects a
@@ -193,7 +192,7 @@ def refresh_one(namespace: str, name: str) -> float | None:
     body = k8s.get_icap(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         return None
-    if DIFFBASE_ANNOTATION not in (body.get("metadata", {}).get("annotations") or {}):
+    if not handled_by_kopf(body):
         # Kopf is still handling its creation (and retries it itself)
         return settings_mod.current().retry_seconds
     try:
@@ -257,11 +256,17 @@ def _deployment_needs_a_look(
     rollout progress the Deployment controller writes, several per rollout), is dropped there,
     never queued for a handler thread with its body (at 1,000 Deployments those queued bodies
     were the operator's peak memory)."""
+    obj = event.get("object") or {}
+    # every Deployment's latest version, for reconciles to read instead of the API
+    if event.get("type") == "DELETED":
+        objcache.deployments.drop(namespace, name)
+    else:
+        objcache.deployments.observe(obj)
     if not icap_targets.get((namespace, name)):
         return False
     if event.get("type") == "DELETED":
         return True
-    gen = (event.get("object") or {}).get("metadata", {}).get("generation")
+    gen = obj.get("metadata", {}).get("generation")
     return state.deployment_may_have_changed(namespace, name, gen)
 
 
@@ -291,7 +296,7 @@ def deployment_event(
         body = k8s.get_icap(namespace, icap_name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             continue
-        if DIFFBASE_ANNOTATION not in (body.get("metadata", {}).get("annotations") or {}):
+        if not handled_by_kopf(body):
             # Kopf has not finished handling this InferenceCapacity's creation: its own handler
             # reads the Deployment (and retries until it exists). Writing its status from here
             # now would make Kopf see an unhandled object again and re-run the creation.

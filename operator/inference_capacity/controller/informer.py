@@ -1,4 +1,5 @@
-"""Watch-fed caches of the cluster-wide Nodes and Pods that spare-GPU counting reads.
+"""Watch-fed caches of what reconciles read cluster-wide: the Nodes and Pods that spare-GPU
+counting reads, the PodDisruptionBudgets and HorizontalPodAutoscalers that the decision checks.
 
 A reconcile used to list every Node and every non-terminated Pod of the cluster (shared for
 ``nodes_ttl_seconds``). On a cluster with thousands of Pods each listing cost the API server a
@@ -96,6 +97,21 @@ class Informer:
             if not self._synced:
                 return None
             return any(predicate(obj) for obj in self._items.values())
+
+    def lookup(self, namespace: str, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(known, the cached object or None): known is False before the first complete list
+        and while the list is forbidden (then the caller reads the API)."""
+        with self._lock:
+            if not self._synced:
+                return False, None
+            return True, self._items.get(f"{namespace}/{name}")
+
+    def select(self, predicate: Callable[[Mapping[str, Any]], bool]) -> list[dict[str, Any]] | None:
+        """The cached objects satisfying ``predicate``; None when not known."""
+        with self._lock:
+            if not self._synced:
+                return None
+            return [obj for obj in self._items.values() if predicate(obj)]
 
     def synced(self) -> bool:
         with self._lock:

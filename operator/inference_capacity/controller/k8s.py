@@ -155,24 +155,29 @@ def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None
 
 
 def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    """The Deployment as the API server sends it (JSON, as Kopf's watch events carry it)."""
     try:
-        obj = client.AppsV1Api(api_client()).read_namespaced_deployment(name, namespace)
+        raw = client.AppsV1Api(api_client()).read_namespaced_deployment(
+            name, namespace, _preload_content=False
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    return _dict(obj)
+    return _json(raw)
 
 
 def patch_deployment(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    obj = client.AppsV1Api(api_client()).patch_namespaced_deployment(
+    """Patch (strategic merge); the Deployment as the API server returns it (JSON)."""
+    raw = client.AppsV1Api(api_client()).patch_namespaced_deployment(
         name,
         namespace,
         patch,
         field_manager=FIELD_MANAGER,
         _content_type="application/strategic-merge-patch+json",
+        _preload_content=False,
     )
-    return _dict(obj)
+    return _json(raw)
 
 
 def get_config_maps(namespace: str, names: list[str]) -> dict[str, dict[str, str]]:
@@ -222,6 +227,12 @@ def slim_pod(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _json(raw: Any) -> dict[str, Any]:
+    """An object answered without deserialisation (``_preload_content=False``: the urllib3
+    response, whatever the method's declared return type), as the API server's JSON."""
+    return cast(dict[str, Any], json.loads(raw.data))
+
+
 def _items(raw: Any) -> list[dict[str, Any]]:
     """``items`` of a list answered without deserialisation (``_preload_content=False`` gives
     the urllib3 response, whatever the method's declared return type)."""
@@ -232,43 +243,79 @@ def _items(raw: Any) -> list[dict[str, Any]]:
 #: the Pods that hold GPUs: not yet terminated
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
-_informers: list[Informer] = []
+
+def slim_pdb(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decision reads of a PodDisruptionBudget: its owners and its spec."""
+    meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "spec": {k: spec[k] for k in ("minAvailable", "maxUnavailable", "selector") if k in spec},
+    }
+
+
+def slim_hpa(h: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decision reads of a HorizontalPodAutoscaler: what it scales, from how many."""
+    meta, spec = h.get("metadata") or {}, h.get("spec") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": {k: spec[k] for k in ("scaleTargetRef", "minReplicas") if k in spec},
+    }
+
+
+_informers: dict[str, Informer] = {}
 
 
 def start_informers(wait_seconds: float = 10.0) -> None:
-    """Start the watch-fed Node and Pod caches (once) and wait, at most ``wait_seconds``, for
-    their first list, so the first reconciles read them instead of listing."""
+    """Start the watch-fed caches (once) and wait, at most ``wait_seconds``, for their first
+    list, so the first reconciles read them instead of the API: Nodes and live Pods (spare-GPU
+    counting), and, when the operator watches the whole cluster, PodDisruptionBudgets and
+    HorizontalPodAutoscalers (a namespace-scoped install reads those per reconcile)."""
     if not _informers:
-        api = client.CoreV1Api(api_client())
+        core = client.CoreV1Api(api_client())
         timeout = settings.current().watch_timeout
-        _informers.extend(
-            [
-                Informer("nodes", api.list_node, slim_node, watch_timeout=timeout),
-                Informer(
-                    "pods",
-                    api.list_pod_for_all_namespaces,
-                    slim_pod,
-                    field_selector=LIVE_PODS,
-                    watch_timeout=timeout,
-                ),
-            ]
+        _informers["nodes"] = Informer("nodes", core.list_node, slim_node, watch_timeout=timeout)
+        _informers["pods"] = Informer(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            slim_pod,
+            field_selector=LIVE_PODS,
+            watch_timeout=timeout,
         )
-        for informer in _informers:
+        if not settings.current().namespaces:
+            policy = client.PolicyV1Api(api_client())
+            hpas = client.AutoscalingV2Api(api_client())
+            _informers["poddisruptionbudgets"] = Informer(
+                "poddisruptionbudgets",
+                policy.list_pod_disruption_budget_for_all_namespaces,
+                slim_pdb,
+                watch_timeout=timeout,
+            )
+            _informers["horizontalpodautoscalers"] = Informer(
+                "horizontalpodautoscalers",
+                hpas.list_horizontal_pod_autoscaler_for_all_namespaces,
+                slim_hpa,
+                watch_timeout=timeout,
+            )
+        for informer in _informers.values():
             informer.start()
-    wait_tried(_informers, wait_seconds)
+    wait_tried(list(_informers.values()), wait_seconds)
 
 
 def stop_informers() -> None:
-    for informer in _informers:
+    for informer in _informers.values():
         informer.stop()
 
 
 def cached_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The Nodes and live Pods from the watch-fed caches, or None when they are not running or
     not (yet) synced (then :func:`list_nodes_and_pods` is the way)."""
-    if not _informers:
+    if "nodes" not in _informers:
         return None
-    nodes, pods = (i.snapshot() for i in _informers)
+    nodes, pods = (_informers[k].snapshot() for k in ("nodes", "pods"))
     if nodes is None or pods is None:
         return None
     return nodes, pods
@@ -277,7 +324,7 @@ def cached_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
 def any_scheduled_pod(namespace: str, match_labels: Mapping[str, str]) -> bool | None:
     """Whether a live Pod of the namespace with these labels is on a Node (so it may have
     printed something), from the watch-fed cache; None when that is not synced."""
-    if not _informers:
+    if "pods" not in _informers:
         return None
 
     def matches(pod: Mapping[str, Any]) -> bool:
@@ -287,7 +334,7 @@ def any_scheduled_pod(namespace: str, match_labels: Mapping[str, str]) -> bool |
         labels = meta.get("labels") or {}
         return all(labels.get(k) == v for k, v in match_labels.items())
 
-    return _informers[1].any(matches)
+    return _informers["pods"].any(matches)
 
 
 def list_nodes_and_pods() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
@@ -339,12 +386,33 @@ def _hpa_targets(namespace: str) -> dict[str, int]:
 
 
 def hpa_min_replicas(namespace: str, deployment: str) -> int | None:
-    """minReplicas of an HPA scaling this Deployment, if one exists."""
+    """minReplicas of an HPA scaling this Deployment, if one exists: from the watch-fed cache
+    when it has synced, else from a (briefly cached) listing of the namespace."""
+    informer = _informers.get("horizontalpodautoscalers")
+    cached = (
+        informer.select(lambda h: (h.get("metadata") or {}).get("namespace") == namespace)
+        if informer is not None
+        else None
+    )
+    if cached is not None:
+        return hpa_min_replicas_by_target(cached).get(deployment)
     return _hpa_targets(namespace).get(deployment)
 
 
 class ForeignObject(Exception):
     """An object the operator would write exists and is not owned by the resource at hand."""
+
+
+def read_pdb(namespace: str, name: str) -> dict[str, Any] | None:
+    """The PodDisruptionBudget (None: not found), from the watch-fed cache when it has synced,
+    else from the API. The cache may lag a moment: a create that meets an existing one (409)
+    reads it from the API (:func:`upsert_pdb`)."""
+    informer = _informers.get("poddisruptionbudgets")
+    if informer is not None:
+        known, obj = informer.lookup(namespace, name)
+        if known:
+            return obj
+    return get_pdb(namespace, name)
 
 
 def get_pdb(namespace: str, name: str) -> dict[str, Any] | None:
@@ -376,19 +444,21 @@ def upsert_pdb(
     ``current``: the PDB as this reconcile already read it (not read again)."""
     api = client.PolicyV1Api(api_client())
     name = body["metadata"]["name"]
-    cur = get_pdb(namespace, name) if isinstance(current, _NotRead) else current
+    cur = read_pdb(namespace, name) if isinstance(current, _NotRead) else current
     if cur is None:
         try:
             api.create_namespaced_pod_disruption_budget(
                 namespace, cast(Any, body), field_manager=FIELD_MANAGER
             )
+            return "created"
         except ApiException as exc2:
-            if exc2.status == 409:  # created by someone else meanwhile: not ours
-                raise ForeignObject(
-                    f"poddisruptionbudget/{name} appeared meanwhile; not changed"
-                ) from None
-            raise
-        return "created"
+            if exc2.status != 409:
+                raise
+        # it exists after all (created meanwhile, or a cache that lagged): read it, and change
+        # it only if it is this resource's
+        cur = get_pdb(namespace, name)
+        if cur is None:
+            raise ForeignObject(f"poddisruptionbudget/{name} appeared meanwhile; not changed")
     owners = cur.get("metadata", {}).get("ownerReferences") or []
     if not any(o.get("uid") == owner_uid for o in owners):
         raise ForeignObject(

@@ -31,7 +31,7 @@ from ..report import (
     startup_json,
 )
 from ..resolve import Resolved, ResolveError
-from . import k8s, metrics, models, observing, startup, state
+from . import k8s, metrics, models, objcache, observing, startup, state
 
 log = logging.getLogger("inference_capacity.reconcile")
 Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -203,7 +203,7 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
                 f"{ctx.ns}/{owner[1]} (the oldest that targets it); this one writes nothing "
                 "while that one exists",
             )
-    dep = k8s.get_deployment(ctx.ns, target)
+    dep = objcache.read_deployment(ctx.ns, target)
     if dep is None:
         # retried by the InferenceCapacity's handler (with backoff) until the Deployment exists,
         # and reconciled again by the Deployment's creation event
@@ -364,6 +364,7 @@ def _decide_and_write(
             fresh = k8s.get_deployment(ctx.ns, target)
             if fresh is None:
                 raise
+            objcache.deployments.observe(fresh)
             dep = fresh
             containers = dep["spec"]["template"]["spec"]["containers"]
             running = read_flags(containers[resolved.container_index or 0])
@@ -371,6 +372,7 @@ def _decide_and_write(
             snapshot = replace(snapshot, deployment=dep)
             ev = _evaluate(ctx, spec, snapshot, resolved, inp)
             continue
+        objcache.deployments.observe(patched)
         written = patched.get("metadata", {}).get("generation")
         if isinstance(written, int):
             state.set_generation(ctx.ns, target, written)
@@ -400,7 +402,7 @@ def _world(ctx: _Ctx, spec: Any, dep: Mapping[str, Any], hpa_min: int | None) ->
     if decision.owns_pdb(spec, hpa_min):
         if _pdb_written_recently(ctx) is None:
             # not written (so owned) by this resource a moment ago: read it
-            ctx.pdb = k8s.get_pdb(ctx.ns, ctx.name)
+            ctx.pdb = k8s.read_pdb(ctx.ns, ctx.name)
             foreign = decision.foreign_pdb(ctx.pdb, ctx.name, ctx.uid, KIND)
     return decision.World(
         deployment=dep,

@@ -59,6 +59,10 @@ class Bounded(Generic[K, V]):
             self._put(key, value)
             return value
 
+    def pop(self, key: K) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
     def pop_where(self, keep: Callable[[K], bool]) -> None:
         with self._lock:
             for key in [k for k in self._data if not keep(k)]:
