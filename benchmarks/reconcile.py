@@ -301,6 +301,29 @@ class Rig:
         self.client.close()  # type: ignore[no-untyped-call]
         self.server.stop()
 
+    def restart_operator(self) -> None:
+        """Stop the operator (if running) and start a fresh process with the same settings
+        (its own log and peak RSS), once it watches again."""
+        self.op.stop()
+        before = self._watch_marker()
+        self.op = OperatorProc(
+            self.op.base_env, self.op.log_path, self.env, self.op.profile
+        ).start()
+        self._wait_started(before)
+
+    def _watch_marker(self) -> Any:
+        return len(self.server.requests.filter(verb="watch"))
+
+    def _wait_started(self, before: Any) -> None:
+        def watching() -> bool:
+            if not self.op.alive():
+                raise RuntimeError(f"the operator exited:\n{self.op.log_tail()}")
+            watches = self.server.requests.filter(verb="watch")[before:]
+            return {PLURAL, "deployments"} <= {r.resource for r in watches}
+
+        wait_for(watching, timeout=60, interval=0.05, message="the operator's watches")
+        time.sleep(0.5)
+
     def _wait_watching(self) -> None:
         """The operator is up once it watches both InferenceCapacities and Deployments."""
 
@@ -603,6 +626,24 @@ class RealRig(Rig):
         wait_for(watching, timeout=90, interval=0.1, message="the operator's watches")
         time.sleep(0.5)
 
+    def _watch_marker(self) -> Any:
+        if self.proxy is not None:
+            return len(self.proxy.requests.filter(verb="watch"))
+        return self._watches()
+
+    def _wait_started(self, before: Any) -> None:
+        def watching() -> bool:
+            if not self.op.alive():
+                raise RuntimeError(f"the operator exited:\n{self.op.log_tail()}")
+            if self.proxy is not None:
+                watches = self.proxy.requests.filter(verb="watch")[before:]
+                return {PLURAL, "deployments"} <= {r.resource for r in watches}
+            now = self._watches()
+            return all(now[r] > before[r] for r in (PLURAL, "deployments"))
+
+        wait_for(watching, timeout=90, interval=0.1, message="the operator's watches")
+        time.sleep(0.5)
+
     def namespace(self, name: str) -> None:
         super().namespace(name)
         # the ServiceAccount admission plugin refuses pods until `default` exists
@@ -766,14 +807,45 @@ def wait_quiet(rig: Rig, quiet_for: float, timeout: float) -> float:
 MakeRig = Callable[[Path, Path | None], Rig]
 
 
+def populate(rig: Rig, n: int, namespaces: int, threads: int, timeout: float) -> None:
+    """N resident pairs (pods Pending on the real cluster), created and reconciled before a
+    measurement: the edits then run with a fleet of that size in the operator's memory."""
+    nss = [f"resident-{k}" for k in range(namespaces)]
+    for ns in nss:
+        rig.namespace(ns)
+    names = [(nss[i % namespaces], f"r{i:05d}") for i in range(n)]
+    objs = [o for ns, name in names for o in pair(ns, name, node_selector=rig.bulk_node_selector)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(rig.create, objs))
+
+    def reconciled(store: Any) -> bool:
+        return all(SEQS in container_args(store.get(DEP_KEY, ns, name)) for ns, name in names)
+
+    wait_for(
+        lambda: rig.read_store(reconciled),
+        timeout=timeout,
+        interval=0.5,
+        message=f"{n} resident pairs reconciled",
+    )
+
+
 def edit_latency(
-    make_rig: MakeRig, workdir: Path, edits: int, timeout: float, profile: Path | None
+    make_rig: MakeRig,
+    workdir: Path,
+    edits: int,
+    timeout: float,
+    profile: Path | None,
+    resident: int = 0,
+    namespaces: int = 4,
+    threads: int = 8,
 ) -> RunStats:
-    stats = RunStats(label="edits", n=edits)
+    stats = RunStats(label=f"edits@{resident}" if resident else "edits", n=edits)
     ns, name = "edit", "llama-8b"
     with make_rig(workdir, profile) as rig:
         stats.cluster, stats.counted = rig.kind, rig.counts_requests
         stats.setup_s = getattr(rig, "timings", {}).get("cluster start", 0.0)
+        if resident:
+            populate(rig, resident, namespaces, threads, timeout=max(600.0, resident * 0.6))
         stats.base_mb = proc_kb(rig.op.pid, "VmRSS") / 1024
         rig.namespace(ns)
         for obj in pair(ns, name, kv_policy=True):
@@ -854,8 +926,12 @@ def bulk(
     timeout: float,
     profile: Path | None,
     node_selector: dict[str, str] | None = None,
+    drain: bool = False,
 ) -> RunStats:
-    stats = RunStats(label=f"bulk {n}", n=n)
+    """N pairs created at once with the operator running; or, with ``drain``, created while
+    it is stopped, then the operator started: the backlog after a restart (the window then
+    starts at the operator's start, its boot and first lists included)."""
+    stats = RunStats(label=f"drain {n}" if drain else f"bulk {n}", n=n)
     nss = [f"bulk-{k}" for k in range(namespaces)]
     objs = [
         o
@@ -885,17 +961,30 @@ def bulk(
                         status += 1
             return flags, status
 
-        cpu = CpuWindow(rig)
-        t0 = time.monotonic()
         created = threading.Event()
 
         def create_all() -> None:
+            t_c = time.monotonic()
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(rig.create, objs))
-            stats.create_s = time.monotonic() - t0
+            stats.create_s = time.monotonic() - t_c
             created.set()
 
-        creator = threading.Thread(target=create_all, name="creator", daemon=True)
+        if drain:
+            rig.op.stop()
+            create_all()
+            req0 = len(rig.operator_requests())
+            t0 = time.monotonic()
+            rig.restart_operator()
+            stats.base_mb = proc_kb(rig.op.pid, "VmRSS") / 1024
+            cpu = CpuWindow(rig)
+            # the operator's CPU from its start (its boot and first lists are in the window)
+            cpu.op0, cpu.threads0 = 0.0, {}
+            creator = threading.Thread(target=lambda: None)
+        else:
+            cpu = CpuWindow(rig)
+            t0 = time.monotonic()
+            creator = threading.Thread(target=create_all, name="creator", daemon=True)
         creator.start()
         last = (0, 0)
         while time.monotonic() - t0 < timeout:
@@ -969,9 +1058,11 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
     print("-" * (w + (vw + 1) * len(modes) + 10))
     edit_of = {m: results[m][0] for m in modes}
     if any(e is not None for e in edit_of.values()):
+        resident = {e.label.partition("@")[2] for e in edit_of.values() if e is not None} - {""}
+        resident_note = f", {resident.pop()} resident" if resident else ""
         p50 = {m: pct(e.latencies, 0.5) if e else float("nan") for m, e in edit_of.items()}
         row(
-            f"edit → Deployment flags, p50 ({edits} edits)",
+            f"edit → Deployment flags, p50 ({edits} edits{resident_note})",
             [cell(fmt(p50[m]), p50[m] < TARGET_P50_S) for m in modes],
             "< 1 s",
         )
@@ -1072,7 +1163,7 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
             print(f"  {r.label:<10} {parts}")
     for r in all_runs:
         print()
-        unit = "edit" if r.label == "edits" else "object"
+        unit = "edit" if r.label.startswith("edits") else "object"
         print(f"operator requests, {COLUMNS[r.cluster]} {r.label} run (per {unit}):")
         if not r.counted:
             print("  not counted (the operator talks to the kube-apiserver directly; --proxy)")
@@ -1134,6 +1225,19 @@ def main(argv: list[str] | None = None) -> int:
         help="keep operator logs here (default: a temporary directory)",
     )
     ap.add_argument("--skip-edits", action="store_true")
+    ap.add_argument(
+        "--resident",
+        type=int,
+        default=0,
+        help="edit run: this many other pairs created and reconciled first, resident during "
+        "the edits (default 0)",
+    )
+    ap.add_argument(
+        "--drain",
+        action="store_true",
+        help="bulk runs: create the N pairs while the operator is stopped, then start it (the "
+        "backlog after a restart; timed from the operator's start)",
+    )
     a = ap.parse_args(argv)
     sizes = [20] if a.quick else [int(s) for s in a.sizes.split(",") if s.strip()]
     edits = 5 if a.quick else a.edits
@@ -1192,6 +1296,9 @@ def main(argv: list[str] | None = None) -> int:
                         edits,
                         30.0,
                         prof(mode, "edits"),
+                        a.resident,
+                        a.namespaces,
+                        a.threads,
                     ),
                 )
             runs: list[RunStats | None] = []
@@ -1212,6 +1319,7 @@ def main(argv: list[str] | None = None) -> int:
                             a.timeout,
                             prof(mode, f"bulk-{n}"),
                             selector,
+                            a.drain,
                         ),
                     )
                 )

@@ -62,12 +62,21 @@ def publish_plan(namespace: str, name: str, plan: Plan) -> None:
 
 def forget(namespace: str, name: str) -> None:
     """Drop the per-resource series of a deleted InferenceCapacity."""
-    for g in (MAX_CONCURRENCY, DESIRED_REPLICAS, KV_TOKENS, PREDICTED_BLOCKS, OBSERVED_BLOCKS):
+    per_resource = (
+        RECONCILES,
+        PATCHES_APPLIED,
+        MAX_CONCURRENCY,
+        DESIRED_REPLICAS,
+        KV_TOKENS,
+        PREDICTED_BLOCKS,
+        OBSERVED_BLOCKS,
+    )
+    for g in per_resource:
         try:
             g.remove(namespace, name)
         except KeyError:
             pass
-    for labelled in (LEDGER_BYTES, KV_TOKENS_BY_SOURCE, PREDICTION_ERROR):
+    for labelled in (LEDGER_BYTES, KV_TOKENS_BY_SOURCE, PREDICTION_ERROR, PATCHES_REFUSED):
         for labels in list(labelled._metrics):  # noqa: SLF001 - prometheus_client has no API
             if labels[0] == namespace and labels[1] == name:
                 labelled.remove(*labels)
