@@ -15,6 +15,9 @@ from ..settings import Settings, configure
 
 def run_operator(config: Settings) -> int:
     """Run Kopf with ``config`` (the environment's settings and the flags of ``run``)."""
+    from .allocator import tune
+
+    tune()  # before any thread allocates (see allocator)
     configure(config)
     from . import k8s
 
