@@ -18,6 +18,8 @@ last-applied annotation, which nothing here reads: at 10,000 Deployments about 3
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +30,11 @@ from .state import MAX_ENTRIES, Bounded
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
 Key = tuple[str, str]
+
+#: how long a reconcile whose patch met a newer version (409) waits for the watch to bring that
+#: version before it reads the API: on a fresh Deployment the controller's first status write
+#: is usually the conflict, and its event is a moment away
+CONFLICT_WAIT_SECONDS = 1.0
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -55,6 +62,7 @@ class LatestSeen:
 
     def __init__(self, limit: int = MAX_ENTRIES) -> None:
         self._items: Bounded[Key, tuple[int | None, bytes]] = Bounded(limit)
+        self._changed = threading.Condition()
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> Key | None:
@@ -67,11 +75,35 @@ class LatestSeen:
         key = self._key(obj)
         if key is None:
             return
-        version = _version(obj)
-        held = self._items.get(key)
-        if held is not None and held[0] is not None and version is not None and version < held[0]:
-            return  # an event older than a patch response already held
-        self._items.set(key, (version, compact(obj)))
+        version, data = _version(obj), compact(obj)
+        with self._changed:
+            held = self._items.get(key)
+            if held is not None and held[0] is not None and version is not None:
+                if version < held[0]:
+                    return  # an event older than a patch response already held
+            self._items.set(key, (version, data))
+            self._changed.notify_all()
+
+    def newer_than(
+        self, namespace: str, name: str, resource_version: Any, timeout: float
+    ) -> dict[str, Any] | None:
+        """A version newer than ``resource_version`` as soon as one is held (waiting at most
+        ``timeout`` seconds for the watch to bring it); None: none came (read the API)."""
+        try:
+            floor = int(str(resource_version))
+        except ValueError:
+            return None
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                held = self._items.get((namespace, name))
+                if held is not None and held[0] is not None and held[0] > floor:
+                    out: dict[str, Any] = json.loads(held[1])
+                    return out
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
 
     def drop(self, namespace: str, name: str) -> None:
         self._items.pop((namespace, name))

@@ -361,10 +361,15 @@ def _decide_and_write(
             log.info(
                 "conflict patching %s/%s (attempt %d); re-reading", ctx.ns, target, attempt + 1
             )
-            fresh = k8s.get_deployment(ctx.ns, target)
+            # the newer version from the watch when it comes within a moment, else the API
+            fresh = objcache.deployments.newer_than(
+                ctx.ns, target, dep["metadata"]["resourceVersion"], objcache.CONFLICT_WAIT_SECONDS
+            )
             if fresh is None:
-                raise
-            objcache.deployments.observe(fresh)
+                fresh = k8s.get_deployment(ctx.ns, target)
+                if fresh is None:
+                    raise
+                objcache.deployments.observe(fresh)
             dep = fresh
             containers = dep["spec"]["template"]["spec"]["containers"]
             running = read_flags(containers[resolved.container_index or 0])
