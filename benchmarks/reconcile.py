@@ -126,6 +126,13 @@ def _dump():
     if stats is not None:
         stats.dump_stats(out)
 atexit.register(_dump)
+# the operator ends with os._exit (controller/main.py), which runs no atexit hook
+import os
+_real_exit = os._exit
+def _exit(code):
+    _dump()
+    _real_exit(code)
+os._exit = _exit
 main = cProfile.Profile()
 profiles.append(main)
 main.enable()

@@ -381,6 +381,13 @@ def test_the_status_is_written_through_the_status_models() -> None:
         status_document({**written, "surprise": 1})
     with pytest.raises(StatusContractError, match="status.observedGeneration"):
         status_document({**written, "observedGeneration": "three"})
+    # inside a list (replaced whole by the merge patch) a null deletes nothing, and the API
+    # server prunes a null of a non-nullable field: it is not written, so what is written is
+    # what the server keeps (Kopf compares the two after each patch and warned on every write)
+    host = {"kind": "host", "resource": "host", "atRisk": False, "flag": "f", "detail": "d"}
+    gpu = {**host, "kind": "load", "resource": "gpu", "marginBytes": 5}
+    again = status_document({**written, "risks": [{**host, "marginBytes": None}, gpu]})
+    assert again["risks"] == [host, gpu]
 
 
 def test_an_hpa_in_the_input_takes_replicas_away_from_the_patch(tmp_path: Path) -> None:

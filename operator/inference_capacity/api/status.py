@@ -559,21 +559,23 @@ class StatusContractError(ValueError):
     """What the operator was about to write is not what the status models describe (a bug)."""
 
 
-def _shaped(raw: Any, out: Any, path: str, drift: list[str]) -> Any:
+def _shaped(raw: Any, out: Any, path: str, drift: list[str], in_list: bool = False) -> Any:
     """``out`` (the models' dump) with exactly the keys ``raw`` has (a null in ``raw`` deletes
     that key in the merge patch, so it stays); what ``raw`` has and the models do not, or a value
-    they would change, goes to ``drift``."""
+    they would change, goes to ``drift``. Inside a list (replaced whole by a merge patch) a null
+    deletes nothing and the API server prunes it (a non-nullable field), so it is left out: the
+    object written is then the object the server keeps."""
     if isinstance(raw, Mapping) and isinstance(out, Mapping):
         shaped = {}
         for k, v in raw.items():
             if k not in out:
                 drift.append(f"{path}.{k}: not in the status models")
-            else:
-                shaped[k] = _shaped(v, out[k], f"{path}.{k}", drift)
+            elif not (in_list and v is None):
+                shaped[k] = _shaped(v, out[k], f"{path}.{k}", drift, in_list)
         return shaped
     if isinstance(raw, list) and isinstance(out, list) and len(raw) == len(out):
         return [
-            _shaped(a, b, f"{path}[{i}]", drift)
+            _shaped(a, b, f"{path}[{i}]", drift, True)
             for i, (a, b) in enumerate(zip(raw, out, strict=True))
         ]
     if raw != out:
