@@ -33,9 +33,9 @@ _api: client.ApiClient | None = None
 
 class CivilRESTClient(rest.RESTClientObject):
     """The ``kubernetes`` client's REST layer with the operator's manners: every request takes a
-    token from ``bucket`` first (QPS and burst over all threads), and a response ``policy``
-    retries (429; 5xx with Retry-After) is sent again after the wait it names, up to its
-    limit; the last response is then returned as it came, so the API method raises its
+    token from ``bucket`` first (QPS and burst over all threads), and a request whose answer
+    ``policy`` retries (429; 5xx with Retry-After) is sent again after the wait it names, up to
+    its limit; the last answer is then returned as it came, so the API method raises its
     ``ApiException`` as usual.
 
     A retry is decided on the status line and headers, before any of the body is read: a watch
