@@ -148,6 +148,8 @@ CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "ClusterKopfPeering",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
 }
 
 
@@ -246,6 +248,8 @@ def assert_installed(api: KubeAPI, docs: Sequence[Doc], apply_output: str) -> No
             if sent["kind"] in ("ClusterRoleBinding", "RoleBinding"):
                 assert back["roleRef"] == sent["roleRef"]
                 assert back["subjects"] == sent["subjects"]
+            if sent["kind"] in ("FlowSchema", "PriorityLevelConfiguration"):
+                assert back["spec"] == sent["spec"], f"{sent['kind']} spec changed"
     # The CRD is served: its short name resolves through discovery and lists (the shared cluster
     # may hold other tests' objects, so not necessarily none).
     listing = api.kubectl("get", "icap", "-A")

@@ -43,6 +43,17 @@ NON_DEFAULT: list[dict[str, Any]] = [
     },
     {"rbac": {"create": False}},
     {"global": {"imageRegistry": "mirror.example.com"}},  # what a parent chart passes down
+    {
+        "flowControl": {
+            "matchingPrecedence": 500,
+            "distinguisher": "ByUser",
+            "nominalConcurrencyShares": 30,
+            "lendablePercent": 0,
+            "borrowingLimitPercent": None,
+            "queuing": {"queues": 64, "handSize": 8, "queueLengthLimit": 100},
+        }
+    },
+    {"flowControl": {"enabled": False}},
 ]
 
 
@@ -111,6 +122,13 @@ def test_chart_metadata_and_crds_as_helm_loads_them() -> None:
         ({"securityContext": {"allowPrivilegeEscalation": True}}, "/securityContext"),
         ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext"),
         ({"rbac": {"clusterWide": True}}, "/rbac"),
+        ({"flowControl": {"distinguisher": "ByPod"}}, "/flowControl/distinguisher"),
+        ({"flowControl": {"matchingPrecedence": 0}}, "/flowControl/matchingPrecedence"),
+        ({"flowControl": {"matchingPrecedence": 10001}}, "/flowControl/matchingPrecedence"),
+        ({"flowControl": {"nominalConcurrencyShares": 0}}, "/flowControl/nominalConcurrency"),
+        ({"flowControl": {"lendablePercent": 101}}, "/flowControl/lendablePercent"),
+        ({"flowControl": {"queuing": {"queues": 0}}}, "/flowControl/queuing/queues"),
+        ({"flowControl": {"queuing": {"size": 4}}}, "/flowControl/queuing"),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
@@ -140,6 +158,8 @@ def test_default_render_is_a_cluster_wide_standalone_install() -> None:
             ("ClusterRoleBinding", FULLNAME),
             ("Deployment", FULLNAME),
             ("Service", f"{FULLNAME}-metrics"),
+            ("PriorityLevelConfiguration", FULLNAME),
+            ("FlowSchema", FULLNAME),
         ]
     )
     deployment = one(docs, "Deployment")
@@ -423,6 +443,71 @@ def test_release_name_and_namespace_flow_into_names_and_subjects() -> None:
         "app.kubernetes.io/name": "inference-capacity",
         "app.kubernetes.io/instance": "prod",
     }
+
+
+def test_flow_control_puts_the_service_account_in_a_level_of_its_own() -> None:
+    docs = chart_docs()
+    level, schema = one(docs, "PriorityLevelConfiguration"), one(docs, "FlowSchema")
+    assert level["spec"] == {
+        "type": "Limited",
+        "limited": {
+            "nominalConcurrencyShares": 10,
+            "lendablePercent": 50,
+            "borrowingLimitPercent": 100,
+            "limitResponse": {
+                "type": "Queue",
+                "queuing": {"queues": 16, "handSize": 4, "queueLengthLimit": 50},
+            },
+        },
+    }
+    spec = schema["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": level["metadata"]["name"]}
+    assert spec["matchingPrecedence"] == 850
+    assert spec["distinguisherMethod"] == {"type": "ByNamespace"}
+    binding = one(docs, "ClusterRoleBinding")["subjects"][0]
+    (rule,) = spec["rules"]
+    assert rule["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "serviceAccount": {"name": binding["name"], "namespace": binding["namespace"]},
+        }
+    ]
+    # every request of that ServiceAccount: any resource, verb and scope, and non-resource URLs
+    assert rule["resourceRules"] == [
+        {
+            "verbs": ["*"],
+            "apiGroups": ["*"],
+            "resources": ["*"],
+            "clusterScope": True,
+            "namespaces": ["*"],
+        }
+    ]
+    assert rule["nonResourceRules"] == [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+
+
+def test_flow_control_values_names_and_toggle() -> None:
+    docs = chart_docs(NON_DEFAULT[-2], release="prod", namespace="ops")
+    level, schema = one(docs, "PriorityLevelConfiguration"), one(docs, "FlowSchema")
+    assert level["metadata"]["name"] == schema["metadata"]["name"] == "prod-inference-capacity"
+    limited = level["spec"]["limited"]
+    assert "borrowingLimitPercent" not in limited  # null: no limit
+    assert (limited["nominalConcurrencyShares"], limited["lendablePercent"]) == (30, 0)
+    assert limited["limitResponse"]["queuing"] == {
+        "queues": 64,
+        "handSize": 8,
+        "queueLengthLimit": 100,
+    }
+    assert schema["spec"]["matchingPrecedence"] == 500
+    assert schema["spec"]["distinguisherMethod"] == {"type": "ByUser"}
+    subject = schema["spec"]["rules"][0]["subjects"][0]["serviceAccount"]
+    assert subject == {"name": "prod-inference-capacity", "namespace": "ops"}
+    mine = chart_docs({"serviceAccount": {"create": False, "name": "mine"}})
+    assert one(mine, "FlowSchema")["spec"]["rules"][0]["subjects"][0]["serviceAccount"] == {
+        "name": "mine",
+        "namespace": NAMESPACE,
+    }
+    off = chart_docs({"flowControl": {"enabled": False}})
+    assert not find(off, "FlowSchema") and not find(off, "PriorityLevelConfiguration")
 
 
 def test_notes_describe_the_mode() -> None:

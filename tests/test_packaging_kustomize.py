@@ -24,9 +24,13 @@ def test_every_overlay_and_component_is_covered() -> None:
     on_disk = sorted(p.name for p in (MANIFESTS / "overlays").iterdir() if p.is_dir())
     assert on_disk == sorted(OVERLAYS)
     components = sorted(p.name for p in (MANIFESTS / "components").iterdir() if p.is_dir())
-    assert components == ["dashboard", "peering", "servicemonitor"]
+    assert components == ["dashboard", "flowcontrol", "peering", "servicemonitor"]
     ha = (MANIFESTS / "overlays" / "cluster-wide-ha" / "kustomization.yaml").read_text()
     assert all(f"../../components/{c}" in ha for c in components)
+    for overlay in OVERLAYS:  # every install gets its own API Priority and Fairness level
+        docs = kustomize_docs(f"overlays/{overlay}")
+        assert {d["metadata"]["name"] for d in find(docs, "FlowSchema")} == {"inference-capacity"}
+        assert len(find(docs, "PriorityLevelConfiguration")) == 1
 
 
 @pytest.mark.parametrize("path", ["base", *(f"overlays/{o}" for o in OVERLAYS)])
@@ -42,6 +46,7 @@ def test_renders_with_namespaced_objects_in_the_operator_namespace(path: str) ->
         "Deployment",
         "Service",
     } <= kinds
+    assert path == "base" or {"FlowSchema", "PriorityLevelConfiguration"} <= kinds
     assert {d["metadata"]["name"] for d in find(docs, "CustomResourceDefinition")} == {
         ICAP_CRD,
         "kopfpeerings.kopf.dev",
@@ -63,6 +68,15 @@ def test_renders_with_namespaced_objects_in_the_operator_namespace(path: str) ->
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "inference-capacity", "namespace": NAMESPACE}
         ]
+    for schema in find(docs, "FlowSchema"):  # the same ServiceAccount the bindings name
+        assert [r["subjects"] for r in schema["spec"]["rules"]] == [
+            [
+                {
+                    "kind": "ServiceAccount",
+                    "serviceAccount": {"name": "inference-capacity", "namespace": NAMESPACE},
+                }
+            ]
+        ]
     deployment = one(docs, "Deployment")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"] == {
@@ -73,8 +87,11 @@ def test_renders_with_namespaced_objects_in_the_operator_namespace(path: str) ->
     assert container(docs)["image"] == "ghcr.io/inference-capacity/inference-capacity:0.1.0"
 
 
-def test_cluster_wide_is_the_base() -> None:
-    assert kustomize_docs("overlays/cluster-wide") == kustomize_docs("base")
+def test_cluster_wide_is_the_base_with_flow_control() -> None:
+    flow = ("FlowSchema", "PriorityLevelConfiguration")
+    overlay = kustomize_docs("overlays/cluster-wide")
+    assert [d for d in overlay if d["kind"] not in flow] == kustomize_docs("base")
+    assert sorted(d["kind"] for d in overlay if d["kind"] in flow) == sorted(flow)
     args = container(kustomize_docs("base"))["args"]
     assert "--standalone" in args and not any(a.startswith("--namespace") for a in args)
 

@@ -10,12 +10,15 @@ operator does not start on a setting it would have to guess).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 PREFIX = "INFERENCE_CAPACITY_"
+#: settings that must be above zero (a rate, a bucket, a cap of 0 would stop every request)
+POSITIVE = ("api_qps", "api_burst", "api_retry_after_max_seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,16 @@ class Settings:
     peering_lifetime: int = 60
     #: after SIGTERM the operator kills itself if a graceful exit takes longer (seconds)
     exit_timeout_seconds: float = 20.0
+    # --- the operator's own Kubernetes client (controller/k8s.py, controller/throttle.py) ---
+    #: requests a second, on average, over all threads (a token bucket; Kopf's own client is
+    #: not limited by it: docs/install.md "API server load")
+    api_qps: float = 100.0
+    #: requests sent at once before the average applies (the bucket's size)
+    api_burst: int = 200
+    #: retries of one request answered 429 (or 5xx with Retry-After); 0: none
+    api_retries: int = 10
+    #: the longest single wait for a retry (seconds): a larger Retry-After is cut to it
+    api_retry_after_max_seconds: float = 60.0
     # --- the decision (decision.py) ----------------------------------------------------------
     #: pod-template stabilization window when spec.policy.stabilizationWindowSeconds is null
     stabilization_seconds: float = 300.0
@@ -121,6 +134,10 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"{env_name(f.name)} must be >= 0, got {value}")
+        for name in POSITIVE:
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{env_name(name)} must be a finite number > 0, got {value}")
 
 
 def env_name(field_name: str) -> str:

@@ -9,16 +9,19 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client import ApiException
+from kubernetes.client import ApiException, rest
+from urllib3.util.retry import Retry
 
 from .. import settings
 from ..api import GROUP, VERSION
 from ..decision import hpa_min_replicas_by_target
+from . import metrics
 from .informer import Informer, wait_tried
+from .throttle import RetryPolicy, TokenBucket
 
 PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"
@@ -26,6 +29,136 @@ log = logging.getLogger("inference_capacity.k8s")
 
 _lock = threading.Lock()
 _api: client.ApiClient | None = None
+
+
+class CivilRESTClient(rest.RESTClientObject):
+    """The ``kubernetes`` client's REST layer with the operator's manners: every request takes a
+    token from ``bucket`` first (QPS and burst over all threads), and a request whose answer
+    ``policy`` retries (429; 5xx with Retry-After) is sent again after the wait it names, up to
+    its limit; the last answer is then returned as it came, so the API method raises its
+    ``ApiException`` as usual.
+
+    A retry is decided on the status line and headers, before any of the body is read: a watch
+    or a log (``_preload_content=False``) is retried only when its first answer is such a
+    status; what goes wrong later in the stream is the reader's to handle.
+
+    urllib3 is left only its connection retries: its own status retries (``Retry`` with
+    ``respect_retry_after_header`` retries 413/429/503 that carry Retry-After on idempotent
+    methods, urllib3 ``Retry.is_retry``) would run underneath, unseen by this policy."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        bucket: TokenBucket,
+        policy: RetryPolicy,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(configuration)
+        self.bucket = bucket
+        self.policy = policy
+        self._sleep = sleep
+        # the pools are made on first use, with these keywords (urllib3 PoolManager)
+        self.pool_manager.connection_pool_kw["retries"] = connection_retries_only(
+            configuration.retries
+        )
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, Any] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> rest.RESTResponse:
+        retries = 0
+        while True:
+            waited = self.bucket.acquire()
+            if waited > 0:
+                metrics.API_THROTTLE_SECONDS.inc(waited)
+            response: rest.RESTResponse = super().request(  # type: ignore[no-untyped-call]
+                method,
+                url,
+                # a fresh copy per attempt: the parent edits it (Content-Type) in place
+                headers=dict(headers) if headers is not None else None,
+                body=body,
+                post_params=post_params,
+                _request_timeout=_request_timeout,
+            )
+            wait = self.policy.wait(response.status, response.headers, retries)
+            if wait is None:
+                if retries and response.status in (429, *range(500, 600)):
+                    log.warning(
+                        "%s %s: still %s after %d retries; giving up",
+                        method,
+                        url.split("?", 1)[0],
+                        response.status,
+                        retries,
+                    )
+                return response
+            metrics.API_RETRIES.labels(str(response.status)).inc()
+            log.debug(
+                "%s %s: %s; retry %d in %.1fs",
+                method,
+                url.split("?", 1)[0],
+                response.status,
+                retries + 1,
+                wait,
+            )
+            _discard(response)
+            self._sleep(wait)
+            retries += 1
+
+
+def connection_retries_only(retries: Any) -> Retry | bool:
+    """urllib3 retries as the configuration gives them (None: urllib3's default), without any
+    retry on a status or a Retry-After."""
+    if retries is False:
+        return False
+    base = retries if isinstance(retries, Retry) else Retry.from_int(retries)
+    return base.new(status=0, status_forcelist=(), respect_retry_after_header=False)
+
+
+def _discard(response: rest.RESTResponse) -> None:
+    """Read off and release a response that is answered with a retry (its connection is then
+    reused; a body that cannot be read closes it)."""
+    raw = response.response
+    try:
+        raw.drain_conn()
+    finally:
+        raw.release_conn()
+
+
+_bucket: TokenBucket | None = None
+_bucket_lock = threading.Lock()
+
+
+def shared_bucket() -> TokenBucket:
+    """The one token bucket of every client this module makes (from the settings, once)."""
+    global _bucket
+    with _bucket_lock:
+        if _bucket is None:
+            s = settings.current()
+            _bucket = TokenBucket(s.api_qps, s.api_burst)
+        return _bucket
+
+
+def retry_policy() -> RetryPolicy:
+    s = settings.current()
+    return RetryPolicy(max_retries=s.api_retries, max_wait_seconds=s.api_retry_after_max_seconds)
+
+
+def new_api_client(
+    configuration: client.Configuration | None = None, bucket: TokenBucket | None = None
+) -> client.ApiClient:
+    """An ``ApiClient`` whose REST layer is a :class:`CivilRESTClient` (the shared bucket and
+    the settings' retry policy unless given). ``ApiClient.__init__`` makes its ``rest_client``
+    from the configuration (kubernetes/client/api_client.py); it is replaced before any
+    request, with the same configuration."""
+    api = client.ApiClient(configuration)
+    api.rest_client.close()
+    api.rest_client = CivilRESTClient(api.configuration, bucket or shared_bucket(), retry_policy())
+    return api
 
 
 def api_client() -> client.ApiClient:
@@ -37,7 +170,7 @@ def api_client() -> client.ApiClient:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
                 config.load_kube_config()  # type: ignore[no-untyped-call]
-            _api = client.ApiClient()
+            _api = new_api_client()
         return _api
 
 
@@ -64,7 +197,7 @@ def preflight(timeout: float = 5.0) -> str:
                 f"kubeconfig {kubeconfig}: {first}"
             ) from None
         where = f"kubeconfig {kubeconfig}"
-    api = client.ApiClient()
+    api = new_api_client()
     host = api.configuration.host
     try:
         client.VersionApi(api).get_code(_request_timeout=timeout)

@@ -45,6 +45,16 @@ PREDICTION_ERROR = Gauge(
     "(predicted - observed) / observed x 100 per startup term (vLLM's own startup lines)",
     (*_L, "term"),
 )
+API_THROTTLE_SECONDS = Counter(
+    "inference_capacity_api_throttle_seconds_total",
+    "Seconds the operator's Kubernetes requests waited for the client-side rate limit "
+    "(INFERENCE_CAPACITY_API_QPS / _API_BURST)",
+)
+API_RETRIES = Counter(
+    "inference_capacity_api_retries_total",
+    "Kubernetes requests sent again after a 429 (or a 5xx with Retry-After), by that status",
+    ("code",),
+)
 LEDGER_BYTES = Gauge(
     "inference_capacity_ledger_bytes", "Ledger item bytes per rank", (*_L, "rank", "item")
 )
