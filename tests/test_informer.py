@@ -36,13 +36,17 @@ def namespace(real_kube: RealKubeAPI) -> Iterator[str]:
         real_kube.delete_namespaces([ns])
 
 
-def _pod(ns: str, name: str, gpus: int) -> dict[str, Any]:
+def _pod(ns: str, name: str, gpus: int, node: str | None = None) -> dict[str, Any]:
+    """A Pod on ``node`` (bound at creation), or Pending on no Node when ``node`` is None."""
+    placement: dict[str, Any] = (
+        {"nodeName": node} if node else {"nodeSelector": {"pool": "no-such-pool"}}
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": {"app": "vllm"}},
         "spec": {
-            "nodeSelector": {"pool": "no-such-pool"},  # Pending: live, on no Node
+            **placement,
             "containers": [
                 {
                     "name": "vllm",
@@ -77,9 +81,20 @@ def test_pods_and_nodes_arrive_change_and_go_through_the_watch(
         gpu_nodes = [n for n in listed if "nvidia.com/gpu" in n["status"]["allocatable"]]
         assert gpu_nodes and set(gpu_nodes[0]) == {"metadata", "spec", "status"}
         assert "managedFields" not in gpu_nodes[0]["metadata"]
-        # a Pod created after the list arrives by the watch, with its GPU request
-        real_kube.apply(_pod(namespace, "a", 2))
+        view = pods.snapshot()
+        assert view is not None and pods.snapshot() is view  # unchanged: one list, no copies
+        # a Pending Pod on no Node holds no GPU: the server's field selector leaves it out
+        real_kube.apply(_pod(namespace, "pending", 2))
+        # a Pod created after the list on a Node arrives by the watch, with its GPU request
+        node = next(
+            n["metadata"]["name"]
+            for n in real_kube.get_json("nodes")["items"]
+            if "nvidia.com/gpu" in n["status"].get("allocatable", {})
+        )
+        real_kube.apply(_pod(namespace, "a", 2, node))
         got = wait_for(lambda: _in(pods, namespace), timeout=60, message="pod a in the cache")
+        assert [p["spec"].get("nodeName") for p in got] == [node]  # "a", not "pending"
+        assert pods.snapshot() is not view  # changed: a new list
         limits = got[0]["spec"]["containers"][0]["resources"]["limits"]
         assert limits == {"nvidia.com/gpu": "2"}
         assert got[0]["metadata"]["labels"] == {"app": "vllm"}
@@ -101,11 +116,12 @@ def test_an_expired_watch_lists_again_and_misses_nothing(
     try:
         pods.start()
         assert wait_tried([pods], 60)
-        real_kube.apply(_pod(namespace, "before", 1))
+        node = next(n["metadata"]["name"] for n in real_kube.get_json("nodes")["items"])
+        real_kube.apply(_pod(namespace, "before", 1, node))
         wait_for(lambda: _in(pods, namespace), timeout=60, message="pod before")
         # every resourceVersion seen so far is now too old: the resumed watch gets 410 Gone
         assert real_kube.faults.expire() >= 1
-        real_kube.apply(_pod(namespace, "after", 1))
+        real_kube.apply(_pod(namespace, "after", 1, node))
         wait_for(lambda: pods.lists >= 2, timeout=90, message="a second list after 410")
         wait_for(lambda: len(_in(pods, namespace)) == 2, timeout=60, message="both pods")
     finally:

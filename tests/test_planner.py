@@ -457,3 +457,21 @@ def test_plans_on_several_threads_equal_the_same_plans_made_one_by_one() -> None
             concurrent = list(pool.map(one, inputs))
         assert concurrent == serial
     assert len(set(serial)) > len(inputs) // 2  # the inputs give different plans
+
+
+def test_planned_gives_the_plan_of_an_equal_input_once() -> None:
+    from inference_capacity.planner import planned
+
+    a = PlanInput(model=LLAMA8B, gpu=H100, engine=ENGINE, workload=workload(peak=300))
+    b = PlanInput(model=LLAMA8B, gpu=H100, engine=ENGINE, workload=workload(peak=300))
+    assert a == b and a is not b
+    first = planned(a)
+    assert planned(b) is first  # an equal input: the plan made once
+    fresh = make_plan(b)  # what a plan of its own gives, field by field
+    assert first.recommendation == fresh.recommendation
+    assert first.ledger == fresh.ledger and first.prediction == fresh.prediction
+    assert first.latency == fresh.latency
+    # another input is planned for itself
+    c = replace(a, workload=workload(peak=900))
+    assert planned(c) is not first
+    assert planned(c).recommendation.rollout.replicas > first.recommendation.rollout.replicas

@@ -36,6 +36,25 @@ JUSTIFIED_UNUSED = {
         "get",
     ): "read-your-status for kubectl-style tooling; the operator reads the main resource",
     ("", "events", "patch"): "Kopf aggregates repeated events by patching their count",
+    (
+        "capacity.inference.dev",
+        "inferencecapacities",
+        "patch",
+    ): "Kopf keeps its state in the status now (controller/diffbase.py); it still removes the "
+    "finalizer that versions before the refresh loop put on every resource (a metadata patch, "
+    "only on resources those versions created)",
+    (
+        "policy",
+        "poddisruptionbudgets",
+        "get",
+    ): "PDBs come from the watch-fed cache; read only when a create meets an existing one "
+    "(409: created meanwhile, or a cache that lagged), or when the cache is not synced",
+    (
+        "apps",
+        "deployments",
+        "get",
+    ): "Deployments come from the versions the watch carries (controller/objcache.py); read "
+    "only when the watch has not shown one yet, or after a conflict it did not answer in 1 s",
 }
 
 

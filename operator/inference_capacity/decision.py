@@ -28,7 +28,7 @@ from .decide import (
     template_hold,
 )
 from .patching import REMOVED, DeploymentChange, build_change
-from .planner import Plan, PlanInput, make_plan
+from .planner import Plan, PlanInput, planned
 from .resolve import Resolved
 from .risks import (
     MemoryStep,
@@ -268,14 +268,14 @@ def plan_for_target(
     plan counts GPUs its own new pods are about to fill, and the next reconcile (once the
     scheduler placed them) finds fewer spare GPUs and changes maxSurge again."""
     inp = replace(inp, rollout=replace(inp.rollout, spare_gpus=spare))
-    plan = make_plan(inp)
+    plan = planned(inp)
     adding = replicas_to_add(
         deployment, plan.recommendation.rollout.replicas, spec, hpa_min_replicas
     )
     if spare is not None and adding:
         spare, taken = spare_after_scale_up(spare, adding, gpus_per_pod(inp))
         spare_message += f"; {taken} of them go to the {adding} replicas being added"
-        plan = make_plan(replace(inp, rollout=replace(inp.rollout, spare_gpus=spare)))
+        plan = planned(replace(inp, rollout=replace(inp.rollout, spare_gpus=spare)))
     return plan, spare_message
 
 

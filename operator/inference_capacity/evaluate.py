@@ -27,7 +27,7 @@ from .decision import (
     unsupported,
 )
 from .model.source import ResolvedModel
-from .planner import Plan, PlanInput, make_plan
+from .planner import Plan, PlanInput, planned
 from .resolve import DraftSources, Resolved, resolve
 from .risks import MemoryStep
 
@@ -122,7 +122,7 @@ def evaluate(
     inp = resolved.plan_input if plan_input is None else plan_input
     dep = snapshot.deployment
     if dep is None:
-        return Evaluation(resolved, make_plan(inp))
+        return Evaluation(resolved, planned(inp))
     surge, message = spare(spec, snapshot, inp)
     plan, message = plan_for_target(inp, spec, dep, snapshot.hpa_min_replicas, surge, message)
     world = World(

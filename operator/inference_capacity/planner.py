@@ -16,6 +16,7 @@ Order of work:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -244,6 +245,28 @@ def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
     """Plan one replica of a vLLM deployment and the fleet around it. ``cache``: the caller's
     memo (a fresh one per plan when not given)."""
     return _make_plan(inp, cache if cache is not None else PlanCache())
+
+
+#: plans kept by :func:`planned` (about 10 KB each; the Monte Carlo draws they point at are
+#: pooled and shared anyway)
+PLAN_MEMO_SIZE = 256
+
+
+@functools.lru_cache(maxsize=PLAN_MEMO_SIZE)
+def _planned(inp: PlanInput) -> Plan:
+    return make_plan(inp)
+
+
+def planned(inp: PlanInput) -> Plan:
+    """:func:`make_plan`, memoized on the input, for a caller that plans the same input again:
+    the operator on every refresh of every resource, and a fleet of resources that share one
+    spec (1,000 of them planned 1,000 times). A plan is a pure function of its frozen input, so
+    an equal input gets the same (immutable) plan; an input that cannot be hashed is planned."""
+    try:
+        hash(inp)
+    except TypeError:
+        return make_plan(inp)
+    return _planned(inp)
 
 
 def _utilization(inp: PlanInput, st: EngineSettings, notes: list[str]) -> float:

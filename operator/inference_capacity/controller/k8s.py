@@ -373,8 +373,11 @@ def _items(raw: Any) -> list[dict[str, Any]]:
     return items
 
 
-#: the Pods that hold GPUs: not yet terminated
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+#: the Pods that hold GPUs: on a Node and not terminated. A Pending Pod that is not scheduled
+#: holds nothing and nothing here reads it (spare-GPU counting and the startup reader skip it):
+#: the server leaves it out, so the operator neither receives nor keeps it (a large fleet that
+#: waits for capacity is thousands of them); once scheduled it arrives as an ADDED event
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed,spec.nodeName!="
 
 
 def slim_pdb(p: Mapping[str, Any]) -> dict[str, Any]:
