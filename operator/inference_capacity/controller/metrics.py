@@ -55,6 +55,11 @@ API_RETRIES = Counter(
     "Kubernetes requests sent again after a 429 (or a 5xx with Retry-After), by that status",
     ("code",),
 )
+EVENTS_DROPPED = Counter(
+    "inference_capacity_events_dropped_total",
+    "Events not posted: past an object's Event rate limit (state.EVENT_BURST / EVENT_QPS)",
+    ("reason",),
+)
 LEDGER_BYTES = Gauge(
     "inference_capacity_ledger_bytes", "Ledger item bytes per rank", (*_L, "rank", "item")
 )

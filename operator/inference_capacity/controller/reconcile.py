@@ -79,6 +79,10 @@ class _Ctx:
     def event(self, type_: str, reason: str, message: str, once: bool = True) -> None:
         if not state.event_is_new(self.uid or self.name, reason, message) and once:
             return
+        if not state.event_allowed(self.uid or self.name):
+            metrics.EVENTS_DROPPED.labels(reason).inc()
+            log.debug("%s/%s: Event %s dropped (rate limit)", self.ns, self.name, reason)
+            return
         self.outcome.events.append((type_, reason, message))
         try:
             self._emit(type_, reason, message)

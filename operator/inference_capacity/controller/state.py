@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+from .throttle import TokenBucket
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -85,7 +87,15 @@ replica_history: Bounded[tuple[str, str], tuple[tuple[float, int], ...]] = Bound
 #: a Deployment event reconciles only those (the others are still in Kopf's own handler)
 handled: Bounded[tuple[str, str], bool] = Bounded()
 
-_TABLES = (locks, last_events, pdb_seen, generations, replica_history, handled)
+#: Events per object: a burst of 25, then one per 5 minutes, as client-go's recorder allows
+#: (``k8s.io/client-go/tools/record/events_cache.go``: ``defaultSpamBurst = 25``,
+#: ``defaultSpamQPS = 1. / 300.``, EventSourceObjectSpamFilter); past it an Event is dropped
+#: (the status conditions carry the same facts)
+EVENT_BURST = 25
+EVENT_QPS = 1.0 / 300.0
+event_budgets: Bounded[str, TokenBucket] = Bounded()
+
+_TABLES = (locks, last_events, pdb_seen, generations, replica_history, handled, event_budgets)
 
 
 @contextmanager
@@ -102,6 +112,11 @@ def event_is_new(obj: str, reason: str, message: str) -> bool:
         return False
     last_events.set((obj, reason), message)
     return True
+
+
+def event_allowed(obj: str) -> bool:
+    """Whether the object's Event budget has room for one more (and takes it)."""
+    return event_budgets.setdefault(obj, lambda: TokenBucket(EVENT_QPS, EVENT_BURST)).try_take()
 
 
 def deployment_may_have_changed(namespace: str, name: str, generation: int | None) -> bool:
@@ -133,6 +148,7 @@ def forget_resource(namespace: str, name: str, uid: str) -> None:
     locks.pop_where(lambda k: k not in keys)
     handled.pop_where(lambda k: k != (namespace, name))
     last_events.pop_where(lambda k: k[0] not in keys)
+    event_budgets.pop_where(lambda k: k not in keys)
     pdb_seen.pop_where(lambda k: k not in keys)
 
 

@@ -54,6 +54,19 @@ class TokenBucket:
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
+    def try_take(self) -> bool:
+        """Take one token if one is there now (True), else take nothing (False). Never sleeps,
+        never reserves: for what is dropped, not delayed, past the rate (Events)."""
+        with self._lock:
+            now = self._clock()
+            elapsed = max(0.0, now - self._last)
+            self._last = now
+            self._tokens = min(float(self.burst), self._tokens + elapsed * self.qps)
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
+
     def acquire(self) -> float:
         """Take one token, sleeping until it is due; returns the seconds waited."""
         wait = self.reserve()
