@@ -853,6 +853,9 @@ def edit_latency(
         stats.setup_s = getattr(rig, "timings", {}).get("cluster start", 0.0)
         if resident:
             populate(rig, resident, namespaces, threads, timeout=max(600.0, resident * 0.6))
+            # the controllers still work through the resident pairs' ReplicaSets and Pods: the
+            # edited Deployment's rollouts take longer than on an empty cluster
+            timeout = max(timeout, 180.0)
         stats.base_mb = proc_kb(rig.op.pid, "VmRSS") / 1024
         rig.namespace(ns)
         for obj in pair(ns, name, kv_policy=True):
