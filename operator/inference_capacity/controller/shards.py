@@ -135,10 +135,10 @@ class ShardLeases:
         spec["renewTime"] = wall if holder else None
         if acquire:
             spec["acquireTime"] = wall
-            if previous != holder:
-                spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
-                    1 if previous else 0
-                )
+            # as client-go counts them: every acquisition by a new holder of an existing Lease
+            created = self._objects.get(shard) is None
+            transitions = int(spec.get("leaseTransitions") or 0)
+            spec["leaseTransitions"] = 0 if created else transitions + (previous != holder)
         return dict(obj)
 
     def _write(self, shard: int, body: dict[str, Any]) -> bool:
@@ -179,7 +179,7 @@ class ShardLeases:
             else:
                 self._drop(shard)
         for shard in step.release:
-            log.info("shard %d: released to the replica that prefers it", shard)
+            log.info("shard %d: asked for by the replica that prefers it", shard)
             self._release(shard)
         for shard in step.want:
             holder = observed[shard].record.holder
@@ -196,14 +196,16 @@ class ShardLeases:
             self._on_gained(gained)
         return gained
 
-    def _drop(self, shard: int) -> None:
+    def _drop(self, shard: int, quietly: bool = False) -> None:
         with self._lock:
-            if self._held.pop(shard, None) is not None:
+            if self._held.pop(shard, None) is not None and not quietly:
                 log.warning("shard %d: no longer held; its writes stop", shard)
 
     def _release(self, shard: int) -> None:
-        self._drop(shard)
+        """Stop writing for it, then hand its Lease back (holder empty)."""
+        self._drop(shard, quietly=True)
         self._write(shard, self._body(shard, "", False, None))
+        log.info("shard %d: released", shard)
 
     # --- the thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
