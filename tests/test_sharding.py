@@ -199,3 +199,29 @@ def test_settings_refuse_shards_with_peering_and_bad_indices() -> None:
         1,
         "rel-inference-capacity",
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--peering", "icap"], {}, "drop --peering"),
+        (["--standalone"], {"INFERENCE_CAPACITY_SHARD_LEASE_NAMESPACE": "x"}, "no StatefulSet"),
+        (["--standalone"], {"INFERENCE_CAPACITY_SHARD_INDEX": "0"}, "namespace of the shard"),
+    ],
+)
+def test_run_refuses_to_start_sharded_without_what_it_needs(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    """One line and exit status 2 before any cluster is contacted: never a guessed shard."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k != "POD_NAMESPACE"}
+    out = subprocess.run(
+        [sys.executable, "-m", "inference_capacity.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        env={**base, "INFERENCE_CAPACITY_SHARDS": "2", "PYTHONPATH": ":".join(sys.path), **env},
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr

@@ -16,7 +16,10 @@ from ..settings import Settings, configure
 def run_operator(config: Settings) -> int:
     """Run Kopf with ``config`` (the environment's settings and the flags of ``run``)."""
     configure(config)
-    from . import k8s
+    from . import k8s, shards
+
+    if config.shards > 1:
+        shards.placement(config)  # a missing shard index or Lease namespace: one line, no start
 
     # one clear line, not Kopf's retry loop of tracebacks, when there is no cluster
     where = k8s.preflight()

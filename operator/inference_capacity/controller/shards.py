@@ -288,12 +288,9 @@ def fence() -> None:
         raise NotOwned(f"shard {shard} is not held by this replica (any more): write refused")
 
 
-def configure(identity: str, on_gained: Callable[[frozenset[int]], None]) -> ShardLeases | None:
-    """From the settings: the Leases of this replica, started; None with one shard."""
-    global _leases
-    ours = settings_mod.current()
-    if ours.shards <= 1:
-        return None
+def placement(ours: settings_mod.Settings) -> tuple[int, str]:
+    """This replica's preferred shard and the Leases' namespace; ValueError (one line naming
+    the setting) when either is missing. ``run`` checks it before Kopf starts."""
     preferred = preferred_shard(ours.shard_index, socket.gethostname(), ours.shards)
     namespace = ours.shard_lease_namespace or os.environ.get("POD_NAMESPACE", "")
     if not namespace:
@@ -301,6 +298,16 @@ def configure(identity: str, on_gained: Callable[[frozenset[int]], None]) -> Sha
             "INFERENCE_CAPACITY_SHARD_LEASE_NAMESPACE (or POD_NAMESPACE) must name the "
             "namespace of the shard Leases"
         )
+    return preferred, namespace
+
+
+def configure(identity: str, on_gained: Callable[[frozenset[int]], None]) -> ShardLeases | None:
+    """From the settings: the Leases of this replica, started; None with one shard."""
+    global _leases
+    ours = settings_mod.current()
+    if ours.shards <= 1:
+        return None
+    preferred, namespace = placement(ours)
     leases = ShardLeases(
         ours.shards,
         preferred,
