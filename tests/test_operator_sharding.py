@@ -86,6 +86,7 @@ def test_each_shard_by_one_replica_and_a_killed_ones_shard_taken_over(
 ) -> None:
     api = real_kube
     apply_crd(api)
+    requests_from = len(api.requests)
     ops = [_operator(api, tmp_path / f"replica-{i}.log", i).start() for i in range(SHARDS)]
     c = Cluster(api, ops[0])
     restarted: Operator | None = None
@@ -148,6 +149,11 @@ def test_each_shard_by_one_replica_and_a_killed_ones_shard_taken_over(
         assert WANTED_BY not in (lease["metadata"].get("annotations") or {})
         # replica 1 -> replica 0 (takeover) -> replica 1 (handback)
         assert lease["spec"]["leaseTransitions"] == 2
+        # the chart's Role for shards: 2 granted every Lease request (the apiserver enforced it)
+        records = api.requests.records()[requests_from:]
+        assert not [f"{r.method} {r.path}" for r in records if r.rbac_denied]
+        lease_verbs = {r.verb for r in records if r.resource == "leases"}
+        assert lease_verbs == {"get", "create", "update"}, lease_verbs
     finally:
         api.delete_namespaces(c.namespaces)
         for op in ops:
