@@ -41,6 +41,15 @@ Targets: edit→flags p50 < 1 s; 1,000 InferenceCapacities < 60 s on 2 cores; RS
     python -m benchmarks.reconcile [--cluster both|memory|real] [--sizes 100,1000] [--edits 30]
     python -m benchmarks.reconcile --quick                       # smoke run, both columns
     python -m benchmarks.reconcile --quick --profile /tmp/prof   # per-thread cProfile dumps
+    python -m benchmarks.reconcile --shards 4 --sizes 200        # sharded, real cluster
+
+``--shards N`` (N > 1, real cluster only): N operator processes, one per shard (as the chart's
+StatefulSet runs them: ``INFERENCE_CAPACITY_SHARDS``, each its own ``SHARD_INDEX``, the chart's
+RBAC for ``shards: N``), and for each size: the drain time of the bulk creation over all
+shards, each replica's peak RSS and CPU time with the number of resources in its shard, then
+``kill -9`` of the last replica and, right after, a material edit (``maxModelLen``) of every
+resource in its shard: the seconds until another replica holds its Lease, and until every
+edited Deployment carries the new flag (the shard's work taken over).
 """
 
 from __future__ import annotations
@@ -77,6 +86,8 @@ from tests.operator_harness import (
 from tests.realk8s.cluster import RealCluster
 from tests.realk8s.fixtures import (
     OPERATOR_NAMESPACE,
+    OPERATOR_RELEASE,
+    OPERATOR_VALUES,
     RealKubeAPI,
     install_operator_rbac,
 )
@@ -1033,6 +1044,233 @@ def bulk(
     return stats
 
 
+# ----------------------------------------------------------------------------- shards
+
+
+#: the shard Leases of the benchmark's operators (the chart's full name for the release)
+LEASE_PREFIX = f"{OPERATOR_RELEASE}-inference-capacity"
+
+
+@dataclass
+class ShardedRig(RealRig):
+    """The real control plane with ``shards`` operator processes, one per shard."""
+
+    shards: int = 2
+    lease_seconds: float = 15.0
+    ops: list[OperatorProc] = field(init=False, default_factory=list)
+
+    def _setup(self) -> None:
+        d = self.real.workdir
+        if self.use_proxy:
+            self.proxy = FaultProxy(
+                self.real.server, d / "ca.crt", d / "apiserver.crt", d / "apiserver.key"
+            ).start()
+        self.admin = RealKubeAPI(self.real, self.proxy, self.workdir)  # type: ignore[arg-type]
+        apply_crd(self.admin)
+        sa = install_operator_rbac(self.admin, {**OPERATOR_VALUES, "shards": self.shards})
+        kubeconfig = self.real.serviceaccount_kubeconfig(
+            OPERATOR_NAMESPACE,
+            sa,
+            self.workdir / "operator.kubeconfig",
+            server=self.proxy.url if self.proxy is not None else None,
+        )
+        cfg = client.Configuration()
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.real.admin_kubeconfig), client_configuration=cfg
+        )
+        cfg.connection_pool_maxsize = 32
+        self.client = client.ApiClient(cfg)
+        self.client.user_agent = USER_AGENT
+        watch_client = client.ApiClient(cfg)
+        watch_client.user_agent = USER_AGENT
+        base_env = self.admin.env
+        base_env["KUBECONFIG"] = str(kubeconfig)
+        before = self._watches()
+        for i in range(self.shards):
+            env = {
+                **self.env,
+                "INFERENCE_CAPACITY_SHARDS": str(self.shards),
+                "INFERENCE_CAPACITY_SHARD_INDEX": str(i),
+                "INFERENCE_CAPACITY_SHARD_LEASE_SECONDS": f"{self.lease_seconds:g}",
+                "INFERENCE_CAPACITY_SHARD_LEASE_PREFIX": LEASE_PREFIX,
+                "POD_NAMESPACE": OPERATOR_NAMESPACE,
+                "POD_ID": f"replica-{i}",
+            }
+            self.ops.append(
+                OperatorProc(base_env, self.workdir / f"operator-{i}.log", env, None).start()
+            )
+        self.op = self.ops[0]
+
+        def watching() -> bool:
+            for op in self.ops:
+                if not op.alive():
+                    raise RuntimeError(f"an operator exited:\n{op.log_tail()}")
+            now = self._watches()
+            return all(now[r] >= before[r] + self.shards for r in (PLURAL, "deployments"))
+
+        wait_for(watching, timeout=120, interval=0.2, message="every operator's watches")
+        for i in range(self.shards):
+            wait_for(
+                functools.partial(self.holds, i),
+                timeout=120,
+                interval=0.2,
+                message=f"replica {i} holds its shard",
+            )
+        self.cache = WatchCache(watch_client).start()
+
+    def __enter__(self) -> ShardedRig:
+        super().__enter__()
+        return self
+
+    def holds(self, shard: int) -> bool:
+        """Whether the shard's Lease is held by its own replica."""
+        return self.lease_holder(shard) == f"replica-{shard}"
+
+    def lease_holder(self, shard: int) -> str:
+        try:
+            lease = client.CoordinationV1Api(self.client).read_namespaced_lease(
+                f"{LEASE_PREFIX}-shard-{shard}", OPERATOR_NAMESPACE
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return ""
+            raise
+        return str((lease.spec.holder_identity if lease.spec else None) or "")
+
+    def __exit__(self, *exc: object) -> None:
+        for op in self.ops[1:]:
+            op.stop()
+        super().__exit__(*exc)
+
+
+@dataclass
+class ShardStats:
+    n: int
+    shards: int
+    lease_seconds: float
+    drain_s: float = float("nan")
+    done: int = 0
+    per_shard: list[int] = field(default_factory=list)
+    hwm_mb: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+    killed: int = -1
+    lease_takeover_s: float = float("nan")
+    reconciled_s: float = float("nan")
+    reconciled: int = 0
+    new_holder: str = ""
+
+
+def sharded_bulk(
+    make_rig: Callable[[Path], ShardedRig],
+    workdir: Path,
+    n: int,
+    namespaces: int,
+    threads: int,
+    timeout: float,
+) -> ShardStats:
+    from inference_capacity.controller.sharding import shard_of
+
+    nss = [f"bulk-{k}" for k in range(namespaces)]
+    names = [(nss[i % namespaces], f"m{i:04d}") for i in range(n)]
+    objs = [o for ns, name in names for o in pair(ns, name, node_selector=BULK_NODE_SELECTOR)]
+    with make_rig(workdir) as rig:
+        st = ShardStats(n=n, shards=rig.shards, lease_seconds=rig.lease_seconds)
+        shard = {key: shard_of(*key, rig.shards) for key in names}
+        st.per_shard = [sum(1 for s in shard.values() if s == i) for i in range(rig.shards)]
+        for ns in nss:
+            rig.namespace(ns)
+
+        def flagged(
+            store: Any, keys: list[tuple[str, str]], want: Callable[[list[str]], bool]
+        ) -> int:
+            return sum(1 for ns, name in keys if want(container_args(store.get(DEP_KEY, ns, name))))
+
+        def progress(store: Any) -> int:
+            done = 0
+            for ns, name in names:
+                icap = store.get(ICAP_KEY, ns, name)
+                og = ((icap or {}).get("status") or {}).get("observedGeneration")
+                dep = store.get(DEP_KEY, ns, name)
+                if og is not None and dep is not None and SEQS in container_args(dep):
+                    done += 1
+            return done
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(rig.create, objs))
+        while time.monotonic() - t0 < timeout:
+            st.done = rig.read_store(progress)
+            if st.done == n:
+                st.drain_s = time.monotonic() - t0
+                break
+            time.sleep(0.2)
+        for op in rig.ops:
+            op.snapshot()
+        st.hwm_mb = [op.hwm_kb / 1024 for op in rig.ops]
+        st.cpu_s = [op.cpu_s for op in rig.ops]
+        # kill -9 the last replica, then edit every resource of its shard
+        st.killed = rig.shards - 1
+        victim = rig.ops[st.killed]
+        assert victim.proc is not None
+        victim.snapshot()
+        t_kill = time.monotonic()
+        victim.proc.kill()
+        victim.proc.wait()
+        edited = [key for key in names if shard[key] == st.killed]
+        value = 16384
+        with ThreadPoolExecutor(threads) as pool:
+            list(
+                pool.map(
+                    lambda key: rig.patch_icap(
+                        key[0], key[1], {"spec": {"workload": {"maxModelLen": value}}}
+                    ),
+                    edited,
+                )
+            )
+        want = functools.partial(_has_max_model_len, value=str(value))
+        while time.monotonic() - t_kill < timeout:
+            if st.lease_takeover_s != st.lease_takeover_s:
+                holder = rig.lease_holder(st.killed)
+                if holder and holder != f"replica-{st.killed}":
+                    st.lease_takeover_s = time.monotonic() - t_kill
+                    st.new_holder = holder
+            st.reconciled = rig.read_store(lambda store: flagged(store, edited, want))
+            if st.reconciled == len(edited) and st.lease_takeover_s == st.lease_takeover_s:
+                st.reconciled_s = time.monotonic() - t_kill
+                break
+            time.sleep(0.2)
+        for op in rig.ops:
+            op.snapshot()
+        st.hwm_mb = [op.hwm_kb / 1024 for op in rig.ops]
+        st.cpu_s = [op.cpu_s for op in rig.ops]
+    return st
+
+
+def print_shards(runs: list[ShardStats | None]) -> None:
+    for st in runs:
+        if st is None:
+            print("sharded run: error (see above)")
+            continue
+        print(
+            f"\n## {st.n:,} InferenceCapacities over {st.shards} shards (real control plane, "
+            f"pods Pending, Lease {st.lease_seconds:g} s)\n"
+        )
+        print(
+            f"drain (create → every Deployment flagged, every status): {fmt(st.drain_s)} "
+            f"({st.done}/{st.n})"
+        )
+        print("\n| shard | resources | peak RSS (VmHWM) | CPU |")
+        print("|---|---:|---:|---:|")
+        for i in range(st.shards):
+            print(f"| {i} | {st.per_shard[i]} | {st.hwm_mb[i]:.0f} MB | {st.cpu_s[i]:.1f} s |")
+        edited = st.per_shard[st.killed]
+        print(
+            f"\nkill -9 of replica {st.killed}: its Lease held by {st.new_holder or '-'} after "
+            f"{fmt(st.lease_takeover_s)}; its {edited} resources, edited right after the kill, "
+            f"applied after {fmt(st.reconciled_s)} ({st.reconciled}/{edited})"
+        )
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -1248,6 +1486,16 @@ def main(argv: list[str] | None = None) -> int:
         help="bulk runs: create the N pairs while the operator is stopped, then start it (the "
         "backlog after a restart; timed from the operator's start)",
     )
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="N > 1: N operator processes, one per shard, on the real cluster only: per-shard "
+        "RSS, drain time, takeover after kill -9 of one (see the module docstring)",
+    )
+    ap.add_argument(
+        "--lease-seconds", type=float, default=15.0, help="INFERENCE_CAPACITY_SHARD_LEASE_SECONDS"
+    )
     a = ap.parse_args(argv)
     sizes = [20] if a.quick else [int(s) for s in a.sizes.split(",") if s.strip()]
     edits = 5 if a.quick else a.edits
@@ -1265,6 +1513,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.profile is not None:
         a.profile.mkdir(parents=True, exist_ok=True)
     modes = ["memory", "real"] if a.cluster == "both" else [a.cluster]
+    if a.shards > 1:
+        return _main_shards(a, sizes, env)
 
     def prof(mode: str, label: str) -> Path | None:
         if a.profile is None:
@@ -1344,6 +1594,40 @@ def main(argv: list[str] | None = None) -> int:
     for edit, runs in results.values():
         ok = ok and (edit is None or pct(edit.latencies, 0.5) < TARGET_P50_S)
         ok = ok and all(r is not None and r.hwm_mb < TARGET_RSS_MB and r.done == r.n for r in runs)
+    return 0 if ok else 1
+
+
+def _main_shards(a: argparse.Namespace, sizes: list[int], env: dict[str, str]) -> int:
+    def make(workdir: Path) -> ShardedRig:
+        return ShardedRig(
+            workdir,
+            env,
+            None,
+            gpu_nodes=a.gpu_nodes,
+            gpus_per_node=a.gpus_per_node,
+            use_proxy=False,
+            shards=a.shards,
+            lease_seconds=a.lease_seconds,
+        )
+
+    runs: list[ShardStats | None] = []
+    with tempfile.TemporaryDirectory(prefix="reconcile-bench-") as tmp:
+        work = a.workdir or Path(tmp)
+        for n in sizes:
+            print(f"real: {a.shards} shards: {n} InferenceCapacities ...", file=sys.stderr)
+            try:
+                runs.append(
+                    sharded_bulk(
+                        make, work / f"shards-{a.shards}-{n}", n, a.namespaces, a.threads, a.timeout
+                    )
+                )
+            except Exception:  # noqa: BLE001 - reported, the other sizes still run
+                import traceback
+
+                traceback.print_exc()
+                runs.append(None)
+        print_shards(runs)
+    ok = all(r is not None and r.done == r.n and r.reconciled_s == r.reconciled_s for r in runs)
     return 0 if ok else 1
 
 

@@ -32,6 +32,7 @@ NON_DEFAULT: list[dict[str, Any]] = [
     {"watchNamespaces": ["inference", "team-b"]},
     {"watchNamespaces": ["inference"], "rbac": {"spareGpuCounting": True}},
     {"replicaCount": 2},
+    {"shards": 4, "shardLeaseSeconds": 30},
     {"replicaCount": 3, "watchNamespaces": ["inference"], "podDisruptionBudget": {"enabled": True}},
     {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}, "scrapeTimeout": "10s"}},
     {"dashboard": {"enabled": True, "namespace": "monitoring"}},
@@ -129,6 +130,8 @@ def test_chart_metadata_and_crds_as_helm_loads_them() -> None:
         ({"flowControl": {"lendablePercent": 101}}, "/flowControl/lendablePercent"),
         ({"flowControl": {"queuing": {"queues": 0}}}, "/flowControl/queuing/queues"),
         ({"flowControl": {"queuing": {"size": 4}}}, "/flowControl/queuing"),
+        ({"shards": 0}, "/shards"),
+        ({"shardLeaseSeconds": 1}, "/shardLeaseSeconds"),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
@@ -320,6 +323,49 @@ def test_replicas_above_one_turn_kopf_peering_on_cluster_wide() -> None:
     standalone = chart_docs()
     assert not find(standalone, "ClusterKopfPeering")
     assert "kopf.dev" not in {g for g, _, _ in rules_of(one(standalone, "ClusterRole"))}
+
+
+def test_shards_run_a_statefulset_of_standalone_replicas_with_lease_rights() -> None:
+    docs = chart_docs({"shards": 3, "shardLeaseSeconds": 20})
+    assert not find(docs, "Deployment") and not find(docs, "ClusterKopfPeering")
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["selector"]["matchLabels"].items() <= (
+        sts["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert "--standalone" in c["args"] and not any(a.startswith("--peering") for a in c["args"])
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["INFERENCE_CAPACITY_SHARDS"] == "3"
+    assert env["INFERENCE_CAPACITY_SHARD_LEASE_PREFIX"] == FULLNAME
+    assert env["INFERENCE_CAPACITY_SHARD_LEASE_SECONDS"] == "20"
+    assert "INFERENCE_CAPACITY_SHARD_INDEX" not in env  # the pod's ordinal
+    # the shard Leases, by name, in the release namespace only
+    roles = {d["metadata"]["name"]: d for d in find(docs, "Role")}
+    role = roles[f"{FULLNAME}-shards"]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [f"{FULLNAME}-shard-{i}" for i in range(3)],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = {d["metadata"]["name"]: d for d in find(docs, "RoleBinding")}[f"{FULLNAME}-shards"]
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-shards"
+    assert "coordination.k8s.io" not in {g for g, _, _ in rules_of(one(docs, "ClusterRole"))}
+    # one shard (the default): none of it
+    plain = chart_docs()
+    assert not find(plain, "StatefulSet") and not find(plain, "Role")
+
+
+@pytest.mark.parametrize("values", [{"replicaCount": 2}, {"peering": {"enabled": True}}])
+def test_shards_refuse_peering(values: dict[str, Any]) -> None:
+    with pytest.raises(Exception, match="shards > 1 runs one standalone replica per shard"):
+        chart_docs({"shards": 2, **values})
 
 
 def test_namespace_scoped_peering_uses_kopfpeerings_in_every_namespace() -> None:

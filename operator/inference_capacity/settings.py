@@ -51,6 +51,19 @@ class Settings:
     api_retries: int = 10
     #: the longest single wait for a retry (seconds): a larger Retry-After is cut to it
     api_retry_after_max_seconds: float = 60.0
+    # --- shards (controller/sharding.py, controller/shards.py) --------------------------------
+    #: shards of the InferenceCapacities over replicas, each with a coordination Lease; 1: off
+    shards: int = 1
+    #: the shard this replica prefers (acquires first); None: the StatefulSet ordinal of the
+    #: hostname (``<name>-<n>``)
+    shard_index: int | None = None
+    #: a shard Lease not renewed for this long (as another replica sees it) is taken over
+    #: (seconds); a holder stops writing 2/3 of it after its last renewal
+    shard_lease_seconds: float = 15.0
+    #: the namespace of the shard Leases; empty: the pod's own (POD_NAMESPACE)
+    shard_lease_namespace: str = ""
+    #: the Leases are named ``<prefix>-shard-<i>`` (the chart: the release's full name)
+    shard_lease_prefix: str = "inference-capacity"
     # --- the decision (decision.py) ----------------------------------------------------------
     #: pod-template stabilization window when spec.policy.stabilizationWindowSeconds is null
     stabilization_seconds: float = 300.0
@@ -123,6 +136,23 @@ class Settings:
         return out
 
     def validate(self) -> None:
+        if self.shards < 1:
+            raise ValueError(f"{env_name('shards')} must be >= 1, got {self.shards}")
+        if self.shards > 1 and self.peering is not None:
+            raise ValueError(
+                f"{env_name('shards')}={self.shards} with --peering: the shard Leases coordinate "
+                "the replicas and each runs Kopf standalone (peering would pause all but one); "
+                "drop --peering"
+            )
+        if self.shard_index is not None and self.shard_index >= self.shards:
+            raise ValueError(
+                f"{env_name('shard_index')}={self.shard_index} is not below "
+                f"{env_name('shards')}={self.shards}"
+            )
+        if self.shards > 1 and self.shard_lease_seconds < 3:
+            raise ValueError(
+                f"{env_name('shard_lease_seconds')} must be >= 3 s, got {self.shard_lease_seconds}"
+            )
         for prefix in self.prometheus_allowed_url_prefixes:
             if not prefix.startswith(("http://", "https://")) or "," in prefix:
                 raise ValueError(
@@ -159,6 +189,8 @@ def _parse(name: str, type_: str, raw: str) -> Any:
             return float(text)
         if type_.startswith("tuple"):
             return tuple(p.strip() for p in text.split(",") if p.strip())
+        if type_ == "str":
+            return text
     except ValueError:
         kind = "an integer" if type_.startswith("int") else "a number"
         raise ValueError(f"{name} must be {kind}, got {raw!r}") from None

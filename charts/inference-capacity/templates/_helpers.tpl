@@ -59,6 +59,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if or .Values.peering.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the InferenceCapacities are sharded over a StatefulSet (shards > 1). */}}
+{{- define "inference-capacity.sharded" -}}
+{{- if gt (int .Values.shards) 1 }}
+{{- if or .Values.peering.enabled (gt (int .Values.replicaCount) 1) }}
+{{- fail "shards > 1 runs one standalone replica per shard, coordinated by the shard Leases: leave replicaCount at 1 and peering.enabled false" }}
+{{- end -}}
+true
+{{- end }}
+{{- end }}
+
 {{/* "true" in namespace-scoped mode. */}}
 {{- define "inference-capacity.namespaced" -}}
 {{- if .Values.watchNamespaces }}true{{ end }}

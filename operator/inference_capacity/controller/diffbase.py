@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
@@ -66,11 +66,25 @@ LEGACY_KEY = "last-handled-configuration"
 LEGACY_ANNOTATION = f"{LEGACY_PREFIX}/{LEGACY_KEY}"
 
 
+Owns = Callable[[Mapping[str, Any]], bool]
+
+
+def _everything(_body: Mapping[str, Any]) -> bool:
+    return True
+
+
 class BoundedDiffBaseStorage(kopf.MultiDiffBaseStorage):
     """Kopf's diff base in ``status.kopf.lastHandled``, with :func:`bounded_essence` applied;
-    the annotation of earlier versions is read when the status has none, and not written."""
+    the annotation of earlier versions is read when the status has none, and not written.
 
-    def __init__(self) -> None:
+    ``owns``: with shards, whether this replica holds the object's shard. Kopf stores the diff
+    base of an object whose handlers its ``when=`` filters all skipped
+    (``kopf/_core/reactor/processing.py``, ``process_changing_cause``: ``skip`` → store): on
+    another shard's object that is a write by a replica that does not own it, marking it handled
+    without its handler having run. Not stored then."""
+
+    def __init__(self, owns: Owns = _everything) -> None:
+        self._owns = owns
         self.status = kopf.StatusDiffBaseStorage(field=DIFFBASE_FIELD)
         self.legacy = kopf.AnnotationsDiffBaseStorage(prefix=LEGACY_PREFIX, key=LEGACY_KEY)
         super().__init__([self.status, self.legacy])
@@ -80,13 +94,40 @@ class BoundedDiffBaseStorage(kopf.MultiDiffBaseStorage):
         return cast(kopf.BodyEssence, bounded_essence(dict(essence)))
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        self.status.store(body=body, patch=patch, essence=essence)
+        if self._owns(body):
+            self.status.store(body=body, patch=patch, essence=essence)
 
 
-def progress_storage() -> kopf.StatusProgressStorage:
+class _OwnedProgressStorage(kopf.StatusProgressStorage):
+    """Kopf's progress storage that writes only objects of a held shard (see
+    :class:`BoundedDiffBaseStorage`: Kopf may purge another purpose's progress even when no
+    handler of this replica is selected)."""
+
+    def __init__(self, owns: Owns) -> None:
+        super().__init__(field=PROGRESS_FIELD, touch_field=TOUCH_FIELD)
+        self._owns = owns
+
+    def store(self, *, key: Any, record: Any, body: kopf.Body, patch: kopf.Patch) -> None:
+        if self._owns(body):
+            super().store(key=key, record=record, body=body, patch=patch)
+
+    def purge(self, *, key: Any, body: kopf.Body, patch: kopf.Patch) -> None:
+        if self._owns(body):
+            super().purge(key=key, body=body, patch=patch)
+
+    def touch(self, *, body: kopf.Body, patch: kopf.Patch, value: str | None) -> None:
+        if self._owns(body):
+            super().touch(body=body, patch=patch, value=value)
+
+
+#: the status field Kopf writes to be woken (an event) after a retry's delay
+TOUCH_FIELD = "status.kopf.dummy"
+
+
+def progress_storage(owns: Owns = _everything) -> kopf.StatusProgressStorage:
     """Kopf's retry progress in ``status.kopf.progress`` (a retry's state rides on the status
     write of that handling)."""
-    return kopf.StatusProgressStorage(field=PROGRESS_FIELD, touch_field="status.kopf.dummy")
+    return _OwnedProgressStorage(owns)
 
 
 def handled_by_kopf(body: Mapping[str, Any]) -> bool:

@@ -12,6 +12,8 @@ inference_capacity.controller.handlers`` or ``inference-capacity run``).
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
 import random
 from collections.abc import Mapping
@@ -22,10 +24,11 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from . import k8s, metrics, objcache, observing, startup, state
+from . import k8s, metrics, objcache, observing, shards, startup, state
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
 from .reconcile import Outcome, reconcile
 from .refresher import IDENTITY, Leadership, Refresher
+from .sharding import shard_of
 
 PLURAL = k8s.PLURAL
 #: read when the module is imported (``run`` configures the settings before): Kopf's decorators
@@ -42,10 +45,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = PREFIX
     # Kopf's state in the status (diffbase): a handling writes the status once, with the
     # reconcile's result and Kopf's state together, and no metadata patch
-    settings.persistence.progress_storage = progress_storage()
+    settings.persistence.progress_storage = progress_storage(shards.owns_body)
     # bounded: Kopf's copy of a large inline config would exceed the API server's 256 KiB
     # for annotations (earlier versions kept it in one) and its object size (see diffbase)
-    settings.persistence.diffbase_storage = BoundedDiffBaseStorage()
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(shards.owns_body)
     settings.persistence.finalizer = f"{prefix}/finalizer"
     # Kopf posts its object log records at this level or above as Events: at INFO that is a
     # "Handler ... succeeded" Event per refresh per resource (200 resources: 200 Event objects a
@@ -72,6 +75,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         refresher.set_leadership(
             Leadership(_read_peers, IDENTITY, settings.peering.priority, not ours.namespaces)
         )
+    # with shards: this replica's Leases (its preferred shard is held before Kopf handles
+    # anything); settings.validate refused shards with peering
+    shards.configure(IDENTITY, _gained)
     # Nodes and Pods for spare-GPU counting from watch-fed caches, not a listing per reconcile
     k8s.start_informers()
 
@@ -81,6 +87,7 @@ def stop_background_work(**_: Any) -> None:
     """At shutdown: Prometheus observations are cancelled, queued refreshes dropped."""
     observing.shutdown()
     k8s.stop_informers()
+    shards.stop()
     refresher.stop()
     _refresh_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -130,14 +137,23 @@ def run_reconcile(
     state); elsewhere it is patched directly."""
     meta = body["metadata"]
     try:
-        out = reconcile(body, _emitter(body), _claims(body, targets))
-        if _status_changed(body, out.status):
-            if patch is not None and not out.requeue:
-                patch.status.update(out.status)
-            else:
-                k8s.patch_icap_status(meta["namespace"], meta["name"], out.status)
+        with shards.writing_for(body):
+            out = reconcile(body, _emitter(body), _claims(body, targets))
+            if _status_changed(body, out.status):
+                if patch is not None and not out.requeue:
+                    # Kopf writes it when the handler returns: fenced here, just before
+                    shards.fence()
+                    patch.status.update(out.status)
+                else:
+                    k8s.patch_icap_status(meta["namespace"], meta["name"], out.status)
     except kopf.PermanentError:
         raise
+    except shards.NotOwned as exc:
+        # the shard's Lease was lost mid-reconcile: the replica that holds it now reconciles
+        raise kopf.TemporaryError(
+            f"{meta.get('namespace')}/{meta.get('name')}: {exc}",
+            delay=settings_mod.current().retry_seconds,
+        ) from exc
     except Exception as exc:
         if k8s.transient(exc):
             RETRY_DELAY = settings_mod.current().retry_seconds
@@ -150,9 +166,15 @@ def run_reconcile(
     return out
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-@kopf.on.resume(GROUP, VERSION, PLURAL)
+def _owned(body: kopf.Body, **_: Any) -> bool:
+    """Kopf's filter of the InferenceCapacity handlers: with shards, those of a held shard only
+    (the diff base and progress storages do not write the others: diffbase.py)."""
+    return shards.owns_body(body)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL, when=_owned)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", when=_owned)
+@kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
 def icap_changed(
     body: kopf.Body, patch: kopf.Patch, retry: int, icap_targets: Targets, **_: Any
 ) -> None:
@@ -192,7 +214,13 @@ def refresh_one(namespace: str, name: str) -> float | None:
     body = k8s.get_icap(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         return None
+    if not shards.owns_body(body):
+        # another replica's shard (its target moved, or the shard was lost): forgotten here;
+        # a takeover of the shard schedules it again
+        return None
     if not handled_by_kopf(body):
+        if shards.enabled() and not state.handled.get((namespace, name)):
+            _wake_kopf(body)
         # Kopf is still handling its creation (and retries it itself)
         return settings_mod.current().retry_seconds
     try:
@@ -201,6 +229,44 @@ def refresh_one(namespace: str, name: str) -> float | None:
         log.warning("refresh of %s/%s: %s", namespace, name, exc)
         return float(exc.delay or settings_mod.current().retry_seconds)
     return REFRESH_SECONDS
+
+
+def _wake_kopf(body: Mapping[str, Any]) -> None:
+    """A shard taken over holds an InferenceCapacity whose creation the dead replica had not
+    finished: Kopf here skipped its events then (not owned) and waits for the next one. One
+    status write (Kopf's own touch field) is that event; Kopf then handles its creation here."""
+    meta = body["metadata"]
+    now = dt.datetime.now(dt.UTC).isoformat()
+    with shards.writing_for(body):
+        k8s.patch_icap_status(meta["namespace"], meta["name"], {"kopf": {"dummy": now}})
+
+
+#: the loop Kopf runs on (a shard's takeover is scheduled there, where Kopf's index is kept)
+_loops: list[asyncio.AbstractEventLoop] = []
+
+
+def _gained(gained: frozenset[int]) -> None:
+    """Shards this replica has just acquired (on the Lease thread): every InferenceCapacity
+    Kopf's index knows in them is refreshed now (the dead replica's work, taken over)."""
+    if _loops:
+        _loops[0].call_soon_threadsafe(_refresh_shards, gained)
+
+
+def _refresh_shards(gained: frozenset[int]) -> None:
+    if not _targets:
+        return
+    n = shards.shards()
+    keys = [
+        (ns, claim[1])
+        for (ns, target), claims in list(_targets[0].items())
+        if shard_of(ns, target, n) in gained
+        for claim in claims
+    ]
+    for key in keys:
+        refresher.schedule_now(key)
+    log.info(
+        "shards %s taken over: %d InferenceCapacities to refresh now", sorted(gained), len(keys)
+    )
 
 
 def _read_peers(namespace: str | None) -> Mapping[str, Any] | None:
@@ -213,7 +279,11 @@ refresher = Refresher(REFRESH_SECONDS, _refresh_pool, refresh_one, lambda _ns: T
 
 
 @kopf.on.startup()
-async def start_refresher(**_: Any) -> None:
+async def start_refresher(icap_targets: Targets, **_: Any) -> None:
+    # Kopf's index, a live view (empty until Kopf lists the InferenceCapacities)
+    if not _targets:
+        _targets.append(icap_targets)
+    _loops.append(asyncio.get_running_loop())
     refresher.start()
 
 
@@ -256,8 +326,10 @@ def _deployment_needs_a_look(
     rollout progress the Deployment controller writes, several per rollout), is dropped there,
     never queued for a handler thread with its body (at 1,000 Deployments those queued bodies
     were the operator's peak memory)."""
+    if not shards.owns_key(namespace, name):
+        return False  # another replica's shard
     obj = event.get("object") or {}
-    # every Deployment's latest version, for reconciles to read instead of the API
+    # every (owned) Deployment's latest version, for reconciles to read instead of the API
     if event.get("type") == "DELETED":
         objcache.deployments.drop(namespace, name)
     else:

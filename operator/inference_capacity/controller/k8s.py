@@ -27,6 +27,32 @@ PLURAL = "inferencecapacities"
 FIELD_MANAGER = "inference-capacity"
 log = logging.getLogger("inference_capacity.k8s")
 
+#: the field manager of this process's writes: FIELD_MANAGER, or with shards the replica's own
+#: (controller/shards.py sets it), so managedFields say which replica wrote a field
+_field_manager = FIELD_MANAGER
+
+
+#: called before every write to an InferenceCapacity, a Deployment or a PDB; raises when this
+#: process may not write (with shards: the object's shard is not held, controller/shards.py)
+def _no_guard() -> None:
+    return None
+
+
+_write_guard: Callable[[], None] = _no_guard
+
+
+def set_writer(field_manager: str, guard: Callable[[], None]) -> None:
+    """The field manager and the write guard of this process (the shard Leases set them)."""
+    global _field_manager, _write_guard
+    _field_manager, _write_guard = field_manager, guard
+
+
+def field_manager() -> str:
+    """The field manager of this process's writes (after the write guard has passed)."""
+    _write_guard()
+    return _field_manager
+
+
 _lock = threading.Lock()
 _api: client.ApiClient | None = None
 
@@ -282,7 +308,7 @@ def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None
         PLURAL,
         name,
         {"status": status},
-        field_manager=FIELD_MANAGER,
+        field_manager=field_manager(),
         _content_type="application/merge-patch+json",
     )
 
@@ -306,7 +332,7 @@ def patch_deployment(namespace: str, name: str, patch: dict[str, Any]) -> dict[s
         name,
         namespace,
         patch,
-        field_manager=FIELD_MANAGER,
+        field_manager=field_manager(),
         _content_type="application/strategic-merge-patch+json",
         _preload_content=False,
     )
@@ -584,7 +610,7 @@ def upsert_pdb(
     if cur is None:
         try:
             api.create_namespaced_pod_disruption_budget(
-                namespace, cast(Any, body), field_manager=FIELD_MANAGER
+                namespace, cast(Any, body), field_manager=field_manager()
             )
             return "created"
         except ApiException as exc2:
@@ -610,7 +636,7 @@ def upsert_pdb(
         name,
         namespace,
         {"spec": body["spec"]},
-        field_manager=FIELD_MANAGER,
+        field_manager=field_manager(),
         _content_type="application/merge-patch+json",
     )
     return "patched"
@@ -688,3 +714,40 @@ def read_pod_log(
     finally:
         resp.close()
         resp.release_conn()
+
+
+LEASE_GROUP = "coordination.k8s.io"
+
+
+def get_lease(namespace: str, name: str) -> dict[str, Any] | None:
+    """A ``coordination.k8s.io/v1`` Lease as the API server sends it; None when absent."""
+    try:
+        raw = client.CoordinationV1Api(api_client()).read_namespaced_lease(
+            name, namespace, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _json(raw)
+
+
+def create_lease(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a Lease (409 when it exists: another replica created it first)."""
+    raw = client.CoordinationV1Api(api_client()).create_namespaced_lease(
+        namespace, cast(Any, body), field_manager=_field_manager, _preload_content=False
+    )
+    return _json(raw)
+
+
+def replace_lease(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Update a Lease; ``body`` carries the resourceVersion it was decided on (409 when the
+    Lease changed since: another replica wrote it first)."""
+    raw = client.CoordinationV1Api(api_client()).replace_namespaced_lease(
+        body["metadata"]["name"],
+        namespace,
+        cast(Any, body),
+        field_manager=_field_manager,
+        _preload_content=False,
+    )
+    return _json(raw)

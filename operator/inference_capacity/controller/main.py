@@ -19,7 +19,10 @@ def run_operator(config: Settings) -> int:
 
     tune()  # before any thread allocates (see allocator)
     configure(config)
-    from . import k8s
+    from . import k8s, shards
+
+    if config.shards > 1:
+        shards.placement(config)  # a missing shard index or Lease namespace: one line, no start
 
     # one clear line, not Kopf's retry loop of tracebacks, when there is no cluster
     where = k8s.preflight()

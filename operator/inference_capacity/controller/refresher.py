@@ -164,6 +164,11 @@ class Refresher:
         with self._lock:
             self._due.setdefault(key, time.monotonic() + self.interval)
 
+    def schedule_now(self, key: Key) -> None:
+        """Refreshed at the next tick (a shard taken over)."""
+        with self._lock:
+            self._due[key] = time.monotonic()
+
     def forget(self, key: Key) -> None:
         with self._lock:
             self._due.pop(key, None)
