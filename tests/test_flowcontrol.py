@@ -37,7 +37,9 @@ def _flow_docs() -> list[dict[str, Any]]:
 
 def _operator_client(api: RealKubeAPI) -> client.ApiClient:
     """The operator's client (k8s.new_api_client: the token bucket and retries) as the chart's
-    ServiceAccount, straight to the API server."""
+    ServiceAccount, straight to the API server. ``api``: the session's RealKubeAPI, never the
+    test's CleanKubeAPI, whose cleanup would delete the ServiceAccount that every later test's
+    cached token is bound to (401 for the rest of the session)."""
     api.operator_env()  # the chart's ServiceAccount and RBAC, installed once per session
     sa = one(_flow_docs(), "FlowSchema")["spec"]["rules"][0]["subjects"][0]["serviceAccount"]
     kubeconfig = api.serviceaccount_kubeconfig(sa["namespace"], sa["name"], through_proxy=False)
@@ -79,9 +81,9 @@ def _classified(api: client.ApiClient) -> dict[str, tuple[str, str]]:
 
 
 def test_the_chart_objects_apply_and_the_operators_requests_are_classified_into_them(
-    kube: CleanKubeAPI,
+    kube: CleanKubeAPI, real_kube: RealKubeAPI
 ) -> None:
-    api = _operator_client(kube)
+    api = _operator_client(real_kube)
     kube.apply(*(d for d in chart_crd_docs() if d["metadata"]["name"] == ICAP_CRD))
     kube.kubectl("wait", "--for=condition=Established", f"crd/{ICAP_CRD}", "--timeout=60s")
     # before: the ServiceAccount's requests go where every ServiceAccount's go
