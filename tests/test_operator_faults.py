@@ -92,8 +92,10 @@ def _then_expire(faults: Any, rule: Any) -> Any:
 
 FAULTS = {
     "409-on-deployment-patch": lambda f: f.fail(409, "PATCH", r"/deployments/llama-8b", times=2),
-    "429-on-deployment-get": lambda f: f.fail(
-        429, "GET", r"/deployments/llama-8b\b(?!.*watch)", times=2, retry_after=1
+    # the Deployment is read from the watch (controller/objcache.py), not with a GET: the 429
+    # goes on its patch, which the operator's client retries after Retry-After (throttle.py)
+    "429-on-deployment-patch": lambda f: f.fail(
+        429, "PATCH", r"/deployments/llama-8b\b", times=2, retry_after=1
     ),
     "500-on-status-patch": lambda f: f.fail(
         500, "PATCH", r"/inferencecapacities/.*/status", times=2
