@@ -566,7 +566,13 @@ class RealRig(Rig):
             raise
         return self
 
-    def _setup(self) -> None:
+    def _prepare(
+        self, rbac_values: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], client.ApiClient]:
+        """The proxy (``use_proxy``), the CRD, the chart's ServiceAccount and RBAC (for
+        ``rbac_values``, default the tests' values) and the admin client; returns the
+        operator's environment (its ServiceAccount kubeconfig) and a client for the benchmark's
+        watch cache."""
         d = self.real.workdir
         if self.use_proxy:
             self.proxy = FaultProxy(
@@ -576,7 +582,7 @@ class RealRig(Rig):
         # the benchmark does not call (it builds the ServiceAccount's kubeconfig itself)
         self.admin = RealKubeAPI(self.real, self.proxy, self.workdir)  # type: ignore[arg-type]
         apply_crd(self.admin)
-        sa = install_operator_rbac(self.admin)
+        sa = install_operator_rbac(self.admin, rbac_values)
         kubeconfig = self.real.serviceaccount_kubeconfig(
             OPERATOR_NAMESPACE,
             sa,
@@ -594,6 +600,10 @@ class RealRig(Rig):
         watch_client.user_agent = USER_AGENT
         base_env = self.admin.env
         base_env["KUBECONFIG"] = str(kubeconfig)
+        return base_env, watch_client
+
+    def _setup(self) -> None:
+        base_env, watch_client = self._prepare()
         before = self._watches()
         self.op = OperatorProc(
             base_env, self.workdir / "operator.log", self.env, self.profile
@@ -1060,31 +1070,7 @@ class ShardedRig(RealRig):
     ops: list[OperatorProc] = field(init=False, default_factory=list)
 
     def _setup(self) -> None:
-        d = self.real.workdir
-        if self.use_proxy:
-            self.proxy = FaultProxy(
-                self.real.server, d / "ca.crt", d / "apiserver.crt", d / "apiserver.key"
-            ).start()
-        self.admin = RealKubeAPI(self.real, self.proxy, self.workdir)  # type: ignore[arg-type]
-        apply_crd(self.admin)
-        sa = install_operator_rbac(self.admin, {**OPERATOR_VALUES, "shards": self.shards})
-        kubeconfig = self.real.serviceaccount_kubeconfig(
-            OPERATOR_NAMESPACE,
-            sa,
-            self.workdir / "operator.kubeconfig",
-            server=self.proxy.url if self.proxy is not None else None,
-        )
-        cfg = client.Configuration()
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.real.admin_kubeconfig), client_configuration=cfg
-        )
-        cfg.connection_pool_maxsize = 32
-        self.client = client.ApiClient(cfg)
-        self.client.user_agent = USER_AGENT
-        watch_client = client.ApiClient(cfg)
-        watch_client.user_agent = USER_AGENT
-        base_env = self.admin.env
-        base_env["KUBECONFIG"] = str(kubeconfig)
+        base_env, watch_client = self._prepare({**OPERATOR_VALUES, "shards": self.shards})
         before = self._watches()
         for i in range(self.shards):
             env = {

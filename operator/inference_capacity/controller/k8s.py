@@ -313,17 +313,21 @@ def patch_icap_status(namespace: str, name: str, status: dict[str, Any]) -> None
     )
 
 
-def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
-    """The Deployment as the API server sends it (JSON, as Kopf's watch events carry it)."""
+def _read_json(read: Callable[..., Any], namespace: str, name: str) -> dict[str, Any] | None:
+    """``read(name, namespace)`` answered as the API server's JSON (no model objects); None
+    when it is not found."""
     try:
-        raw = client.AppsV1Api(api_client()).read_namespaced_deployment(
-            name, namespace, _preload_content=False
-        )
+        raw = read(name, namespace, _preload_content=False)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
     return _json(raw)
+
+
+def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    """The Deployment as the API server sends it (JSON, as Kopf's watch events carry it)."""
+    return _read_json(client.AppsV1Api(api_client()).read_namespaced_deployment, namespace, name)
 
 
 def patch_deployment(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
@@ -721,15 +725,7 @@ LEASE_GROUP = "coordination.k8s.io"
 
 def get_lease(namespace: str, name: str) -> dict[str, Any] | None:
     """A ``coordination.k8s.io/v1`` Lease as the API server sends it; None when absent."""
-    try:
-        raw = client.CoordinationV1Api(api_client()).read_namespaced_lease(
-            name, namespace, _preload_content=False
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return _json(raw)
+    return _read_json(client.CoordinationV1Api(api_client()).read_namespaced_lease, namespace, name)
 
 
 def create_lease(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
