@@ -223,6 +223,19 @@ POINT_SETUP: dict[str, PointSetup] = {
         "layout); MTP n=3 and int8_per_token_head as the report states; float16 and prefix "
         "caching as every club-3090 AutoRound compose's non-default args print them",
     ),
+    # vllm-project/vllm issue #51041 (2x H20 TP2, 0.26.0): the predictor refuses DeepSeek-V4 with
+    # MTP (engines/vllm.py raises SettingsError); the issue states neither num_speculative_tokens
+    # nor max_model_len, so no replay is set up around that refusal
+    "vllm-startup-097": PointSetup(
+        None,
+        skip="settings: DeepSeek-V4 with MTP speculative decoding is not modelled (the predictor "
+        "refuses it); num_speculative_tokens, max_model_len and max_num_seqs not stated",
+    ),
+    "vllm-startup-099": PointSetup(
+        None,
+        skip="settings: DeepSeek-V4 with MTP speculative decoding is not modelled (the predictor "
+        "refuses it); num_speculative_tokens, max_model_len and max_num_seqs not stated",
+    ),
     "vllm-startup-091": PointSetup(
         None,
         skip="DeepSeek-V4-Flash: version not stated and only the KV terms logged; its start "
