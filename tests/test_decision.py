@@ -30,6 +30,7 @@ from inference_capacity.cli import (
     build_parser,
 )
 from inference_capacity.controller import handlers, state
+from inference_capacity.patching import ANNOTATION_APPLIED
 from inference_capacity.resolve import resolve
 from inference_capacity.vocab import CONDITION_REASONS
 
@@ -146,6 +147,31 @@ def test_the_decision_is_pure_and_names_the_pdb_conflict() -> None:
     # every reason the decision writes is one of the vocabulary's
     for d in (first, refused, decision.unsupported(resolved)):
         assert {c.reason for c in d.conditions} <= CONDITION_REASONS, d.conditions
+
+
+def test_the_first_write_to_a_deployment_is_no_event_and_a_later_change_is() -> None:
+    """An Event per creation is a request per object for the API server: the operator's first
+    write to a Deployment (no applied annotation yet) is recorded in status.applied and the
+    Applied condition only; a later change (an edit, a drift correction) is an Event."""
+    icap, dep = example()
+    spec = InferenceCapacity.from_manifest(icap).spec
+    resolved = resolve(spec, dep, {})
+    plan, msg = decision.plan_for_target(
+        resolved.plan_input, spec, dep, None, None, "spare GPUs unknown"
+    )
+    first = decision.decide(
+        spec, "default/llama-8b", resolved, plan, decision.World(deployment=dep, now=1e6)
+    )
+    assert first.action == "patch" and first.first_write and first.events == ()
+    assert first.applied_message.startswith("set ")
+    # the same Deployment once the operator has written to it (another flag value since)
+    again = json.loads(json.dumps(dep))
+    again.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_APPLIED] = "{}"
+    later = decision.decide(
+        spec, "default/llama-8b", resolved, plan, decision.World(deployment=again, now=1e6)
+    )
+    assert later.action == "patch" and not later.first_write
+    assert [(e.reason, e.message) for e in later.events] == [("Applied", later.applied_message)]
 
 
 # --- plan -o patch exit codes -------------------------------------------------------------

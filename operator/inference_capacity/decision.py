@@ -27,7 +27,7 @@ from .decide import (
     stabilized_replicas,
     template_hold,
 )
-from .patching import REMOVED, DeploymentChange, build_change
+from .patching import ANNOTATION_APPLIED, REMOVED, DeploymentChange, build_change
 from .planner import Plan, PlanInput, planned
 from .resolve import Resolved
 from .risks import (
@@ -126,6 +126,11 @@ class Decision:
     held: tuple[str, ...] = ()
     #: what would be written in mode Enforce (mode Recommend: the same patch, not written)
     recommended: DeploymentChange | None = None
+    #: the patch is the operator's first write to this Deployment (it carries no applied
+    #: annotation yet): recorded in status.applied and the Applied condition, posted as no Event
+    #: (an Event per object on every creation is a request per object for the API server, and
+    #: the PDB created with it likewise); later changes, drift corrections included, are Events
+    first_write: bool = False
 
     @property
     def applied_message(self) -> str:
@@ -754,11 +759,13 @@ def _deliver(
     if base.held:
         waiting = f"set {want}; waiting to apply " + "; ".join(base.held)
         after.append(Condition("Applied", "False", "StabilizationWindow", waiting))
+    first = ANNOTATION_APPLIED not in ((dep.get("metadata") or {}).get("annotations") or {})
     return replace(
         base,
         action="patch",
         conditions=(*conds, *after, ready),
-        events=(Event("Normal", "Applied", msg, once=False),),
+        events=() if first else (Event("Normal", "Applied", msg, once=False),),
+        first_write=first,
         change=change,
         recommended=change,
         want=want,

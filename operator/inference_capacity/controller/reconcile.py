@@ -443,7 +443,9 @@ def _perform(
             # one Event for the change and the PDB it brought, not two (Events per object)
             message, pdb_note = f"{message}; {pdb_note[1]}", None
         ctx.event(e.type, e.reason, message, once=e.once)
-    if pdb_note is not None:
+    if pdb_note is not None and not chosen.first_write:
+        # a PDB created with the first write to the Deployment is recorded as that write is
+        # (status, conditions), not as an Event of its own
         ctx.event("Normal", pdb_note[0], pdb_note[1], once=False)
     if chosen.action == "refuse":
         metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, chosen.reason).inc()
