@@ -122,6 +122,7 @@ class LatencyModel:
     hbm_efficiency: float
     max_num_batched_tokens: int
     gpus: int = 1  # GPUs of one replica (TP × PP)
+    async_scheduling: bool = False  # the engine's CPU step overlaps the GPU's (_with_cpu)
 
     def weight_bytes(self, stage: StageModel, tokens: FloatArray | float) -> FloatArray:
         """Weight bytes a step of ``tokens`` reads on one rank of the stage."""
@@ -187,12 +188,13 @@ class LatencyModel:
         p = np.asarray(prefill_tokens, dtype=np.float64)
         tokens = np.maximum(d + p, 0.0)
         sampled = d + (p > 0)
-        total: FloatArray = np.full(np.broadcast(d, p, kv_per_stage[0]).shape, perf.STEP_OVERHEAD_S)
+        gpu: FloatArray = np.zeros(np.broadcast(d, p, kv_per_stage[0]).shape)
         for s, stage in enumerate(self.stages):
-            total = total + self._stage_seconds(
+            gpu = gpu + self._stage_seconds(
                 stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, np.maximum
             )
-        return total
+        out: FloatArray = self._with_cpu(gpu, np.maximum)
+        return out
 
     def step_scalar(
         self, n: float, kv_per_stage: list[float], prefill_tokens: float, prefill_ctx: float
@@ -200,12 +202,23 @@ class LatencyModel:
         """:meth:`step_seconds` for one step, on floats (the scheduler's many evaluations)."""
         tokens = max(n + prefill_tokens, 0.0)
         sampled = n + (1.0 if prefill_tokens > 0 else 0.0)
-        total = perf.STEP_OVERHEAD_S
+        gpu = 0.0
         for s, stage in enumerate(self.stages):
-            total += self._stage_seconds(
+            gpu += self._stage_seconds(
                 stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], True, max
             )
-        return float(total)
+        return float(self._with_cpu(gpu, max))
+
+    def _with_cpu(self, gpu: Any, mx: Callable[[Any, Any], Any]) -> Any:
+        """The step from its GPU time and the engine's CPU time per step
+        (``perf.STEP_OVERHEAD_S``): in series without async scheduling (vLLM V1's engine core
+        schedules, runs the step and waits for its sampled tokens before scheduling the next:
+        v1/engine/core.py ``EngineCore.step``); overlapped with it (the larger of the two) with
+        async scheduling, whose scheduler runs one step ahead of the GPU
+        (v1/core/sched/async_scheduler.py; ``EngineCore.step_with_batch_queue``)."""
+        if self.async_scheduling:
+            return mx(gpu, perf.STEP_OVERHEAD_S)
+        return gpu + perf.STEP_OVERHEAD_S
 
 
 #: per model shape (by value: a sweep plans one model many times), shared by every thread
@@ -377,6 +390,7 @@ def build_latency_model(
         hbm_efficiency=eff,
         max_num_batched_tokens=rs.max_num_batched_tokens,
         gpus=tp * pp,
+        async_scheduling=pred.async_scheduling,
     )
 
 
