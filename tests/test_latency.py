@@ -163,8 +163,8 @@ def test_async_scheduling_default_by_version() -> None:
     # config/scheduler.py SchedulerConfig.async_scheduling: False in 0.13.0, None from 0.14.0,
     # which config/vllm.py VllmConfig.__post_init__ turns on unless PP > 1 or a speculative
     # method other than EAGLE/MTP; --async-scheduling / --no-async-scheduling win
-    from inference_capacity.engines.vllm import SpeculativeConfig, async_scheduling_on
     from inference_capacity.engines.versions import parse_version
+    from inference_capacity.engines.vllm import SpeculativeConfig, async_scheduling_on
 
     def on(version: str, pp: int = 1, **kw: object) -> bool:
         return async_scheduling_on(parse_version(version), pp, replace(ENGINE, **kw))
