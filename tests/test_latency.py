@@ -197,3 +197,31 @@ def test_async_scheduling_overlaps_the_cpu_step() -> None:
     bare = replace(asyn, stages=())
     assert bare.step_scalar(1.0, [], 0.0, 0.0) == perf.STEP_OVERHEAD_S
     assert replace(sync, stages=()).step_scalar(1.0, [], 0.0, 0.0) == perf.STEP_OVERHEAD_S
+
+
+def test_block_fp8_linears_cost_deepgemms_floor() -> None:
+    # Qwen3-235B-A22B-FP8 is block-quantized (weight_block_size [128, 128]): vLLM runs its qkv
+    # and o linears on DeepGEMM on SM 9.0/10.0 (fp8_utils.py W8A8BlockFp8LinearOp.apply), whose
+    # per-op floor (perf.BLOCK_FP8_GEMM_LAUNCH_S) replaces a plain GEMM's; the router stays a
+    # plain GEMM. Per rank at TP2: 94 layers × 2 linears × the difference
+    from inference_capacity.sizing.latency import launch_seconds, linear_launch_seconds
+
+    qwen = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    assert qwen.quantization is not None and qwen.quantization.block == (128, 128)
+    h200, b200, a100 = (get_gpu(g) for g in ("H200-SXM-141GB", "B200-180GB", "A100-SXM4-80GB"))
+    assert linear_launch_seconds(qwen, h200) == perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    assert linear_launch_seconds(qwen, H100) == perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    assert linear_launch_seconds(qwen, b200) == perf.BLOCK_FP8_GEMM_LAUNCH_S[10]
+    assert linear_launch_seconds(qwen, a100) == perf.GEMM_LAUNCH_S  # no DeepGEMM on SM 8.0
+    fp8_online = load_model("meta-llama/Llama-3.1-8B-Instruct", quantization="fp8")
+    assert linear_launch_seconds(fp8_online, h200) == perf.GEMM_LAUNCH_S  # per-tensor FP8
+    pred = predict_startup(qwen, h200.total_bytes, h200.name, 2, 1, ENGINE)
+    model = build_latency_model(qwen, h200, pred)
+    assert model is not None and qwen.num_layers == 94
+    [stage] = model.stages
+    block = perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    # FP8 activations: one standalone quantization per layer (FP8_QUANT_PER_LAYER)
+    assert stage.fixed_s == pytest.approx(launch_seconds(94, True, True, True, block))
+    plain = launch_seconds(94, True, True, True)
+    assert stage.fixed_s - plain == pytest.approx(94 * 2 * (block - perf.GEMM_LAUNCH_S))
+    assert stage.fixed_s - plain == pytest.approx(0.01328, abs=1e-5)  # 188 × 70.7 µs a step

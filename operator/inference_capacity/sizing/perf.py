@@ -40,6 +40,17 @@ GEMM_EFFICIENCY = 0.697
 #: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
 #: (*per-op*, the same fit).
 GEMM_HALF_M = 64.7
+#: Fixed latency of vLLM's block-FP8 linear (a checkpoint with ``weight_block_size``, e.g.
+#: Qwen3-235B-A22B-FP8) where it runs DeepGEMM, by the GPU's compute-capability major, seconds
+#: (*per-op*: gemm/vllm/0.24.0/gemm_perf.parquet, ``fp8_block`` DeepGemmFp8BlockScaledMMKernel
+#: rows, M ≤ 16384, N, K ≥ 1024; the GEMM formula above with its efficiency and M½, only the
+#: launch fitted: h100+h200 |log err| 0.14, b200 0.17). The kernel's floor is an order above a
+#: per-tensor FP8 GEMM's (at M ≤ 1024 it is flat: 83–87 µs on H200 for 4096 × 4096). vLLM
+#: 0.12.0–0.18.0 (model_executor/layers/quantization/utils/fp8_utils.py,
+#: ``W8A8BlockFp8LinearOp.apply``; utils/deep_gemm.py, ``should_use_deepgemm_for_fp8_linear``,
+#: ``is_deep_gemm_supported``: ``VLLM_USE_DEEP_GEMM`` default 1, SM 9.0 or 10.0, N % 64 and
+#: K % 128) runs DeepGEMM for every such linear, at any M.
+BLOCK_FP8_GEMM_LAUNCH_S = {9: 76.8e-6, 10: 189.5e-6}
 #: The plateau of the fused-MoE expert GEMMs (*per-op*: moe/vllm/0.24.0/moe_perf.parquet, FP8
 #: block and gpt-oss MXFP4 kernels, balanced routing, MoE-TP 1..8, no EP; experts touched by
 #: the table's balanced routing, M = tokens × k / touched, the model's peaks; |log err| 0.18).
