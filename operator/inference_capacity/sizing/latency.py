@@ -298,8 +298,9 @@ def launch_seconds(
     (or Mamba/GDN state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs
     bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
-    dense layers or Llama 4's interleaved dense ones are an approximation). ``linear_s``: the fixed latency of each quantizable linear
-    (:func:`linear_launch_seconds`); a MoE layer's router is a plain GEMM."""
+    dense layers or Llama 4's interleaved dense ones are an approximation). ``linear_s``: the
+    fixed latency of each quantizable linear (:func:`linear_launch_seconds`); a MoE layer's
+    router is a plain GEMM."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
     router = 1 if moe else 0  # not quantized (its launch is a plain GEMM's)
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
