@@ -20,7 +20,9 @@ from __future__ import annotations
 #: Fixed CPU cost of one engine step, seconds (*assumed*): vLLM V1's engine-core loop between
 #: two forward passes (scheduler, input preparation, the GPU→CPU copy of the sampled ids and
 #: the output update) plus the CUDA-graph replay launch. No per-op table measures it; 1 ms is
-#: the round value of the old fit script's prior (not tuned on the end-to-end points).
+#: the round value of the old fit script's prior (not tuned on the end-to-end points). With
+#: async scheduling (vLLM's default from 0.14) it overlaps the GPU step (latency.py,
+#: ``LatencyModel._with_cpu``).
 STEP_OVERHEAD_S = 0.001
 #: Per request, from arrival to the first scheduled step, seconds (*assumed*): HTTP and JSON
 #: handling of the OpenAI server (a round 2 ms) ...
