@@ -158,6 +158,42 @@ def fit_gemm(root: Path) -> dict[str, float]:
     return x
 
 
+#: vLLM's block-FP8 linear kernel where DeepGEMM is supported (SM 9.0 and 10.0): the table's
+#: ``fp8_block`` rows of this kernel, by the GPU's compute-capability major
+BLOCK_FP8_KERNEL = "DeepGemmFp8BlockScaledMMKernel"
+BLOCK_FP8_SYSTEMS = {9: ("h100_sxm", "h200_sxm"), 10: ("b200_sxm",)}
+
+
+def fit_block_fp8(root: Path, gemm: dict[str, float]) -> dict[str, float]:
+    """The fixed latency of vLLM's block-FP8 linear (DeepGEMM) by compute-capability major:
+    t = launch + max(bytes / BW, 2MNK / (FP8 peak × eff(M))), eff and M½ those of
+    :func:`fit_gemm` (only the launch is fitted), on the same table's ``fp8_block`` rows."""
+    out: dict[str, float] = {}
+    for major, systems in BLOCK_FP8_SYSTEMS.items():
+        rows = []
+        for system in systems:
+            gname = SYSTEMS[system]
+            gpu = get_gpu(gname)
+            bw = _hbm(gname)
+            d = _read(root / system / "gemm/vllm/0.24.0/gemm_perf.parquet")
+            d = d[(d.gemm_dtype == "fp8_block") & (d.kernel_source == BLOCK_FP8_KERNEL)]
+            d = d[(d.n >= 1024) & (d.k >= 1024) & (d.m <= 16384)]
+            m, n, k = (d[c].to_numpy(np.float64) for c in ("m", "n", "k"))
+            mem = (n * k + m * k + m * n * 2.0) / bw
+            eff = gemm["GEMM_EFFICIENCY"] * m / (m + gemm["GEMM_HALF_M"])
+            top = tensor_flops(gpu, "fp8") or 0.0
+            rows.append((np.maximum(mem, 2 * m * n * k / (top * eff)), d.latency * 1e-3))
+        bound, meas = (np.concatenate([r[i] for r in rows]) for i in range(2))
+
+        def loss(x: dict[str, float], bound: Any = bound, meas: Any = meas) -> float:
+            return _logerr(x["launch"] + bound, meas)
+
+        x = descend(loss, {"launch": 20e-6})
+        print(f"block-FP8 GEMM, SM {major}.0: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+        out[f"BLOCK_FP8_GEMM_LAUNCH_S[{major}]"] = x["launch"]
+    return out
+
+
 def fit_moe(root: Path, half_m: float) -> dict[str, float]:
     """t = launch + max(touched experts' bytes / BW, 2·3·H·I·k·T / (peak × eff(T k / touched))),
     touched = min(E, T k) (the table's balanced routing; the model's uniform-random routing
@@ -283,6 +319,7 @@ def main(argv: Sequence[str]) -> int:
     root = Path(argv[0])
     out: dict[str, float] = {}
     out.update(fit_gemm(root))
+    out.update(fit_block_fp8(root, out))
     out.update(fit_moe(root, out["GEMM_HALF_M"]))
     out.update(fit_attention(root))
     out.update(fit_allreduce(root))

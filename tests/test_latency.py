@@ -54,8 +54,11 @@ def test_seed_003_decode_example() -> None:
     # (989 TFLOP/s × GEMM_EFFICIENCY) ≈ 1.6 ms is far below the 4.5 ms of weight reads
     embedding = pred.ranks[0].weights.by_group["embedding"]  # type: ignore[attr-defined]
     assert embedding == 128_256 * 4096 * 2  # 1.05 GB
+    # vLLM 0.19 schedules asynchronously by default, so the engine's CPU time per step
+    # (STEP_OVERHEAD_S, 1 ms) runs under the ~11 ms GPU step instead of after it
+    assert pred.async_scheduling  # type: ignore[attr-defined]
     per_layer = 4 * perf.GEMM_LAUNCH_S + 5 * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
-    overhead = perf.STEP_OVERHEAD_S + 32 * per_layer + perf.GEMM_LAUNCH_S
+    overhead = 32 * per_layer + perf.GEMM_LAUNCH_S
     step = float(model.step_seconds(64.0, np.array([[kv]]), 0.0, 2000.0)[0])
     assert step == pytest.approx((LLAMA8B_WEIGHTS - embedding + kv) / 3.35e12 + overhead)
     # ... and the byte terms scale by the efficiency factor (the default 0.80)
@@ -154,3 +157,71 @@ def test_itl_target_caps_max_num_seqs_by_the_latency_p95() -> None:
         )
     )
     assert fast.recommendation.max_num_seqs >= n
+
+
+def test_async_scheduling_default_by_version() -> None:
+    # config/scheduler.py SchedulerConfig.async_scheduling: False in 0.13.0, None from 0.14.0,
+    # which config/vllm.py VllmConfig.__post_init__ turns on unless PP > 1 or a speculative
+    # method other than EAGLE/MTP; --async-scheduling / --no-async-scheduling win
+    from inference_capacity.engines.versions import parse_version
+    from inference_capacity.engines.vllm import SpeculativeConfig, async_scheduling_on
+
+    def on(version: str, pp: int = 1, **kw: object) -> bool:
+        return async_scheduling_on(parse_version(version), pp, replace(ENGINE, **kw))
+
+    assert not on("0.12.0") and not on("0.13.0")
+    assert on("0.14.0") and on("0.15.1") and on("0.18.0")
+    assert not on("0.18.0", pp=2)
+    assert on("0.13.0", async_scheduling=True) and not on("0.18.0", async_scheduling=False)
+    assert not on("0.18.0", speculative=SpeculativeConfig("ngram", 3))
+    assert on("0.18.0", speculative=SpeculativeConfig("eagle3", 3))
+    assert on("0.18.0", speculative=SpeculativeConfig("deepseek_mtp", 1))
+
+
+def test_async_scheduling_overlaps_the_cpu_step() -> None:
+    # without async scheduling the engine core waits for a step's sampled tokens before it
+    # schedules the next (v1/engine/core.py EngineCore.step): step = GPU + CPU. With it the
+    # scheduler runs one step ahead (EngineCore.step_with_batch_queue): step = max(GPU, CPU)
+    sync = build_latency_model(LLAMA8B, H100, _predict(LLAMA8B, version="0.13.0"))  # type: ignore[arg-type]
+    asyn = build_latency_model(LLAMA8B, H100, _predict(LLAMA8B, version="0.14.0"))  # type: ignore[arg-type]
+    assert sync is not None and asyn is not None
+    assert not sync.async_scheduling and asyn.async_scheduling
+    kv = np.array([[64 * 2000 * 131_072.0]])
+    s_sync = float(sync.step_seconds(64.0, kv, 0.0, 2000.0)[0])
+    s_async = float(asyn.step_seconds(64.0, kv, 0.0, 2000.0)[0])
+    gpu = s_sync - perf.STEP_OVERHEAD_S
+    assert gpu > perf.STEP_OVERHEAD_S  # an ~11 ms GPU step hides the 1 ms of CPU
+    assert s_async == pytest.approx(gpu)
+    assert asyn.step_scalar(64.0, [float(kv[0, 0])], 0.0, 2000.0) == pytest.approx(gpu)
+    # a GPU step shorter than the CPU's (every stage removed: 0 s) is the CPU's
+    bare = replace(asyn, stages=())
+    assert bare.step_scalar(1.0, [], 0.0, 0.0) == perf.STEP_OVERHEAD_S
+    assert replace(sync, stages=()).step_scalar(1.0, [], 0.0, 0.0) == perf.STEP_OVERHEAD_S
+
+
+def test_block_fp8_linears_cost_deepgemms_floor() -> None:
+    # Qwen3-235B-A22B-FP8 is block-quantized (weight_block_size [128, 128]): vLLM runs its qkv
+    # and o linears on DeepGEMM on SM 9.0/10.0 (fp8_utils.py W8A8BlockFp8LinearOp.apply), whose
+    # per-op floor (perf.BLOCK_FP8_GEMM_LAUNCH_S) replaces a plain GEMM's; the router stays a
+    # plain GEMM. Per rank at TP2: 94 layers × 2 linears × the difference
+    from inference_capacity.sizing.latency import launch_seconds, linear_launch_seconds
+
+    qwen = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    assert qwen.quantization is not None and qwen.quantization.block == (128, 128)
+    h200, b200, a100 = (get_gpu(g) for g in ("H200-SXM-141GB", "B200-180GB", "A100-SXM4-80GB"))
+    assert linear_launch_seconds(qwen, h200) == perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    assert linear_launch_seconds(qwen, H100) == perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    assert linear_launch_seconds(qwen, b200) == perf.BLOCK_FP8_GEMM_LAUNCH_S[10]
+    assert linear_launch_seconds(qwen, a100) == perf.GEMM_LAUNCH_S  # no DeepGEMM on SM 8.0
+    fp8_online = load_model("meta-llama/Llama-3.1-8B-Instruct", quantization="fp8")
+    assert linear_launch_seconds(fp8_online, h200) == perf.GEMM_LAUNCH_S  # per-tensor FP8
+    pred = predict_startup(qwen, h200.total_bytes, h200.name, 2, 1, ENGINE)
+    model = build_latency_model(qwen, h200, pred)
+    assert model is not None and qwen.num_layers == 94
+    [stage] = model.stages
+    block = perf.BLOCK_FP8_GEMM_LAUNCH_S[9]
+    # FP8 activations: one standalone quantization per layer (FP8_QUANT_PER_LAYER)
+    assert stage.fixed_s == pytest.approx(launch_seconds(94, True, True, True, block))
+    plain = launch_seconds(94, True, True, True)
+    assert stage.fixed_s - plain == pytest.approx(94 * 2 * (block - perf.GEMM_LAUNCH_S))
+    assert stage.fixed_s - plain == pytest.approx(0.01328, abs=1e-5)  # 188 × 70.7 µs a step

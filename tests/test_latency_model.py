@@ -70,7 +70,7 @@ def test_pinned_out_of_sample_points_meet_the_goals(point_id: str) -> None:
     tpot, tput = s.err("tpot"), s.err("tput")
     assert tpot is not None and tput is not None
     # each within the per-point bound (60 %); the gpt-oss B200 TP1/TP2 pins are at
-    # about +40 % TPOT today (README: the summed fixed latencies of the per-op tables)
+    # +28 % / +19 % TPOT today (README: the summed fixed latencies of the per-op tables)
     assert abs(tpot) <= OVER, f"TPOT {tpot:+.0%}"
     assert abs(tput) <= OVER, f"throughput {tput:+.0%}"
 
@@ -268,8 +268,10 @@ def test_sweep_ranks_only_options_meeting_both_targets() -> None:
 #: What benchmarks.latency_accuracy measures today (all 504 points out of sample, constants
 #: from the per-op tables only) where it misses the issue's goals: the bounds stop it getting
 #: worse; the goals (15 % overall, 25 % per TP class, no point beyond 60 %) bind everywhere
-#: else. Today: TPOT TP1 25.1 %; 38 points beyond 60 % (README, latency accuracy).
-MISSED = {("TP1", "tpot_abs"): 0.265, ("all", "over"): 38}
+#: else. Today every median meets them (TPOT TP1 21.9 %, the closest); 28 points are beyond
+#: 60 % (README, latency accuracy: 17 Llama-3.1-8B-FP8 short-output runs, 2 Qwen3-32B-FP8,
+#: 9 gpt-oss-120b H100 runs whose measured TPOT falls as the concurrency rises).
+MISSED = {("all", "over"): 28}
 
 
 def test_out_of_sample_medians_meet_the_goals() -> None:

@@ -149,7 +149,7 @@ class EngineSettings:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
     auto_max_model_len: bool = False  # --max-model-len -1
-    async_scheduling: bool | None = None  # None: vLLM's default (on from 0.26)
+    async_scheduling: bool | None = None  # None: the version's default (async_scheduling_on)
     chunked_local_hybrid: bool | None = None  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN
     #: --limit-mm-per-prompt counts by modality; None: unset (999 each, config/multimodal.py)
@@ -221,6 +221,8 @@ class StartupPrediction:
     notes: tuple[str, ...] = field(default=())
     #: the DP/EP NCCL communicators counted per rank (:func:`dp_ep_nccl_groups`)
     nccl_groups: int = 0
+    #: the engine runs vLLM's async scheduler (:func:`async_scheduling_on`)
+    async_scheduling: bool = False
 
     def to_json(self) -> dict[str, object]:
         r = self.ranks[self.binding_rank]
@@ -1003,13 +1005,32 @@ def mamba_blocks_per_request(
     return 1 + k_spec
 
 
+#: speculative methods async scheduling keeps by default (config/speculative.py
+#: ``EagleModelTypes``, 0.14.0: eagle, eagle3 and the MTP types)
+ASYNC_SPEC_METHODS = frozenset({"eagle", "eagle3"}) | MTP_METHODS
+
+
+def async_scheduling_on(v: Version, pp: int, settings: EngineSettings) -> bool:
+    """Whether the engine core runs vLLM's async scheduler, which schedules step n + 1 while
+    the GPU runs step n (v1/core/sched/async_scheduler.py): ``--async-scheduling`` where
+    given, else the version's default (:attr:`VllmRules.async_scheduling_default`), which
+    config/vllm.py ``VllmConfig.__post_init__`` (0.14.0–0.18.0) turns off at PP > 1 and with
+    a speculative method other than EAGLE/MTP."""
+    if settings.async_scheduling is not None:
+        return settings.async_scheduling
+    if not VllmRules.for_version(v).async_scheduling_default or pp > 1:
+        return False
+    spec = settings.speculative
+    return spec is None or spec.method in ASYNC_SPEC_METHODS
+
+
 def in_flight_tokens(
     v: Version, T: int, pp: int, v2_runner: bool, async_scheduling: bool | None
 ) -> int:
     """Tokens a sliding/chunked layer must hold beyond its window: from 0.26
     ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T``, with pp + 1 batches for
     the V2 runner with async scheduling, 2 for the V1 runner with async scheduling at PP 1, and
-    pp otherwise (async scheduling is on by default from 0.26); before 0.26, T
+    pp otherwise (None: on, vLLM's default there, :func:`async_scheduling_on`); before 0.26, T
     (:attr:`VllmRules.in_flight_batches`)."""
     if not VllmRules.for_version(v).in_flight_batches:
         return T
@@ -1483,6 +1504,7 @@ def predict_startup(
         binding,
         tuple(notes),
         nccl_groups,
+        async_scheduling_on(rs.version, pp, settings),
     )
 
 

@@ -169,6 +169,11 @@ class VllmRules:
     #: ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T`` (config/vllm.py) for
     #: sliding/chunked layers, and async scheduling on by default: from 0.26; before, T
     in_flight_batches: bool
+    #: async scheduling is on by default (config/scheduler.py: ``SchedulerConfig.async_scheduling``
+    #: defaults to None from 0.14.0, False in 0.11.0–0.13.0; config/vllm.py
+    #: ``VllmConfig.__post_init__`` turns None on unless PP > 1, a speculative method other than
+    #: EAGLE/MTP, or an executor without support; read in 0.12.0, 0.13.0, 0.14.0, 0.15.1, 0.18.0)
+    async_scheduling_default: bool
     #: chunked-local layers (Llama 4) are cached as full attention unless
     #: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (vllm/envs.py default "0"):
     #: 0.11–0.13
@@ -308,6 +313,7 @@ def _rules(v: Version) -> VllmRules:
         hma_with_connector=at((0, 22, 0)),
         tokens_from_concurrency=at((0, 21, 0)),
         in_flight_batches=at((0, 26, 0)),
+        async_scheduling_default=at((0, 14, 0)),
         chunked_local_as_full=between((0, 11, 0), (0, 14, 0)),
         nemotron_h_fp32_ssm=at((0, 20, 0)),
         hybrid_prefix_caching_default=at((0, 26, 0)),

@@ -122,6 +122,7 @@ class LatencyModel:
     hbm_efficiency: float
     max_num_batched_tokens: int
     gpus: int = 1  # GPUs of one replica (TP × PP)
+    async_scheduling: bool = False  # the engine's CPU step overlaps the GPU's (_with_cpu)
 
     def weight_bytes(self, stage: StageModel, tokens: FloatArray | float) -> FloatArray:
         """Weight bytes a step of ``tokens`` reads on one rank of the stage."""
@@ -187,12 +188,13 @@ class LatencyModel:
         p = np.asarray(prefill_tokens, dtype=np.float64)
         tokens = np.maximum(d + p, 0.0)
         sampled = d + (p > 0)
-        total: FloatArray = np.full(np.broadcast(d, p, kv_per_stage[0]).shape, perf.STEP_OVERHEAD_S)
+        gpu: FloatArray = np.zeros(np.broadcast(d, p, kv_per_stage[0]).shape)
         for s, stage in enumerate(self.stages):
-            total = total + self._stage_seconds(
+            gpu = gpu + self._stage_seconds(
                 stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, np.maximum
             )
-        return total
+        out: FloatArray = self._with_cpu(gpu, np.maximum)
+        return out
 
     def step_scalar(
         self, n: float, kv_per_stage: list[float], prefill_tokens: float, prefill_ctx: float
@@ -200,12 +202,23 @@ class LatencyModel:
         """:meth:`step_seconds` for one step, on floats (the scheduler's many evaluations)."""
         tokens = max(n + prefill_tokens, 0.0)
         sampled = n + (1.0 if prefill_tokens > 0 else 0.0)
-        total = perf.STEP_OVERHEAD_S
+        gpu = 0.0
         for s, stage in enumerate(self.stages):
-            total += self._stage_seconds(
+            gpu += self._stage_seconds(
                 stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], True, max
             )
-        return float(total)
+        return float(self._with_cpu(gpu, max))
+
+    def _with_cpu(self, gpu: Any, mx: Callable[[Any, Any], Any]) -> Any:
+        """The step from its GPU time and the engine's CPU time per step
+        (``perf.STEP_OVERHEAD_S``): in series without async scheduling (vLLM V1's engine core
+        schedules, runs the step and waits for its sampled tokens before scheduling the next:
+        v1/engine/core.py ``EngineCore.step``); overlapped with it (the larger of the two) with
+        async scheduling, whose scheduler runs one step ahead of the GPU
+        (v1/core/sched/async_scheduler.py; ``EngineCore.step_with_batch_queue``)."""
+        if self.async_scheduling:
+            return mx(gpu, perf.STEP_OVERHEAD_S)
+        return gpu + perf.STEP_OVERHEAD_S
 
 
 #: per model shape (by value: a sweep plans one model many times), shared by every thread
@@ -264,18 +277,40 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     return out
 
 
-def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
+def linear_launch_seconds(shape: ModelShape, gpu: Gpu) -> float:
+    """Fixed latency of one of the layer's quantizable linears (qkv, o, gate_up, down): vLLM's
+    block-FP8 linear where the checkpoint is block-quantized FP8 and the GPU runs it on DeepGEMM
+    (:data:`perf.BLOCK_FP8_GEMM_LAUNCH_S`), else a plain GEMM's (:data:`perf.GEMM_LAUNCH_S`;
+    on other GPUs vLLM runs a CUTLASS or Triton block-FP8 kernel no per-op table measures)."""
+    q = shape.quantization
+    cc = gpu.compute_capability
+    if q is None or q.method != "fp8" or q.block is None or cc is None:
+        return perf.GEMM_LAUNCH_S
+    return perf.BLOCK_FP8_GEMM_LAUNCH_S.get(cc[0], perf.GEMM_LAUNCH_S)
+
+
+def launch_seconds(
+    layers: int, moe: bool, head: bool, fp8: bool, linear_s: float = perf.GEMM_LAUNCH_S
+) -> float:
     """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
     per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
     elementwise kernels (and the FP8 activation quantization that stands alone), an attention
     (or Mamba/GDN state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs
     bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
-    dense layers or Llama 4's interleaved dense ones are an approximation)."""
+    dense layers or Llama 4's interleaved dense ones are an approximation). ``linear_s``: the
+    fixed latency of each quantizable linear (:func:`linear_launch_seconds`); a MoE layer's
+    router is a plain GEMM."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
+    router = 1 if moe else 0  # not quantized (its launch is a plain GEMM's)
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
     small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
-    per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
+    per_layer = (
+        (gemms - router) * linear_s
+        + router * perf.GEMM_LAUNCH_S
+        + small * perf.SMALL_KERNEL_S
+        + perf.ATTENTION_LAUNCH_S
+    )
     if moe:
         per_layer += perf.MOE_LAUNCH_S
     return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
@@ -364,7 +399,11 @@ def build_latency_model(
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,
                 fixed_s=launch_seconds(
-                    layers, bool(experts), has_head, gemm_dtype(shape, False) == "fp8"
+                    layers,
+                    bool(experts),
+                    has_head,
+                    gemm_dtype(shape, False) == "fp8",
+                    linear_launch_seconds(shape, gpu),
                 ),
             )
         )
@@ -377,6 +416,7 @@ def build_latency_model(
         hbm_efficiency=eff,
         max_num_batched_tokens=rs.max_num_batched_tokens,
         gpus=tp * pp,
+        async_scheduling=pred.async_scheduling,
     )
 
 

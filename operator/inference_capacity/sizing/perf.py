@@ -20,7 +20,9 @@ from __future__ import annotations
 #: Fixed CPU cost of one engine step, seconds (*assumed*): vLLM V1's engine-core loop between
 #: two forward passes (scheduler, input preparation, the GPU→CPU copy of the sampled ids and
 #: the output update) plus the CUDA-graph replay launch. No per-op table measures it; 1 ms is
-#: the round value of the old fit script's prior (not tuned on the end-to-end points).
+#: the round value of the old fit script's prior (not tuned on the end-to-end points). With
+#: async scheduling (vLLM's default from 0.14) it overlaps the GPU step (latency.py,
+#: ``LatencyModel._with_cpu``).
 STEP_OVERHEAD_S = 0.001
 #: Per request, from arrival to the first scheduled step, seconds (*assumed*): HTTP and JSON
 #: handling of the OpenAI server (a round 2 ms) ...
@@ -40,6 +42,17 @@ GEMM_EFFICIENCY = 0.697
 #: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
 #: (*per-op*, the same fit).
 GEMM_HALF_M = 64.7
+#: Fixed latency of vLLM's block-FP8 linear (a checkpoint with ``weight_block_size``, e.g.
+#: Qwen3-235B-A22B-FP8) where it runs DeepGEMM, by the GPU's compute-capability major, seconds
+#: (*per-op*: gemm/vllm/0.24.0/gemm_perf.parquet, ``fp8_block`` DeepGemmFp8BlockScaledMMKernel
+#: rows, M ≤ 16384, N, K ≥ 1024; the GEMM formula above with its efficiency and M½, only the
+#: launch fitted: h100+h200 |log err| 0.14, b200 0.17). The kernel's floor is an order above a
+#: per-tensor FP8 GEMM's (at M ≤ 1024 it is flat: 83–87 µs on H200 for 4096 × 4096). vLLM
+#: 0.12.0–0.18.0 (model_executor/layers/quantization/utils/fp8_utils.py,
+#: ``W8A8BlockFp8LinearOp.apply``; utils/deep_gemm.py, ``should_use_deepgemm_for_fp8_linear``,
+#: ``is_deep_gemm_supported``: ``VLLM_USE_DEEP_GEMM`` default 1, SM 9.0 or 10.0, N % 64 and
+#: K % 128) runs DeepGEMM for every such linear, at any M.
+BLOCK_FP8_GEMM_LAUNCH_S = {9: 76.8e-6, 10: 189.5e-6}
 #: The plateau of the fused-MoE expert GEMMs (*per-op*: moe/vllm/0.24.0/moe_perf.parquet, FP8
 #: block and gpt-oss MXFP4 kernels, balanced routing, MoE-TP 1..8, no EP; experts touched by
 #: the table's balanced routing, M = tokens × k / touched, the model's peaks; |log err| 0.18).
