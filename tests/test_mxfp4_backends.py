@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from inference_capacity.engines.versions import parse_version
 from inference_capacity.engines.vllm import (
     EngineSettings,
     SettingsError,
@@ -24,7 +25,6 @@ from inference_capacity.engines.vllm import (
     mxfp4_moe_backend,
     predict_startup,
 )
-from inference_capacity.engines.versions import parse_version
 from inference_capacity.hardware import get_gpu
 from inference_capacity.ledger.weights import weight_breakdown
 from inference_capacity.model import load_model
