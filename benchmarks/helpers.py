@@ -67,7 +67,9 @@ _NO_CONFIG = "model: %s config.json is not in the data (not in the catalog, not 
 class PointSetup:
     catalog: str | None
     version: str | None = None  # assumed when the log does not show it
-    gpu: str | None = None  # catalog GPU when the log gives no total
+    #: catalog GPU: its total when the log gives none, and its name for the predictor (the
+    #: compute capability picks the MXFP4 MoE backend) when the log's GPU string is not one
+    gpu: str | None = None
     quantization_config: dict[str, Any] | None = None
     config_patch: dict[str, Any] | None = None
     skip: str | None = None
@@ -167,7 +169,9 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-041": PointSetup("meta-llama/Llama-4-Scout-17B-16E-Instruct"),
     # vLLM >= 0.20 points (issue 21), all out-of-sample
     "vllm-startup-047": PointSetup(
-        "openai/gpt-oss-120b", note="max_model_len not stated: the model default (131072)"
+        "openai/gpt-oss-120b",
+        gpu="RTX-PRO-4500-Blackwell",  # the log's "compute capability 12.0": SM120
+        note="max_model_len not stated: the model default (131072)",
     ),
     "vllm-startup-049": PointSetup(
         None,
@@ -379,7 +383,7 @@ def _predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
     shape = shape_from_config(cfg, name=name, quantization=quant_flag)
     if p.total_gpu_memory_gib is not None:
         total = int(round(p.total_gpu_memory_gib * GiB))
-        gpu_name = p.gpu
+        gpu_name = get_gpu(setup.gpu).name if setup.gpu else p.gpu
     else:
         gpu = get_gpu(setup.gpu or p.gpu)
         total, gpu_name = gpu.total_bytes, gpu.name

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field, replace
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.kv_dsv4 import DSV4_BLOCK_SIZE
 from ..ledger.weights import (
-    MXFP4_MARLIN_ALIGN,
-    MXFP4_TRTLLM_ALIGN,
+    MARLIN_LAYOUT,
+    MXFP4_HIDDEN_ALIGN,
+    MXFP4_INTER_ALIGN,
+    Mxfp4Layout,
     WeightBreakdown,
     pp_layer_ranges,
     weight_breakdown,
@@ -295,17 +297,86 @@ def lora_graph_cases(v: Version, max_loras: int) -> int:
     return VllmRules.for_version(v).lora_graph_cases if max_loras > 0 else 1
 
 
-def mxfp4_alignment(v: Version, gpu_name: str) -> tuple[int, int]:
-    """gpt-oss MXFP4 expert padding by the MoE backend vLLM picks
-    (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss and
-    mxfp4_round_up_hidden_size_and_intermediate_size, 0.20.0/0.25.0): FlashInfer TRTLLM first
-    on Blackwell SM100, 256/256. Hopper's Triton backend pads only the intermediate size to 64,
-    but whether its weight swizzle pads more was not verified, so Hopper keeps Marlin's 256/128
-    (the larger, safe side); A100 and others run Marlin, 256/128 (exact on the 0.19 A100 log)."""
-    blackwell = _gpu_family(gpu_name) == "blackwell"
-    if blackwell and VllmRules.for_version(v).mxfp4_trtllm_on_blackwell:
-        return MXFP4_TRTLLM_ALIGN
-    return MXFP4_MARLIN_ALIGN
+def _compute_capability(gpu_name: str) -> tuple[int, int] | None:
+    """The catalogued CUDA compute capability of ``gpu_name`` (None: unknown or not CUDA)."""
+    from ..hardware import UnknownGpuError, get_gpu
+
+    try:
+        return get_gpu(gpu_name).compute_capability
+    except UnknownGpuError:
+        return None
+
+
+def mxfp4_moe_backend(v: Version, gpu_name: str) -> str:
+    """The MXFP4 MoE backend vLLM picks for gpt-oss (``select_mxfp4_moe_backend`` with
+    ``moe_backend="auto"``, fused_moe/oracle/mxfp4.py, 0.20.0 and 0.24.0–0.28.0): the first of
+    ``_get_priority_backends_for_gpt_oss`` whose ``is_supported_config`` holds, BF16-activation
+    variants only (``_filter_by_activation`` with no requested key):
+
+    * FLASHINFER_TRTLLM_MXFP4_BF16: ``is_device_capability_family(100)`` (SM100/SM103) with
+      FlashInfer (a CUDA requirement of vLLM, requirements/cuda.txt), experts/
+      trtllm_mxfp4_moe.py::_supports_current_device;
+    * TRITON: ``(9, 0) <= cc < (11, 0)`` with ``triton_kernels`` (built into the CUDA wheel,
+      cmake/external_projects/triton_kernels.cmake), experts/gpt_oss_triton_kernels_moe.py::
+      _triton_kernel_moe_supports_current_device: Hopper SM90 (SM100 took TRTLLM first);
+    * FLASHINFER_CUTLASS_MXFP4_BF16: (kMxfp4Static, None) only on ``is_device_capability(90)``
+      (flashinfer_cutlass_moe.py::_supports_quant_scheme), so never reached;
+    * MARLIN: ``has_device_capability((7, 5))`` (marlin_moe.py), so Ampere/Ada SM8x and the
+      SM12x Blackwells (RTX 5090, RTX PRO: SM120 is outside both the TRTLLM family and the
+      Triton window). ``Mxfp4Config.get_min_capability`` is 80.
+
+    Outside 0.20–0.28 (not read) and for GPUs without a catalogued compute capability the
+    ledger keeps its earlier Marlin rounding (the 0.19.0 A100 log matches it; refusing would
+    drop the default 0.33 plans and custom GPUs). SM<80 and compute capabilities with no
+    derived backend (SM11x) are refused: a :class:`SettingsError` naming them."""
+    cc = _compute_capability(gpu_name)
+    if not VllmRules.for_version(v).mxfp4_backends_read or cc is None:
+        # not read (a version outside 0.20–0.28) or no catalogued compute capability (a
+        # custom GPU): the ledger's earlier Marlin rounding, a documented approximation
+        return "marlin"
+    if cc < (8, 0):
+        raise SettingsError(f"gpt-oss MXFP4 on {gpu_name} (SM{cc[0]}{cc[1]}): vLLM needs SM80+")
+    if cc[0] == 10:
+        return "trtllm"
+    if cc == (9, 0):
+        return "triton"
+    if cc[0] in (8, 12):
+        return "marlin"
+    raise SettingsError(
+        f"gpt-oss MXFP4 on {gpu_name} (SM{cc[0]}{cc[1]}): its MXFP4 MoE backend is not derived"
+    )
+
+
+def mxfp4_layout(v: Version, gpu_name: str) -> Mxfp4Layout:
+    """gpt-oss's expert storage for :func:`mxfp4_moe_backend`
+    (``mxfp4_round_up_hidden_size_and_intermediate_size``, fused_moe/oracle/mxfp4.py, 0.20.0
+    and 0.24.0–0.28.0): Marlin hidden 256 / intermediate 128; TRTLLM hidden 256 /
+    intermediate 256 (128 from 0.27, :attr:`VllmRules.mxfp4_trtllm_inter_align`); Triton no
+    hidden padding / intermediate 64 (the final ``else``), plus the Hopper swizzle of
+    :class:`~inference_capacity.ledger.weights.Mxfp4Layout`."""
+    backend = mxfp4_moe_backend(v, gpu_name)
+    r = VllmRules.for_version(v)
+    if backend == "trtllm":
+        return Mxfp4Layout("trtllm", 256, r.mxfp4_trtllm_inter_align)
+    if backend == "triton":
+        return Mxfp4Layout(
+            "triton",
+            1,
+            64,
+            hopper_swizzle=True,
+            scale_group_align=r.mxfp4_triton_scale_group_align,
+            keeps_checkpoint_scales=r.mxfp4_triton_keeps_scales,
+        )
+    return Mxfp4Layout("marlin", MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
+
+
+def _mxfp4_layout_of(shape: ModelShape, v: Version, gpu_name: str) -> Mxfp4Layout:
+    """gpt-oss's MXFP4 experts by backend (:func:`mxfp4_layout`); DeepSeek-V4's MXFP4 experts
+    (``Mxfp4MoEMethod``, another selector) keep the Marlin rounding, a no-op on its shapes."""
+    q = shape.quantization
+    if shape.model_type == "gpt_oss" and q is not None and q.method == "mxfp4":
+        return mxfp4_layout(v, gpu_name)
+    return MARLIN_LAYOUT
 
 
 def connector_keeps_hma(v: Version, connector: str | None) -> bool:
@@ -1301,7 +1372,7 @@ def _predict_stage(
         settings.max_lora_rank,
         ep=su.ep,
         moe_tp=su.moe_tp,
-        mxfp4_align=mxfp4_alignment(rs.version, gpu_name),
+        mxfp4=_mxfp4_layout_of(shape, rs.version, gpu_name),
         vocab_lora=rs.rules.vocab_lora,
     )
     last = stage == pp - 1

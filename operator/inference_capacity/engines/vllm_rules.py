@@ -217,10 +217,23 @@ class VllmRules:
     spec_conv_mamba2_archs: frozenset[str]
 
     # --- other --------------------------------------------------------------------------------
-    #: gpt-oss MXFP4 experts take FlashInfer TRTLLM's padding on Blackwell
-    #: (fused_moe/oracle/mxfp4.py::_get_priority_backends_for_gpt_oss, 0.20.0/0.25.0);
-    #: before 0.20 not read: Marlin's
-    mxfp4_trtllm_on_blackwell: bool
+    #: gpt-oss's MXFP4 MoE backend is picked by ``select_mxfp4_moe_backend`` over
+    #: ``_get_priority_backends_for_gpt_oss`` (fused_moe/oracle/mxfp4.py, read in 0.20.0
+    #: (``select_gpt_oss_mxfp4_moe_backend``), 0.24.0, 0.25.0, 0.26.0, 0.27.0, 0.28.0; 0.21–0.23
+    #: not read, between two that agree): from 0.20 through 0.28. Outside it (not read) the
+    #: ledger keeps its earlier Marlin rounding (the 0.19.0 A100 log matches it)
+    mxfp4_backends_read: bool
+    #: fused_moe/oracle/mxfp4.py::mxfp4_round_up_hidden_size_and_intermediate_size, TRTLLM
+    #: branch: rounds the per-partition intermediate size to 256 (0.20.0, 0.24.0–0.26.0) or
+    #: 128 (0.27.0, 0.28.0)
+    mxfp4_trtllm_inter_align: int
+    #: ``_swizzle_mxfp4`` (quantization/utils/mxfp4_utils.py) pads the scale groups to 0 mod 4
+    #: on SM90 ("Patches #47303"): 0.26.0–0.28.0 (absent in 0.20.0, 0.24.0, 0.25.0)
+    mxfp4_triton_scale_group_align: int
+    #: fused_moe/oracle/mxfp4.py::convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, Triton
+    #: branch: leaves the checkpoint-layout scales registered beside the swizzled copy: 0.20.0
+    #: and 0.24.0 (``del layer.w13_weight`` / ``w2_weight`` only); 0.25.0 on delete them too
+    mxfp4_triton_keeps_scales: bool
     #: ``--speculative-config`` method ``draft_model`` runs on the V1 engine
     #: (engine/arg_utils.py::EngineArgs._is_v1_supported_oracle raises in 0.11.0–0.14.0; 0.15
     #: not read; 0.16.0 has no such refusal)
@@ -327,7 +340,10 @@ def _rules(v: Version) -> VllmRules:
             (SPEC_CONV_MAMBA2_0_17 if at((0, 17, 0)) else frozenset())
             | (SPEC_CONV_MAMBA2_0_32 if at((0, 32, 0)) else frozenset())
         ),
-        mxfp4_trtllm_on_blackwell=at((0, 20, 0)),
+        mxfp4_backends_read=between((0, 20, 0), (0, 29, 0)),
+        mxfp4_trtllm_inter_align=128 if at((0, 27, 0)) else 256,
+        mxfp4_triton_scale_group_align=4 if at((0, 26, 0)) else 1,
+        mxfp4_triton_keeps_scales=not at((0, 25, 0)),
         draft_model_speculation=at((0, 16, 0)),
         mm_limit_options=at((0, 11, 1)),
         mm_factorised_dummy=at((0, 13, 0)),

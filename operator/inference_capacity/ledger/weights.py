@@ -15,15 +15,92 @@ from ..memo import ValueMemo
 from ..model.quant import quantized_bytes, quantized_copies, tensor_format
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
-#: MXFP4 MoE kernels on Hopper/Blackwell/Ampere (Marlin, Triton, TRTLLM) pad hidden to 256 and
-#: the expert intermediate size to 128 (fused_moe/oracle/mxfp4.py::
-#: mxfp4_round_up_hidden_size_and_intermediate_size); gpt-oss 2880 -> 3072 / 2944.
+#: vLLM's Marlin MXFP4 MoE backend rounds hidden to 256 and the per-partition expert
+#: intermediate size to 128 (fused_moe/oracle/mxfp4.py::
+#: mxfp4_round_up_hidden_size_and_intermediate_size, 0.20.0, 0.24.0–0.28.0); the other backends'
+#: rounding is picked by engines/vllm.py::mxfp4_layout.
 MXFP4_HIDDEN_ALIGN = 256
 MXFP4_INTER_ALIGN = 128
-#: (hidden, intermediate) alignment by MoE backend, same function (0.20.0, 0.25.0): Marlin
-#: 256/128 (the default above), the FlashInfer TRTLLM backends (Blackwell SM100) 256/256
-MXFP4_MARLIN_ALIGN = (MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
-MXFP4_TRTLLM_ALIGN = (256, 256)
+
+#: The Triton (OAI ``triton_kernels``) Hopper swizzle, as vLLM's ``_swizzle_mxfp4``
+#: (quantization/utils/mxfp4_utils.py, 0.20.0/0.24.0–0.28.0) calls it with
+#: ``make_default_matmul_mxfp4_w_layout(mx_axis=1)`` / ``..._w_scale_layout(mx_axis=1,
+#: num_warps=8)``: ``HopperMXValueLayout.swizzle_data`` pads the (2I or H) rows to 16 and the
+#: packed bytes (H/2 or I/2) to 32; ``HopperMXScaleLayout.swizzle_data`` pads the scale rows
+#: (2I for w13, H for w2) to ``2·num_warps·2·8`` = 256 and the scale groups to 2
+#: (triton_kernels tensor_details/layout_details/hopper_{value,scale}.py, the class-based
+#: layouts with ``mx_axis`` that vLLM's call signature takes; pinned by vLLM's cmake
+#: triton_kernels.cmake: v3.6.0 in 0.20, v3.5.1 in 0.24–0.28)
+TRITON_HOPPER_VALUE_ROWS = 16
+TRITON_HOPPER_VALUE_BYTES = 32
+TRITON_HOPPER_SCALE_ROWS = 2 * 8 * 2 * 8
+TRITON_HOPPER_SCALE_GROUPS = 2
+#: MXFP4 block: one E8M0 scale byte per 32 values (OCP MX; ``mxfp4_block = 32`` in
+#: ``GptOssMxfp4MoEMethod.create_weights``)
+MXFP4_BLOCK = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Mxfp4Layout:
+    """How one vLLM MXFP4 MoE backend stores gpt-oss's experts (bytes of w13 and w2).
+
+    ``GptOssMxfp4MoEMethod.maybe_roundup_sizes`` (quantization/mxfp4.py, 0.24.0–0.28.0; the
+    same rounding in 0.20.0) rounds ``hidden_size`` and ``intermediate_size_per_partition``
+    (``intermediate_size // moe_tp``, fused_moe/config.py) with
+    ``mxfp4_round_up_hidden_size_and_intermediate_size`` before ``create_weights`` allocates
+    w13 ``E × 2I × H/2`` and w2 ``E × H × I/2`` uint8 plus uint8 scales ``E × 2I × H/32`` and
+    ``E × H × I/32``. The rounding is of the per-partition size: at TP8 gpt-oss's 360 becomes
+    384 (Marlin), not 2944 / 8 = 368.
+    """
+
+    backend: str
+    hidden_align: int
+    inter_align: int
+    #: Triton on Hopper: values and scales re-laid by the triton_kernels swizzle (above)
+    hopper_swizzle: bool = False
+    #: scale groups pre-padded to this multiple before the swizzle (``_swizzle_mxfp4``'s SM90
+    #: "pad K (num scale groups) to 0 mod 4", 0.26.0–0.28.0; absent in 0.25.0)
+    scale_group_align: int = 1
+    #: the checkpoint-layout scales stay registered beside the swizzled copy (the Triton branch
+    #: of ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`` deletes only w13/w2_weight in
+    #: 0.20.0 and 0.24.0; from 0.25.0 it deletes the scales too)
+    keeps_checkpoint_scales: bool = False
+
+
+#: the legacy full-size padding (DeepSeek-V4's experts; gpt-oss before it was read per backend)
+MARLIN_LAYOUT = Mxfp4Layout("marlin", MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
+
+
+def _round_up(n: int, m: int) -> int:
+    return cdiv(n, m) * m
+
+
+def mxfp4_expert_bytes(layout: Mxfp4Layout, hidden: int, inter_per_rank: int) -> tuple[int, int]:
+    """(w13, w2) bytes of one gpt-oss expert on one rank, values plus E8M0 scales.
+
+    Marlin (``prepare_moe_mxfp4_layer_for_marlin``) and TRTLLM (the shuffled stacks of
+    ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``) keep the element counts of
+    ``create_weights``; Triton on Hopper adds the swizzle padding (module constants)."""
+    h = _round_up(hidden, layout.hidden_align)
+    i = _round_up(inter_per_rank, layout.inter_align)
+    if not layout.hopper_swizzle:
+        w13 = 2 * i * (h // 2) + 2 * i * (h // MXFP4_BLOCK)
+        w2 = h * (i // 2) + h * (i // MXFP4_BLOCK)
+        return w13, w2
+
+    def values(rows: int, packed: int) -> int:
+        return _round_up(rows, TRITON_HOPPER_VALUE_ROWS) * _round_up(
+            packed, TRITON_HOPPER_VALUE_BYTES
+        )
+
+    def scales(rows: int, groups: int) -> int:
+        g = _round_up(_round_up(groups, layout.scale_group_align), TRITON_HOPPER_SCALE_GROUPS)
+        kept = rows * groups if layout.keeps_checkpoint_scales else 0
+        return _round_up(rows, TRITON_HOPPER_SCALE_ROWS) * g + kept
+
+    w13 = values(2 * i, h // 2) + scales(2 * i, h // MXFP4_BLOCK)
+    w2 = values(h, i // 2) + scales(h, i // MXFP4_BLOCK)
+    return w13, w2
 
 
 def pp_layer_range(num_layers: int, pp: int, stage: int) -> range:
@@ -78,16 +155,12 @@ class WeightBreakdown:
         return sum(self.by_group.values()) + self.rope_cache + self.lora + self.header_correction
 
 
-def _mxfp4_padded(t: Tensor, hidden: int, align: tuple[int, int] = MXFP4_MARLIN_ALIGN) -> Tensor:
-    """gpt-oss experts as the MXFP4 kernels store them (padded to ``align``)."""
-    h_align, i_align = align
-    hid = cdiv(hidden, h_align) * h_align
-    # the padded tensor keeps no KV-head split and no fp32 flag (experts have neither)
-    if t.rows == hidden:  # w2: hidden x inter
-        inter = cdiv(t.cols, i_align) * i_align
-        return replace(t, rows=hid, cols=inter, kv_heads=0, fp32=False)
-    inter = cdiv(t.rows // 2, i_align) * i_align * 2
-    return replace(t, rows=inter, cols=hid, kv_heads=0, fp32=False)
+def _mxfp4_rank_bytes(t: Tensor, hidden: int, ttp: int, layout: Mxfp4Layout) -> int:
+    """One rank's bytes of an MXFP4 expert tensor (w13: 2I × H, w2: H × I), the per-partition
+    intermediate size rounded as :class:`Mxfp4Layout` says."""
+    r, c = t.shape_per_rank(ttp)
+    w13, w2 = mxfp4_expert_bytes(layout, hidden, c if r == hidden else r // 2)
+    return (w2 if r == hidden else w13) * t.experts
 
 
 #: architectures whose vLLM class lists ``embedding_modules = {"embed_tokens": ...,
@@ -188,7 +261,7 @@ def weight_breakdown(
     max_lora_rank: int = 16,
     ep: int = 1,
     moe_tp: int = 0,
-    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
+    mxfp4: Mxfp4Layout = MARLIN_LAYOUT,
     vocab_lora: bool = False,
 ) -> WeightBreakdown:
     """One rank's weights. ``ep`` > 1: experts split over ``ep`` ranks (--enable-expert-parallel,
@@ -209,7 +282,7 @@ def weight_breakdown(
         max_lora_rank,
         ep,
         moe_tp,
-        mxfp4_align,
+        mxfp4,
         vocab_lora,
     )
     return _MEMO.get((shape, *args), lambda: _weight_breakdown(shape, *args))
@@ -226,7 +299,7 @@ def _weight_breakdown(
     max_lora_rank: int,
     ep: int,
     moe_tp: int,
-    mxfp4_align: tuple[int, int] = MXFP4_MARLIN_ALIGN,
+    mxfp4: Mxfp4Layout = MARLIN_LAYOUT,
     vocab_lora: bool = False,
 ) -> WeightBreakdown:
     layers = pp_layer_range(shape.num_layers, pp, stage)
@@ -244,9 +317,11 @@ def _weight_breakdown(
         quantized = quantized_copies(quant, t, layers) if quant is not None else 0
         fmt = tensor_format(quant, t) if quant is not None else None
         if fmt is not None and quantized:
-            tt = _mxfp4_padded(t, shape.hidden_size, mxfp4_align) if fmt.method == "mxfp4" else t
-            r, c = tt.shape_per_rank(ttp)
-            b += quantized * quantized_bytes(fmt, r, c, tt.experts)
+            if fmt.method == "mxfp4" and t.experts > 1 and t.cols > 1:
+                b += quantized * _mxfp4_rank_bytes(t, shape.hidden_size, ttp, mxfp4)
+            else:
+                r, c = t.shape_per_rank(ttp)
+                b += quantized * quantized_bytes(fmt, r, c, t.experts)
             qparams += quantized * t.numel_per_rank(ttp)
         if copies > quantized:
             n = t.numel_per_rank(ttp)
