@@ -90,3 +90,51 @@ def test_the_state_is_stored_in_the_status_and_the_old_annotation_is_still_read(
     assert storage.fetch(body=kopf.Body(legacy)) == essence
     # the old annotation is not part of what is compared: its presence is not a change
     assert storage.build(body=kopf.Body(legacy)) == essence
+
+
+def test_the_essence_is_kopfs_without_copying_the_status() -> None:
+    """``BoundedDiffBaseStorage.build`` hands Kopf's build only the parts Kopf keeps (it
+    deep-copied the whole body, ledger and managedFields included, on every event): the essence
+    is the one Kopf's own storages build from the whole body."""
+    import kopf
+
+    from inference_capacity.controller.diffbase import (
+        DIFFBASE_FIELD,
+        LEGACY_KEY,
+        LEGACY_PREFIX,
+        BoundedDiffBaseStorage,
+    )
+
+    body = {
+        "apiVersion": "capacity.inference.dev/v1alpha1",
+        "kind": "InferenceCapacity",
+        "metadata": {
+            "name": "a",
+            "namespace": "n",
+            "uid": "u-1",
+            "resourceVersion": "7",
+            "generation": 3,
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            "labels": {"team": "x"},
+            "annotations": {
+                "example.com/note": "keep",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                f"{LEGACY_PREFIX}/{LEGACY_KEY}": "{}",
+            },
+        },
+        "spec": {"model": {"name": "org/model"}, "gpu": {"type": "H100-SXM-80GB"}},
+        "status": {"ledger": {"ranks": [{"rank": 0, "items": [{"bytes": 1}] * 50}]}},
+    }
+    kopfs = kopf.MultiDiffBaseStorage(
+        [
+            kopf.StatusDiffBaseStorage(field=DIFFBASE_FIELD),
+            kopf.AnnotationsDiffBaseStorage(prefix=LEGACY_PREFIX, key=LEGACY_KEY),
+        ]
+    ).build(body=kopf.Body(body))
+    ours = BoundedDiffBaseStorage().build(body=kopf.Body(body))
+    assert ours == bounded_essence(dict(kopfs))
+    assert ours["metadata"] == {
+        "labels": {"team": "x"},
+        "annotations": {"example.com/note": "keep"},
+    }
+    assert "status" not in ours and "managedFields" not in json.dumps(ours)

@@ -69,6 +69,16 @@ LEGACY_ANNOTATION = f"{LEGACY_PREFIX}/{LEGACY_KEY}"
 Owns = Callable[[Mapping[str, Any]], bool]
 
 
+def _essence_parts(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What Kopf's ``DiffBaseStorage.build`` keeps of a body without extra fields
+    (``kopf/_cogs/configs/diffbase.py``): everything but ``status``, and of ``metadata`` only
+    ``labels`` and ``annotations``. Not copied: Kopf's build copies what it keeps."""
+    meta = body.get("metadata") or {}
+    out = {k: v for k, v in body.items() if k not in ("status", "metadata")}
+    out["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+    return out
+
+
 def _everything(_body: Mapping[str, Any]) -> bool:
     return True
 
@@ -90,6 +100,12 @@ class BoundedDiffBaseStorage(kopf.MultiDiffBaseStorage):
         super().__init__([self.status, self.legacy])
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        if not extra_fields:
+            # Kopf's build deep-copies the whole body, then drops the status and all metadata
+            # but labels and annotations: on every event of every resource, a copy of the
+            # ledger and the managedFields thrown away (the largest CPU cost of the operator's
+            # loop in a 1,000-resource drain). The same essence from those parts only.
+            body = cast(kopf.Body, _essence_parts(body))
         essence = super().build(body=body, extra_fields=extra_fields)
         return cast(kopf.BodyEssence, bounded_essence(dict(essence)))
 

@@ -24,7 +24,7 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from . import k8s, metrics, objcache, observing, shards, startup, state
+from . import informer, k8s, metrics, objcache, observing, shards, startup, state
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
 from .reconcile import Outcome, reconcile
 from .refresher import IDENTITY, Leadership, Refresher
@@ -58,6 +58,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours = settings_mod.current()
     settings.watching.server_timeout = ours.watch_timeout
     settings.watching.reconnect_backoff = 1.0
+    # Kopf's first list of each kind in pages (its default is one response for everything:
+    # 10,000 Deployments, managedFields included, parsed and held at once at every start)
+    settings.watching.chunk_size = informer.PAGE_SIZE
     settings.networking.error_backoffs = [0.5, 1, 2, 5]
     settings.execution.max_workers = ours.workers
     # Kopf peering: the replica with the highest priority works, the others stand by; equal

@@ -30,7 +30,8 @@ from kubernetes.watch.watch import iter_resp_lines
 
 log = logging.getLogger("inference_capacity.informer")
 
-#: objects per page of the initial list (the API server's chunking: bounded memory per page)
+#: objects per page of an initial list, the informers' and Kopf's (the API server's chunking:
+#: bounded memory per page)
 PAGE_SIZE = 500
 #: a failed list or watch is tried again after this long, doubling up to BACKOFF_MAX_SECONDS
 BACKOFF_SECONDS = 1.0

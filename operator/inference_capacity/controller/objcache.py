@@ -33,8 +33,9 @@ Key = tuple[str, str]
 
 #: how long a reconcile whose patch met a newer version (409) waits for the watch to bring that
 #: version before it reads the API: on a fresh Deployment the controller's first status write
-#: is usually the conflict, and its event is a moment away
-CONFLICT_WAIT_SECONDS = 1.0
+#: is usually the conflict, and its event is a moment away. Short: in a drain of 1,000 the watch
+#: lagged, 220 of 260 conflicts waited a whole second (a handler thread each) and read anyway
+CONFLICT_WAIT_SECONDS = 0.25
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
