@@ -63,7 +63,7 @@ def test_example_gets_flags_rollout_and_printer_columns(cluster: Cluster) -> Non
     assert "H100-SXM-80GB" in wide and str(rec["maxNumSeqs"]) in wide
     # the first write to the Deployment is recorded in the status, not as an Event (an Event
     # per object per creation is a request per object for the API server)
-    assert st["applied"]["flags"][SEQS] == str(rec["maxNumSeqs"])
+    assert st["applied"]["flags"]["max-num-seqs"] == str(rec["maxNumSeqs"])
     reasons = {e["reason"] for e in c.events(ns)}
     assert "Applied" not in reasons and "PodDisruptionBudgetCreated" not in reasons, reasons
 

@@ -487,7 +487,9 @@ def test_many_slow_prometheus_servers_are_queried_at_once_without_a_thread_each(
     before = _threads(pid)
     ns = c.namespace("manyslow")
     apply_slow_resources(c, ns, srv.url, count=24)
-    wait_for(lambda: srv.open >= 24, timeout=90, interval=0.1, message="24 queries at once")
+    # generous: 24 creations reconciled on a busy machine (two CPU hogs beside the suite took
+    # longer than 90 s); what is asserted is that they are all at the server at once
+    wait_for(lambda: srv.open >= 24, timeout=300, interval=0.1, message="24 queries at once")
     during = _threads(pid)
     print(f"many slow: {srv.open} queries open at once; operator threads {before} -> {during}")
     # Kopf's handler workers (8) may all start while the 24 reconciles wait their 0.5 s each;

@@ -118,9 +118,18 @@ class KubectlMixin:
     def apply(
         self, *manifests: dict[str, Any] | str, check: bool = True, extra: tuple[str, ...] = ()
     ) -> subprocess.CompletedProcess[str]:
-        """``kubectl apply -f -`` of dicts or YAML texts."""
+        """``kubectl apply -f -`` of dicts or YAML texts (a second per object at least, for a
+        busy machine: 400 objects took over a minute beside two CPU hogs)."""
         docs = [m if isinstance(m, str) else yaml.safe_dump(m) for m in manifests]
-        return self.kubectl("apply", "-f", "-", *extra, input="\n---\n".join(docs), check=check)
+        return self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            *extra,
+            input="\n---\n".join(docs),
+            check=check,
+            timeout=max(60.0, float(len(docs))),
+        )
 
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
