@@ -60,7 +60,6 @@ def comparability(p: dict[str, Any]) -> str | None:
     """The reason the run is not comparable (``latency_accuracy.not_comparable`` at its
     plan), or None: also None where the planner says vLLM would not start (scored as such)."""
     from benchmarks.latency_accuracy import not_comparable, plan_input
-
     from inference_capacity.planner import make_plan
 
     try:
