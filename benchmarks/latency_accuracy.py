@@ -12,7 +12,9 @@ and how many points are beyond 60 %. Error = predicted / measured − 1.
 
 Every point is **out of sample**: the constants of sizing/perf.py are fitted on
 aiconfigurator's per-operation tables (``benchmarks.latency_fit``), never on an end-to-end run,
-so there is no in-sample set (a point marked otherwise in the data is refused).
+so there is no in-sample set (a point marked otherwise in the data is refused). A point the
+data labels ``not_comparable`` (it queued outside vLLM: :func:`not_comparable`) is scored but
+counted apart, its reason printed.
 
 Beside ours, where ``aiconfigurator-core`` is installed (``pip install
 aiconfigurator-core==0.12.0``: benchmark-only, not a dependency; ``--no-aic`` skips it), the
