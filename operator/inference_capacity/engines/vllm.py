@@ -34,7 +34,7 @@ from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
-from .vllm_rules import VllmRules
+from .vllm_rules import CUDAGRAPH_MODES, DEFAULT_CUDAGRAPH_MODE, VllmRules
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -867,11 +867,6 @@ def spec_cuda_graph_estimate(
     return base * capture.graphs // (2 * DEFAULT_CAPTURE_SIZES)
 
 
-#: vLLM's ``CUDAGraphMode`` names (config/compilation.py, 0.20.0 and 0.28.0)
-CUDAGRAPH_MODES: Final = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-#: the default mode from 0.11 (``-O2``/``-O3``, config/vllm.py OPTIMIZATION_LEVEL_02/03): the
-#: mode the CG constants were fitted on
-DEFAULT_CUDAGRAPH_MODE: Final = "FULL_AND_PIECEWISE"
 #: ``AttentionCGSupport`` (v1/attention/backend.py, 0.20.0/0.28.0), weakest first
 _CG_NEVER, _CG_SINGLE_TOKEN_DECODE, _CG_UNIFORM_BATCH, _CG_ALWAYS = range(4)
 #: ``(mixed_mode(), decode_mode())`` of each mode (``CUDAGraphMode.mixed_mode``/``decode_mode``:

@@ -55,6 +55,13 @@ SPEC_CONV_MAMBA2_0_32 = frozenset(
 )
 
 
+#: vLLM's ``CUDAGraphMode`` names (config/compilation.py, 0.20.0 and 0.28.0)
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: the default mode from 0.11 (``-O2``/``-O3``, config/vllm.py OPTIMIZATION_LEVEL_02/03, 0.20.0):
+#: the mode the CG constants were fitted on
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
+
+
 @dataclass(frozen=True, slots=True)
 class VllmRules:
     """The startup rules of one vLLM release (each field: where vLLM has it, which releases)."""
