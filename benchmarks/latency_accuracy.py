@@ -12,7 +12,9 @@ and how many points are beyond 60 %. Error = predicted / measured − 1.
 
 Every point is **out of sample**: the constants of sizing/perf.py are fitted on
 aiconfigurator's per-operation tables (``benchmarks.latency_fit``), never on an end-to-end run,
-so there is no in-sample set (a point marked otherwise in the data is refused).
+so there is no in-sample set (a point marked otherwise in the data is refused). A point the
+data labels ``not_comparable`` (it queued outside vLLM: :func:`not_comparable`) is scored but
+counted apart, its reason printed.
 
 Beside ours, where ``aiconfigurator-core`` is installed (``pip install
 aiconfigurator-core==0.12.0``: benchmark-only, not a dependency; ``--no-aic`` skips it), the
@@ -37,7 +39,7 @@ from typing import Any
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model.source import resolve_model_ref
-from inference_capacity.planner import PlanCache, PlanInput, make_plan
+from inference_capacity.planner import Plan, PlanCache, PlanInput, make_plan
 from inference_capacity.sizing import LatencyPoint
 from inference_capacity.sizing.latency import build_latency_model, queued
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
@@ -76,24 +78,80 @@ class Scored:
         return got / float(self.point[want]) - 1.0
 
 
-def predict(p: dict[str, Any]) -> Scored:
-    """The model's point for one measured run."""
-    shape = _shape(p["model"], p["quantization"])
+def plan_input(p: dict[str, Any]) -> PlanInput:
+    """The planner's input for one measured run: its model, GPU, TP, vLLM version (defaults
+    otherwise) and a workload of its fixed prompt/output lengths."""
     version = p["vllm_version"] or FALLBACK_VERSION
     if version.startswith("nightly"):
         version = FALLBACK_VERSION
-    isl, osl, n = int(p["prompt_tokens"]), int(p["output_tokens"]), int(p["concurrency"])
+    isl, osl = int(p["prompt_tokens"]), int(p["output_tokens"])
     wl = Workload(
         (Cohort("bench", 1.0, Quantiles(isl, isl, isl), Quantiles(osl, osl, osl)),),
     )
-    inp = PlanInput(
-        model=shape,
+    return PlanInput(
+        model=_shape(p["model"], p["quantization"]),
         gpu=get_gpu(p["gpu"]),
         tp=int(p["tp"]),
         engine=EngineSettings(version=version),
         workload=wl,
         choose_max_num_seqs=False,
     )
+
+
+def admitted(p: dict[str, Any], plan: Plan) -> int:
+    """Requests vLLM runs at once for the run at the plan's settings: its concurrency, capped
+    by max-num-seqs and by what the KV pool holds at the run's prompt + output length (the
+    rest wait in vLLM's queue, which the model replays: :func:`queued`)."""
+    kv_seqs = plan.prediction.kv_cache_tokens // max(p["prompt_tokens"] + p["output_tokens"], 1)
+    return max(1, min(int(p["concurrency"]), plan.prediction.settings.max_num_seqs, kv_seqs))
+
+
+#: a run is compared only where its own numbers show in service at least this share of the
+#: requests vLLM admits (:func:`admitted`); below it the run queued outside vLLM, at a client
+#: or connection limit the row does not state. In the data the runs below it are at 0.19-0.34
+#: and every other planned run at 0.77 or more, so any bound in between labels the same runs:
+#: the half is a round number, not a tuned one
+IN_SERVICE_SHARE = 0.5
+
+
+def in_service(p: dict[str, Any]) -> float:
+    """The mean number of the run's requests past their first token, from its own measured
+    TTFT and TPOT alone: in a closed loop of N clients a request takes E2E = TTFT + (O - 1)
+    TPOT, (O - 1) TPOT of it decoding, so by Little's law N (O - 1) TPOT / E2E requests are
+    decoding at any time. (aiconfigurator's alignment method makes the same check first:
+    "derive the effective concurrency from the report; a gap vs configured concurrency
+    localizes the problem to admission/memory, not kernel speed", ai-dynamo/aiconfigurator
+    .claude/skills/aic-silicon-align/SKILL.md.)"""
+    decode = (int(p["output_tokens"]) - 1) * float(p["tpot_ms"])
+    return int(p["concurrency"]) * decode / (float(p["ttft_ms"]) + decode)
+
+
+def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
+    """Why the run cannot be compared with the model at its concurrency, or None: fewer of its
+    requests were in service than :data:`IN_SERVICE_SHARE` of what vLLM admits at the plan's
+    settings, so the rest waited outside vLLM (the model replays vLLM's own queue only)."""
+    held, adm = in_service(p), admitted(p, plan)
+    if held >= IN_SERVICE_SHARE * adm:
+        return None
+    isl, osl = int(p["prompt_tokens"]), int(p["output_tokens"])
+    measured = next(
+        (x.split("=", 1)[1] for x in p["source_row"].split("; ") if x.startswith("measured=")),
+        "not stated",
+    )
+    return (
+        f"queued outside vLLM: the row's TTFT/TPOT put {held:.0f} of its {p['concurrency']}"
+        f" requests in service (closed loop, Little's law) where vLLM"
+        f" {p['vllm_version'] or 'of unstated version'} runs {adm} at once at these settings"
+        f" (max-num-seqs {plan.prediction.settings.max_num_seqs}, KV pool"
+        f" {plan.prediction.kv_cache_tokens} tokens, {isl + osl} a request); the row states"
+        f" no client or connection limit (measured {measured})"
+    )
+
+
+def predict(p: dict[str, Any]) -> Scored:
+    """The model's point for one measured run."""
+    inp = plan_input(p)
+    osl, n = int(p["output_tokens"]), int(p["concurrency"])
     cache = PlanCache()  # the plan's latency batches, read again below
     try:
         plan = make_plan(inp, cache)
@@ -106,8 +164,7 @@ def predict(p: dict[str, Any]) -> Scored:
         return Scored(p, None, "no latency model")
     batches = cache.batch_latency(model, plan.distribution)
     # the replica runs at most max-num-seqs and what its KV pool holds; the rest queue
-    kv_seqs = plan.prediction.kv_cache_tokens // max(isl + osl, 1)
-    run = max(1, min(n, plan.prediction.settings.max_num_seqs, kv_seqs, batches.max_n))
+    run = max(1, min(admitted(p, plan), batches.max_n))
     pt = queued(batches.point(run), n, float(osl))
     return Scored(p, pt, budget=plan.prediction.settings.max_num_batched_tokens)
 
@@ -203,11 +260,17 @@ OVER = 0.60
 def summarize(scored: list[Scored]) -> dict[str, dict[str, float]]:
     """Per regime (and "all"): median |error| of TPOT, TTFT, throughput, the signed medians,
     the worst |error|, the points beyond :data:`OVER` per metric (``*_over``) and the points
-    with TPOT or throughput beyond it (``over``), and the count."""
+    with TPOT or throughput beyond it (``over``), and the count. A point the data labels
+    ``not_comparable`` (its reason beside it) is in none of them: ``all``'s ``apart``
+    counts those."""
     out: dict[str, dict[str, float]] = {}
     groups: dict[str, list[Scored]] = {"all": []}
+    apart = 0
     for s in scored:
         if s.pred is None:
+            continue
+        if s.point.get("not_comparable"):
+            apart += 1  # labelled in the data with its reason: counted apart
             continue
         groups["all"].append(s)
         groups.setdefault(regime(s.point), []).append(s)
@@ -223,6 +286,7 @@ def summarize(scored: list[Scored]) -> dict[str, dict[str, float]]:
             sum(1 for s in ss if abs(s.err("tpot") or 0) > OVER or abs(s.err("tput") or 0) > OVER)
         )
         out[name] = row
+    out["all"]["apart"] = float(apart)
     return out
 
 
@@ -300,7 +364,24 @@ def main() -> int:
         "  goals: median |TPOT| and |tput| <= 15 %, no TP class beyond 25 %, no point beyond"
         f" {OVER:.0%} of TPOT or throughput ('any>60%' counts those points)"
     )
-    covered = [(s, x) for s, x in zip(scored, aics, strict=True) if x is not None]
+    apart = [s for s in scored if s.pred is not None and s.point.get("not_comparable")]
+    if apart:
+        print(
+            f"  counted apart: {len(apart)} planned points the data labels not comparable"
+            " (field not_comparable; TPOT / throughput error, reason):"
+        )
+        for s in apart:
+            p = s.point
+            print(
+                f"    {p['model']} {p['gpu']} TP{p['tp']} {p['prompt_tokens']}/"
+                f"{p['output_tokens']} N={p['concurrency']}: {s.err('tpot'):+.0%} /"
+                f" {s.err('tput'):+.0%}; {p['not_comparable']}"
+            )
+    covered = [
+        (s, x)
+        for s, x in zip(scored, aics, strict=True)
+        if x is not None and not s.point.get("not_comparable")
+    ]
     if covered:
         print()
         print(

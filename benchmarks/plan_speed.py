@@ -144,6 +144,9 @@ def latency_rows(repeat: int) -> None:
     utils = [0.85 + 0.005 * i for i in range(20)]
     points = list(itertools.product(gpus, (2, 4, 8), ("auto", "fp8"), utils))
     points = (points * 3)[:1000]
+    # one caller making the plans in a row on one thread: one PlanCache for the sweep, as the
+    # module-level batch memo was before the cache became the caller's (planner.PlanCache)
+    sweep_cache = PlanCache()
     t0 = CLOCK()
     for g, tp, kv, u in points:
         make_plan(
@@ -160,7 +163,8 @@ def latency_rows(repeat: int) -> None:
                 workload=wl,
                 choose_utilization=False,
                 choose_max_num_seqs=False,
-            )
+            ),
+            sweep_cache,
         )
     dt = CLOCK() - t0
     print(

@@ -266,12 +266,13 @@ def test_sweep_ranks_only_options_meeting_both_targets() -> None:
 
 
 #: What benchmarks.latency_accuracy measures today (all 504 points out of sample, constants
-#: from the per-op tables only) where it misses the issue's goals: the bounds stop it getting
-#: worse; the goals (15 % overall, 25 % per TP class, no point beyond 60 %) bind everywhere
-#: else. Today every median meets them (TPOT TP1 21.9 %, the closest); 28 points are beyond
-#: 60 % (README, latency accuracy: 17 Llama-3.1-8B-FP8 short-output runs, 2 Qwen3-32B-FP8,
-#: 9 gpt-oss-120b H100 runs whose measured TPOT falls as the concurrency rises).
-MISSED = {("all", "over"): 28}
+#: from the per-op tables only; the 7 the data labels not_comparable counted apart) where it
+#: misses the issue's goals: the bounds stop it getting worse; the goals (15 % overall, 25 %
+#: per TP class, no point beyond 60 %) bind everywhere else. Today every median meets them
+#: (TPOT TP1 21.9 %, the closest); 21 of the 484 compared points are beyond 60 % (README,
+#: latency accuracy: 17 Llama-3.1-8B-FP8 short-output runs, 2 Qwen3-32B-FP8, 2 gpt-oss-120b
+#: H100 runs whose measured TPOT falls as the concurrency rises).
+MISSED = {("all", "over"): 21}
 
 
 def test_out_of_sample_medians_meet_the_goals() -> None:
@@ -279,8 +280,13 @@ def test_out_of_sample_medians_meet_the_goals() -> None:
     # 25 %, no point beyond 60 % -- or, where the model misses that today, within MISSED
     from benchmarks.latency_accuracy import score, summarize
 
-    summ = summarize(score())
+    scored = score()
+    summ = summarize(scored)
     assert summ["all"]["n"] >= 480
+    # the labelled points are in no median, no count beyond 60 %: counted apart
+    labelled = [s for s in scored if s.pred is not None and s.point.get("not_comparable")]
+    assert summ["all"]["apart"] == len(labelled) <= 7
+    assert summ["all"]["n"] + len(labelled) == sum(1 for s in scored if s.pred is not None)
     goals = {("all", "tpot_abs"): 0.15, ("all", "tput_abs"): 0.15, ("all", "over"): 0}
     for cls in ("TP1", "TP2-4", "TP8"):
         goals[(cls, "tpot_abs")] = goals[(cls, "tput_abs")] = 0.25
@@ -302,3 +308,46 @@ def test_no_end_to_end_point_is_marked_as_fitted_on() -> None:
             acc.score()
     finally:
         acc.load_points = real  # type: ignore[assignment]
+
+
+def test_in_service_is_littles_law_on_the_rows_own_numbers() -> None:
+    from benchmarks.latency_accuracy import in_service
+
+    # 10 clients, 101 output tokens at 10 ms: 1 s decoding of a 2 s request (TTFT 1 s), so
+    # half of them, 5, are past their first token at any time
+    row = {"concurrency": 10, "output_tokens": 101, "tpot_ms": 10.0, "ttft_ms": 1000.0}
+    assert in_service(row) == pytest.approx(5.0)
+    # no wait and a negligible TTFT: all of them
+    row = {"concurrency": 10, "output_tokens": 101, "tpot_ms": 10.0, "ttft_ms": 1e-9}
+    assert in_service(row) == pytest.approx(10.0)
+
+
+def test_not_comparable_labels_are_the_rule_and_the_rule_separates_the_data() -> None:
+    # the data's labels are what the rule gives at today's plans (rebuild:
+    # benchmarks.latency_points_build), and the rule's bound sits in a wide gap of the data:
+    # every labelled run shows at most 0.34 of what vLLM admits in service, every other
+    # planned run 0.77 or more (benchmarks.latency_accuracy.IN_SERVICE_SHARE)
+    from benchmarks.latency_accuracy import (
+        IN_SERVICE_SHARE,
+        admitted,
+        in_service,
+        not_comparable,
+        plan_input,
+    )
+
+    labelled, kept = [], []
+    for p in load_points():
+        plan = make_plan(plan_input(p))
+        if not plan.fits:
+            assert "not_comparable" not in p
+            continue
+        share = in_service(p) / admitted(p, plan)
+        reason = not_comparable(p, plan)
+        assert (reason is not None) == bool(p.get("not_comparable")), p["id"]
+        if reason is not None:
+            assert p["not_comparable"].startswith("queued outside vLLM")
+            labelled.append(share)
+        else:
+            kept.append(share)
+    assert labelled and kept
+    assert max(labelled) <= 0.34 < IN_SERVICE_SHARE < 0.77 <= min(kept)

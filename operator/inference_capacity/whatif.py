@@ -31,7 +31,7 @@ from typing import Any
 from .engines import SettingsError
 from .hardware import Gpu, list_gpus
 from .model import cdiv
-from .planner import Plan, PlanInput, RolloutInput, make_plan
+from .planner import Plan, PlanCache, PlanInput, RolloutInput, make_plan
 from .sizing import Cohort, Quantiles, Workload
 
 #: Tensor-parallel sizes the sweep tries (a replica within one 8-GPU node).
@@ -202,9 +202,11 @@ def summary(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _try(inp: PlanInput) -> Plan | None:
+def _try(inp: PlanInput, cache: PlanCache | None = None) -> Plan | None:
+    """The plan, or None where vLLM would refuse the settings; ``cache``: the caller's memo
+    when it plans several in a row on one thread (a sweep)."""
     try:
-        return make_plan(inp)
+        return make_plan(inp, cache)
     except (SettingsError, ValueError):
         return None
 
@@ -415,6 +417,7 @@ def sweep(
         raise WhatIfError("--sweep needs a workload with a peak concurrency to size the fleet")
     heads = base.model.num_attention_heads
     out: list[Option] = []
+    cache = PlanCache()  # this call's plans, in a row on this thread
     unpriced = [g for g in prices if g not in {x.name for x in (gpus or list_gpus())}]
     if unpriced:
         raise WhatIfError(f"--gpu-price: unknown GPU(s) {', '.join(unpriced)}")
@@ -437,7 +440,7 @@ def sweep(
                         base.rollout.min_replicas, 1 << 20, base.rollout.spare_gpus
                     ),
                 )
-                plan = _try(inp)
+                plan = _try(inp, cache)
                 if plan is None or not plan.fits:
                     continue
                 o = option(plan, prices.get(gpu.name))

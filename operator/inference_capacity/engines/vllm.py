@@ -11,8 +11,10 @@ each constant says where it comes from. ``benchmarks/accuracy.py`` measures the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Final
 
 from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
 from ..ledger.kv_dsv4 import DSV4_BLOCK_SIZE
@@ -32,7 +34,7 @@ from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
-from .vllm_rules import VllmRules
+from .vllm_rules import CUDAGRAPH_MODES, DEFAULT_CUDAGRAPH_MODE, VllmRules
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -150,6 +152,9 @@ class EngineSettings:
     performance_mode: str = "balanced"
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
+    #: ``--compilation-config`` ``cudagraph_mode`` (a :data:`CUDAGRAPH_MODES` name); None: the
+    #: version's default (FULL_AND_PIECEWISE from 0.11); NONE arrives as ``enforce_eager``
+    cudagraph_mode: str | None = None
     auto_max_model_len: bool = False  # --max-model-len -1
     async_scheduling: bool | None = None  # None: the version's default (async_scheduling_on)
     chunked_local_hybrid: bool | None = None  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
@@ -632,7 +637,7 @@ def resolve_settings(
     dtype_bytes = DTYPE_BYTES[dtype]
     kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
-    cudagraphs = not s.enforce_eager
+    cudagraphs = not s.enforce_eager and s.cudagraph_mode != "NONE"
     est = s.estimate_cuda_graphs
     if est is None:
         est = rules.estimate_cuda_graphs_default
@@ -759,6 +764,7 @@ def spec_capture_sizes(
     user_max: int | None,
     gpu_name: str,
     v2_runner: bool,
+    full_decode: bool = True,
 ) -> CaptureSizes:
     """Capture sizes with ``k`` speculative tokens, a uniform decode batch being ``q = 1 + k``
     tokens per request (``GPUModelRunner.uniform_decode_query_len``; the
@@ -779,7 +785,8 @@ def spec_capture_sizes(
     * the rounding (``config/compilation.py::CompilationConfig.
       adjust_cudagraph_sizes_for_spec_decode``, called by ``GPUModelRunner`` in 0.12–0.18 and by
       ``CompilationConfig`` from 0.20, with FULL decode graphs and q > 1; from 0.25 not for the
-      V2 model runner): each size rounded up to a multiple of q, kept if ≤ the largest size;
+      V2 model runner; ``full_decode`` False — PIECEWISE — not at all): each size rounded up
+      to a multiple of q, kept if ≤ the largest size;
       none left gives ``[q]`` when q ≤ the largest size, else vLLM raises; the largest size
       becomes the last one. 0.11 rounds nothing;
     * FULL decode graphs: the V1 runner's sizes ``s`` with ``q ≤ s ≤ R × q``
@@ -821,7 +828,7 @@ def spec_capture_sizes(
             )
         top = sizes[-1]
     v2_manager = v2_runner and r.v2_cudagraph_manager
-    rounds = r.capture_grid_0_12 and not v2_manager
+    rounds = r.capture_grid_0_12 and not v2_manager and full_decode
     if rounds and q > 1 and sizes:
         rounded = sorted({_round_up(x, q) for x in sizes if _round_up(x, q) <= top})
         if not rounded and q <= top:
@@ -858,6 +865,137 @@ def spec_cuda_graph_estimate(
     if drafter_graphs and drafter_layers:
         base += gib(CG_PER_LAYER_GIB * drafter_layers)
     return base * capture.graphs // (2 * DEFAULT_CAPTURE_SIZES)
+
+
+#: ``AttentionCGSupport`` (v1/attention/backend.py, 0.20.0/0.28.0), weakest first
+_CG_NEVER, _CG_SINGLE_TOKEN_DECODE, _CG_UNIFORM_BATCH, _CG_ALWAYS = range(4)
+#: ``(mixed_mode(), decode_mode())`` of each mode (``CUDAGraphMode.mixed_mode``/``decode_mode``:
+#: the tuple members FULL_DECODE_ONLY = (FULL, NONE) and FULL_AND_PIECEWISE = (FULL, PIECEWISE)
+#: split, the others are both)
+_MODE_ROUTINES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {
+        "NONE": ("NONE", "NONE"),
+        "PIECEWISE": ("PIECEWISE", "PIECEWISE"),
+        "FULL": ("FULL", "FULL"),
+        "FULL_DECODE_ONLY": ("NONE", "FULL"),
+        "FULL_AND_PIECEWISE": ("PIECEWISE", "FULL"),
+    }
+)
+
+
+def resolve_cudagraph_mode(mode: str, support: int, query_len: int) -> str | None:
+    """The mode vLLM runs for ``mode`` with the weakest attention backend's ``support`` and a
+    uniform decode of ``query_len`` tokens (``CompilationConfig.resolve_cudagraph_mode_and_sizes``,
+    config/compilation.py, 0.20.0 and 0.28.0, with the attention ops in ``splitting_ops``, as
+    ``set_splitting_ops_for_v1`` leaves them under VLLM_COMPILE); None where vLLM raises:
+
+    * mixed FULL (FULL) without ALWAYS support: NEVER raises, otherwise FULL_AND_PIECEWISE;
+    * FULL decode with NEVER support, or with ``query_len`` > 1 below UNIFORM_BATCH: PIECEWISE.
+    """
+    if mode == "NONE":
+        return "NONE"
+    if _MODE_ROUTINES[mode][0] == "FULL" and support != _CG_ALWAYS:
+        if support == _CG_NEVER:
+            return None
+        mode = "FULL_AND_PIECEWISE"
+    decode_full = _MODE_ROUTINES[mode][1] == "FULL"
+    if decode_full and support == _CG_NEVER:
+        mode = "PIECEWISE"
+    elif decode_full and query_len > 1 and support < _CG_UNIFORM_BATCH:
+        mode = "PIECEWISE"
+    return mode
+
+
+def _mode_graphs(mode: str, full: CaptureSizes, piecewise: CaptureSizes) -> int:
+    """Graphs captured per LoRA case in a resolved ``mode``: the dispatcher's keys
+    (v1/cudagraph_dispatcher.py::CudagraphDispatcher.initialize_cudagraph_keys, 0.20.0 and
+    0.28.0; the V2 runner's ``CudaGraphManager._init_candidates``, 0.28.0, the same sets): one
+    per capture size for the mixed routine (PIECEWISE, or FULL when it is the mode), one per
+    decode size for a separate FULL decode routine. ``full`` has the sizes as rounded for FULL
+    decode graphs (V1, ``query_len`` > 1), ``piecewise`` as left for PIECEWISE (not rounded)."""
+    if mode == "NONE":
+        return 0
+    if mode == "PIECEWISE":
+        return len(piecewise.mixed)
+    if mode == "FULL":
+        return len(full.mixed)
+    if mode == "FULL_DECODE_ONLY":
+        return len(full.decode)
+    return full.graphs
+
+
+def cudagraph_mode_graphs(
+    v: Version, mode: str, full: CaptureSizes, piecewise: CaptureSizes, never_backend: bool
+) -> int:
+    """Graphs captured for the requested ``mode`` (per LoRA case; LoRA multiplies every mode's
+    descriptors alike, ``product(sizes, lora_cases)`` in both runners). The ledger does not
+    resolve the attention backend, so this is the most over the supports a CUDA backend can
+    have (ALWAYS: FlashAttention 3, Triton; UNIFORM_BATCH: FlashAttention 2, FlashMLA, FlashInfer
+    with TRT-LLM attention, Mamba/GDN; UNIFORM_SINGLE_TOKEN_DECODE: FlashInfer, CUTLASS MLA,
+    linear attention; v1/attention/backends/, 0.20.0): FULL counts as FULL_AND_PIECEWISE (the
+    fallback), FULL_DECODE_ONLY with speculative decoding as PIECEWISE. ``never_backend``:
+    a layer whose builder has NEVER support (chunked local attention,
+    model_executor/layers/attention/chunked_local_attention.py, 0.20.0 and 0.28.0), where FULL
+    raises and the FULL decode routine falls back to PIECEWISE. The default mode keeps its
+    count (``full.graphs``: its downgrades are not modelled, as before)."""
+    if mode not in CUDAGRAPH_MODES:
+        raise SettingsError(
+            f"--compilation-config cudagraph_mode {mode!r} is not one of "
+            f"{', '.join(CUDAGRAPH_MODES)}"
+        )
+    if mode == DEFAULT_CUDAGRAPH_MODE:
+        return full.graphs
+    if mode != "NONE" and not VllmRules.for_version(v).cudagraph_modes_read:
+        raise SettingsError(
+            f"--compilation-config cudagraph_mode {mode}: the graphs it captures were read "
+            f"for vLLM 0.20–0.28 only, not {v}"
+        )
+    supports = (
+        (_CG_NEVER,) if never_backend else (_CG_SINGLE_TOKEN_DECODE, _CG_UNIFORM_BATCH, _CG_ALWAYS)
+    )
+    resolved = [resolve_cudagraph_mode(mode, s, full.query_len) for s in supports]
+    counts = [_mode_graphs(m, full, piecewise) for m in resolved if m is not None]
+    if not counts:
+        raise SettingsError(
+            f"--compilation-config cudagraph_mode {mode} is not supported with chunked local "
+            "attention (support NEVER): vLLM raises (config/compilation.py::"
+            "resolve_cudagraph_mode_and_sizes); try PIECEWISE"
+        )
+    return max(counts)
+
+
+def cudagraph_mode_scale(
+    v: Version,
+    mode: str | None,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_speculative_tokens: int,
+    user_sizes: tuple[int, ...] | None,
+    user_max: int | None,
+    gpu_name: str,
+    v2_runner: bool,
+    never_backend: bool,
+) -> tuple[int, int]:
+    """(graphs of ``mode``, graphs of FULL_AND_PIECEWISE) for one setup: the CUDA-graph term,
+    fitted on the default mode, is scaled by their ratio. The scaling is ASSUMED linear in the
+    graph count (provenance: assumed; vLLM's own estimate is the largest first capture plus a
+    per-graph cost for each further graph of a mode, ``GPUModelRunner.profile_cudagraph_memory``
+    0.20.0/0.28.0, and a FULL graph need not cost a PIECEWISE one)."""
+    if mode is None or mode == DEFAULT_CUDAGRAPH_MODE:
+        return 1, 1
+    args = (
+        v,
+        max_num_seqs,
+        max_num_batched_tokens,
+        num_speculative_tokens,
+        user_sizes,
+        user_max,
+        gpu_name,
+        v2_runner,
+    )
+    full = spec_capture_sizes(*args)
+    piecewise = spec_capture_sizes(*args, full_decode=False)
+    return cudagraph_mode_graphs(v, mode, full, piecewise, never_backend), full.graphs
 
 
 def distributed_init_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
@@ -1220,6 +1358,9 @@ class _Setup:
     weighed: ModelShape  # the shape whose weights are loaded (no tower where none is built)
     #: the DP/EP NCCL communicators per rank (:func:`dp_ep_nccl_groups`)
     nccl_groups: int = 0
+    #: (graphs of the requested ``cudagraph_mode``, of the default mode):
+    #: :func:`cudagraph_mode_scale`
+    graph_scale: tuple[int, int] = (1, 1)
 
     @property
     def R(self) -> int:
@@ -1292,6 +1433,20 @@ def _setup(
             gpu_name,
             rs.v2_runner,
         )
+    graph_scale = (1, 1)
+    if rs.cudagraphs and rs.era is not Era.V0:
+        graph_scale = cudagraph_mode_scale(
+            rs.version,
+            settings.cudagraph_mode,
+            rs.max_num_seqs,
+            rs.max_num_batched_tokens,
+            k_spec,
+            settings.cudagraph_capture_sizes,
+            settings.max_cudagraph_capture_size,
+            gpu_name,
+            rs.v2_runner,
+            shape.has_kind(AttnKind.CHUNKED),
+        )
     mode = mamba_cache_mode(
         rs.version, shape, settings.enable_prefix_caching, speculative=spec is not None
     )
@@ -1311,14 +1466,17 @@ def _setup(
         _mamba_align(rs.version, shape, mode, rs.block_size, gpu_name),
         _built_weights(shape, settings, rs.era),
         dp_ep_nccl_groups(settings.data_parallel, shape.is_moe),
+        graph_scale,
     )
 
 
 def _cuda_graph(
     shape: ModelShape, su: _Setup, settings: EngineSettings, stage_layers: int, last: bool
 ) -> int:
-    """The stage's CUDA-graph pool: the CG constants were fitted at 51 capture sizes per mode
-    and are scaled by the count (assumed), and by the LoRA cases."""
+    """The stage's CUDA-graph pool: the CG constants were fitted at 51 capture sizes per routine
+    of FULL_AND_PIECEWISE and are scaled by the count (assumed linear), by the requested
+    ``cudagraph_mode``'s graphs over the default's (:func:`cudagraph_mode_scale`, assumed
+    linear), and by the LoRA cases."""
     rs = su.rs
     if su.capture is not None:
         cg = spec_cuda_graph_estimate(
@@ -1331,6 +1489,8 @@ def _cuda_graph(
     else:
         cg = cuda_graph_estimate(shape, stage_layers, rs.cudagraphs)
         cg = cg * su.graphs // DEFAULT_CAPTURE_SIZES
+    mode_graphs, default_graphs = su.graph_scale
+    cg = cg * mode_graphs // default_graphs if default_graphs else 0
     return cg * lora_graph_cases(rs.version, settings.max_loras)
 
 

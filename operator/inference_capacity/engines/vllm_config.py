@@ -214,6 +214,9 @@ class CompilationSettings(_Bounded):
     max_cudagraph_capture_size: int | None = _bounded("--compilation-config", MAX_BATCHED_TOKENS)
     #: ``"cudagraph_mode": "NONE"`` in ``--compilation-config``
     cudagraph_mode_none: bool = False
+    #: ``cudagraph_mode`` of ``--compilation-config``, upper-cased as vLLM parses it
+    #: (``CompilationConfig.validate_cudagraph_mode_before``); None: the version's default
+    cudagraph_mode: str | None = None
 
     @property
     def eager(self) -> bool:
@@ -293,6 +296,7 @@ class EngineConfig:
             performance_mode=self.scheduler.performance_mode or "balanced",
             cudagraph_capture_sizes=self.compilation.cudagraph_capture_sizes,
             max_cudagraph_capture_size=self.compilation.max_cudagraph_capture_size,
+            cudagraph_mode=self.compilation.cudagraph_mode,
             auto_max_model_len=self.model.auto_max_model_len,
             async_scheduling=self.scheduler.async_scheduling,
             chunked_local_hybrid=self.env.chunked_local_hybrid,
@@ -397,12 +401,14 @@ def _compilation(r: _Reader, version: str) -> CompilationSettings:
     cfg = r.json("compilation-config") or {}
     sizes = cfg.get("cudagraph_capture_sizes")
     top = cfg.get("max_cudagraph_capture_size")
+    mode = cfg.get("cudagraph_mode")
     return CompilationSettings(
         enforce_eager=r.boolean("enforce-eager") is True,
         level_without_graphs=cuda_graphs_off(r.flags, version),
         cudagraph_capture_sizes=tuple(int(x) for x in sizes) if isinstance(sizes, list) else None,
         max_cudagraph_capture_size=int(top) if isinstance(top, int) else None,
         cudagraph_mode_none=str(cfg.get("cudagraph_mode", "")).upper() == "NONE",
+        cudagraph_mode=str(mode).upper() if mode is not None else None,
     )
 
 

@@ -40,6 +40,7 @@ from ..units import GiB, KiB, MiB, TiB
 from ..vocab import KV_CACHE_DTYPES
 from .vllm_flag_table import flag_table
 from .vllm_mm import parse_limit_mm_per_prompt
+from .vllm_rules import CUDAGRAPH_MODES, DEFAULT_CUDAGRAPH_MODE, VllmRules
 
 __all__ = [
     "FlagRules",
@@ -704,6 +705,52 @@ def cuda_graphs_off(flags: Mapping[str, str], version: str | None) -> bool:
     return False
 
 
+def _graph_mode_problem(flags: Mapping[str, str], version: str | None) -> Unsupported | None:
+    """Why ``--compilation-config``'s ``cudagraph_mode`` is not modelled, or None: a name that
+    is not a ``CUDAGraphMode`` (vLLM parses it upper-cased, config/compilation.py::
+    CompilationConfig.validate_cudagraph_mode_before); a mode other than NONE with
+    optimization level 0 (which sets compilation mode NONE: FULL graphs stay, piecewise ones
+    go, config/vllm.py VllmConfig.__post_init__ 0.20.0; the plan would read it as eager); or
+    PIECEWISE, FULL or FULL_DECODE_ONLY in a release whose graph counts were not read
+    (:attr:`.vllm_rules.VllmRules.cudagraph_modes_read`)."""
+    text = flags.get("compilation-config", "").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError:
+        return None  # reported by _value_problem
+    if not isinstance(cfg, dict) or "cudagraph_mode" not in cfg:
+        return None
+    raw = cfg["cudagraph_mode"]
+    mode = raw.upper() if isinstance(raw, str) else None
+    if mode not in CUDAGRAPH_MODES:
+        return Unsupported(
+            "--compilation-config",
+            f"cudagraph_mode {raw!r} is not one of {', '.join(CUDAGRAPH_MODES)}",
+        )
+    level = optimization_level(flags, version)
+    if mode != "NONE" and level is not None and level[1] == "0":
+        return Unsupported(
+            "--compilation-config",
+            f"cudagraph_mode {mode} with optimization level 0: compilation mode NONE keeps "
+            "FULL graphs and drops piecewise ones (not modelled)",
+        )
+    if mode in ("NONE", DEFAULT_CUDAGRAPH_MODE) or version is None:
+        return None
+    try:
+        read = VllmRules.for_version(version).cudagraph_modes_read
+    except ValueError:
+        return None  # the version itself is reported elsewhere
+    if not read:
+        return Unsupported(
+            "--compilation-config",
+            f"cudagraph_mode {mode}: the graphs it captures were read for vLLM 0.20–0.28 "
+            f"only, not {version}",
+        )
+    return None
+
+
 def _level_problem(flags: Mapping[str, str], version: str | None) -> Unsupported | None:
     got = optimization_level(flags, version)
     rules = FlagRules.for_version(version)
@@ -768,6 +815,9 @@ def classify(
     level = _level_problem(flags, version)
     if level is not None:
         out.append(level)
+    graph_mode = _graph_mode_problem(flags, version)
+    if graph_mode is not None:
+        out.append(graph_mode)
     rules = FlagRules.for_version(version)
     for name, value in flags.items():
         missing = rules.absent(name)

@@ -55,6 +55,13 @@ SPEC_CONV_MAMBA2_0_32 = frozenset(
 )
 
 
+#: vLLM's ``CUDAGraphMode`` names (config/compilation.py, 0.20.0 and 0.28.0)
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+#: the default mode from 0.11 (``-O2``/``-O3``, config/vllm.py OPTIMIZATION_LEVEL_02/03, 0.20.0):
+#: the mode the CG constants were fitted on
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
+
+
 @dataclass(frozen=True, slots=True)
 class VllmRules:
     """The startup rules of one vLLM release (each field: where vLLM has it, which releases)."""
@@ -144,6 +151,12 @@ class VllmRules:
     #: (v1/cudagraph_dispatcher.py::CudagraphDispatcher._get_lora_cases, 0.20.0/0.25.0);
     #: before 0.20 not read: once
     lora_graph_cases: int
+    #: the graphs each ``cudagraph_mode`` captures were derived from the 0.20.0 and 0.28.0
+    #: sources (config/compilation.py::CUDAGraphMode and resolve_cudagraph_mode_and_sizes,
+    #: v1/cudagraph_dispatcher.py::initialize_cudagraph_keys, v1/worker/gpu/cudagraph_utils.py::
+    #: CudaGraphManager._init_candidates); 0.21–0.27 assumed to follow; PIECEWISE, FULL and
+    #: FULL_DECODE_ONLY are refused outside 0.20–0.28 (:func:`~.vllm.cudagraph_mode_graphs`)
+    cudagraph_modes_read: bool
 
     # --- the KV cache -------------------------------------------------------------------------
     #: MLA block sizes by GPU family (:data:`MLA_BLOCKS_PLATFORM` 0.11–0.17,
@@ -319,6 +332,7 @@ def _rules(v: Version) -> VllmRules:
         capture_adds_batched_tokens=at((0, 22, 0)),
         capture_adds_decode_sizes=at((0, 29, 0)),
         lora_graph_cases=2 if at((0, 20, 0)) else 1,
+        cudagraph_modes_read=between((0, 20, 0), (0, 29, 0)),
         mla_block_by_family=mla_blocks,
         mla_fp8_hopper_flashmla=at((0, 18, 0)),
         modelopt_kv_dtype=at((0, 15, 0)),
