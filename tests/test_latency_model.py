@@ -325,8 +325,10 @@ def test_in_service_is_littles_law_on_the_rows_own_numbers() -> None:
 def test_not_comparable_labels_are_the_rule_and_the_rule_separates_the_data() -> None:
     # the data's labels are what the rule gives at today's plans (rebuild:
     # benchmarks.latency_points_build), and the rule's bound sits in a wide gap of the data:
-    # every labelled run shows at most 0.34 of what vLLM admits in service, every other
-    # planned run 0.77 or more (benchmarks.latency_accuracy.IN_SERVICE_SHARE)
+    # every labelled run shows about a third of what vLLM admits in service or less (0.19-0.34),
+    # every other planned run about three quarters or more (0.77+): the bound (½,
+    # benchmarks.latency_accuracy.IN_SERVICE_SHARE) has a margin on both sides, so a ledger
+    # change that moves what vLLM admits by a few percent does not move a label
     from benchmarks.latency_accuracy import (
         IN_SERVICE_SHARE,
         admitted,
@@ -350,4 +352,4 @@ def test_not_comparable_labels_are_the_rule_and_the_rule_separates_the_data() ->
         else:
             kept.append(share)
     assert labelled and kept
-    assert max(labelled) <= 0.34 < IN_SERVICE_SHARE < 0.77 <= min(kept)
+    assert max(labelled) <= 0.4 < IN_SERVICE_SHARE < 0.7 <= min(kept)
