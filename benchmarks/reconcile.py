@@ -1018,6 +1018,7 @@ def bulk(
             creator = threading.Thread(target=create_all, name="creator", daemon=True)
         creator.start()
         last = (0, 0)
+        next_tick = 0.0
         while time.monotonic() - t0 < timeout:
             time.sleep(0.2)
             flags, status = rig.read_store(progress)
@@ -1028,6 +1029,14 @@ def bulk(
                 stats.status_s = now
             if (flags, status) != last:
                 last = (flags, status)
+            if now >= next_tick:
+                next_tick += 5.0
+                print(
+                    f"  {now:6.1f} s  flags {flags:>5}  status {status:>5}  operator RSS "
+                    f"{proc_kb(rig.op.pid, 'VmRSS') / 1024:.0f} MB",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if flags == n and status == n and created.is_set():
                 break
             if not rig.op.alive():

@@ -18,7 +18,7 @@ from typing import Any
 
 PREFIX = "INFERENCE_CAPACITY_"
 #: settings that must be above zero (a rate, a bucket, a cap of 0 would stop every request)
-POSITIVE = ("api_qps", "api_burst", "api_retry_after_max_seconds")
+POSITIVE = ("api_qps", "api_burst", "api_retry_after_max_seconds", "kopf_connections")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +30,8 @@ class Settings:
     retry_seconds: float = 5.0
     #: server-side timeout of a watch request (seconds)
     watch_timeout: int = 300
-    #: Kopf's handler worker threads
-    workers: int = 8
+    #: Kopf's handler worker threads (a reconcile mostly waits on the API server)
+    workers: int = 16
     #: threads of the refresh timers, apart from Kopf's workers: an edit never waits behind a
     #: wave of refreshes
     refresh_workers: int = 2
@@ -51,6 +51,9 @@ class Settings:
     api_retries: int = 10
     #: the longest single wait for a retry (seconds): a larger Retry-After is cut to it
     api_retry_after_max_seconds: float = 60.0
+    #: Kopf's own client (status patches, Kopf's reads): connections open at once beside its
+    #: watch streams (controller/session.py); a request past them waits for one to free
+    kopf_connections: int = 16
     # --- shards (controller/sharding.py, controller/shards.py) --------------------------------
     #: shards of the InferenceCapacities over replicas, each with a coordination Lease; 1: off
     shards: int = 1

@@ -25,6 +25,7 @@ import kopf
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
 from . import informer, k8s, metrics, objcache, observing, shards, startup, state
+from . import session as _session  # noqa: F401  (registers Kopf's login: a bounded pool)
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
 from .reconcile import Outcome, reconcile
 from .refresher import IDENTITY, Leadership, Refresher
