@@ -1,6 +1,8 @@
 """Kopf's filter on Deployment events (controller/handlers._deployment_needs_a_look): an event
 of a Deployment no InferenceCapacity targets, or a status-only update of a targeted one, is
-dropped before a handler is queued; a spec change, a first sight and a deletion pass."""
+dropped before a handler is queued; a spec change, a first sight and a deletion pass. Before
+any InferenceCapacity of it is handled, only a deletion passes (its own handler reads the
+Deployment), and a reconcile records the generation it read."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ def _event(kind: str, generation: int | None) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def _clean() -> Any:
     state.forget_deployment("ns", "dep")
+    state.handled.set(("ns", "icap"), True)  # its InferenceCapacity's creation was handled
     yield
     state.forget_deployment("ns", "dep")
+    state.forget_resource("ns", "icap", "uid")
 
 
 TARGETED = {("ns", "dep"): [("2026-01-01T00:00:00Z", "icap")]}
@@ -53,3 +57,30 @@ def test_a_status_only_update_is_dropped_and_a_spec_change_passes() -> None:
 def test_the_look_records_nothing() -> None:
     assert look(_event("ADDED", 5)) and look(_event("ADDED", 5))
     assert state.deployment_changed("ns", "dep", 5)
+
+
+def test_before_its_resource_is_handled_only_a_deletion_passes() -> None:
+    state.forget_resource("ns", "icap", "uid")
+    assert state.handled.get(("ns", "icap")) is None
+    assert not look(_event("ADDED", 1))
+    assert not look(_event("MODIFIED", 2))
+    assert look(_event("DELETED", 2))
+    # a second claimant handled: its events pass again
+    two = {("ns", "dep"): [("2026-01-01T00:00:00Z", "icap"), ("2026-02-01T00:00:00Z", "b")]}
+    state.handled.set(("ns", "b"), True)
+    try:
+        assert look(_event("MODIFIED", 2), targets=two)
+    finally:
+        state.forget_resource("ns", "b", "uid-b")
+
+
+def test_a_reconcile_records_the_generation_it_read() -> None:
+    """state.note_generation: what reconcile calls with the Deployment it evaluated."""
+    state.note_generation("ns", "dep", 4)
+    assert not look(_event("MODIFIED", 4))  # its status updates
+    assert not look(_event("MODIFIED", 3))  # older
+    assert look(_event("MODIFIED", 5))  # an edit after the read
+    state.note_generation("ns", "dep", 2)  # an older read never moves it back
+    assert not look(_event("MODIFIED", 4))
+    state.note_generation("ns", "dep", None)  # no generation: nothing recorded
+    assert not look(_event("MODIFIED", 4))

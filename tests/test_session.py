@@ -108,3 +108,18 @@ async def test_the_session_opens_at_most_its_limit() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_the_operators_own_client_keeps_a_connection_per_thread() -> None:
+    """urllib3's pool of the shared client holds a connection for every thread that may use
+    it at once (its default, 5 per CPU, is 10 on 2 cores: below 16 workers, so requests past it
+    opened and dropped a connection each)."""
+    from kubernetes import client
+
+    from inference_capacity.controller import k8s
+
+    s = settings.current()
+    api = k8s.new_api_client(client.Configuration())
+    kept = api.rest_client.pool_manager.connection_pool_kw["maxsize"]
+    assert kept == k8s.pool_size(s) >= s.workers + s.refresh_workers
+    api.close()

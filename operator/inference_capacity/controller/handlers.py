@@ -338,10 +338,16 @@ def _deployment_needs_a_look(
         objcache.deployments.drop(namespace, name)
     else:
         objcache.deployments.observe(obj)
-    if not icap_targets.get((namespace, name)):
+    claims = icap_targets.get((namespace, name))
+    if not claims:
         return False
     if event.get("type") == "DELETED":
         return True
+    if not any(state.handled.get((namespace, claim[1])) for claim in claims):
+        # no InferenceCapacity of it handled yet: its own handler reads the Deployment when it
+        # runs (after a restart, 1,000 Deployment events would each take a handler thread for
+        # nothing); the reconcile records the generation it read (state.note_generation)
+        return False
     gen = obj.get("metadata", {}).get("generation")
     return state.deployment_may_have_changed(namespace, name, gen)
 

@@ -183,8 +183,24 @@ def new_api_client(
     request, with the same configuration."""
     api = client.ApiClient(configuration)
     api.rest_client.close()
+    # urllib3 keeps this many connections per host; the client's default (5 per CPU: 10 on 2
+    # cores) is below the threads that share it, so every request past it opened a connection
+    # (a TLS handshake on both sides) and dropped it ("Connection pool is full")
+    api.configuration.connection_pool_maxsize = max(
+        api.configuration.connection_pool_maxsize or 0, pool_size(settings.current())
+    )
     api.rest_client = CivilRESTClient(api.configuration, bucket or shared_bucket(), retry_policy())
     return api
+
+
+#: threads of the operator that use the shared client besides the handler and refresh workers:
+#: the informers' watches (nodes, pods, PDBs, HPAs), the shard Leases, the startup-log reader
+OTHER_CLIENT_THREADS = 8
+
+
+def pool_size(s: settings.Settings) -> int:
+    """Connections the shared client keeps: one per thread that may use it at once."""
+    return s.workers + s.refresh_workers + OTHER_CLIENT_THREADS
 
 
 def api_client() -> client.ApiClient:

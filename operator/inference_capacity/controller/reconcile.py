@@ -208,6 +208,8 @@ def _reconcile(ctx: _Ctx, body: Mapping[str, Any], claims: list[Claim] | None) -
                 "while that one exists",
             )
     dep = objcache.read_deployment(ctx.ns, target)
+    if dep is not None:
+        state.note_generation(ctx.ns, target, (dep.get("metadata") or {}).get("generation"))
     if dep is None:
         # retried by the InferenceCapacity's handler (with backoff) until the Deployment exists,
         # and reconciled again by the Deployment's creation event

@@ -137,6 +137,13 @@ def deployment_changed(namespace: str, name: str, generation: int | None) -> boo
     return True
 
 
+def note_generation(namespace: str, name: str, generation: int | None) -> None:
+    """A reconcile evaluated this generation of the Deployment: a later event of it (or of an
+    older one) is a status-only update, not a change to look at."""
+    if isinstance(generation, int) and deployment_may_have_changed(namespace, name, generation):
+        generations.set((namespace, name), generation)
+
+
 def set_generation(namespace: str, name: str, generation: int) -> None:
     """Record the generation the operator's own write gave (or, the write failed, had)."""
     generations.set((namespace, name), generation)
