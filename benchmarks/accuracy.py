@@ -49,10 +49,11 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "one replayable startup log of vLLM >= 0.20 (vllm-startup-047: gpt-oss-120b TP8, 0.28.0);"
-    " the other >= 0.20 logs are recorded with their sources, but their models (mostly the"
-    " Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data, or their GPU is not in the"
-    " catalog (the blocking term of each is listed above)",
+    "two replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
+    " gpt-oss-120b TP8, 0.28.0; vllm-startup-089: Qwen3-8B on an RTX A5000, 0.21.0, whose"
+    " total is inferred); the other >= 0.20 logs are recorded with their sources, but their"
+    " models (mostly the Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data (the"
+    " blocking term of each is listed above)",
     "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"

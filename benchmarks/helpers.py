@@ -207,8 +207,10 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-087": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B NVFP4 (Inferact)"),
     "vllm-startup-089": PointSetup(
         "Qwen/Qwen3-8B",
+        gpu="RTX-A5000",
         settings={"kv_transfer": True, "kv_connector": "LMCacheConnectorV1"},
-        note="LMCache CPU-offload example; the RTX A5000's total memory is not logged",
+        note="LMCache CPU-offload example; the RTX A5000's total memory is not logged (the "
+        "catalog's 23.52 GiB is inferred from the RTX 4090's, the same NVML total)",
     ),
     "vllm-startup-093": PointSetup(
         "deepseek-ai/DeepSeek-V4-Flash",
@@ -350,19 +352,23 @@ def refusal_reason(exc: ValueError) -> str:
     return f"{term}: refused by the predictor ({type(exc).__name__}: {first})"
 
 
-def predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
+def predict_point(
+    p: LogPoint, setup: PointSetup | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """(prediction JSON, None) or (None, reason the point cannot be predicted). A reason starts
     with the term it blocks (``model:``, ``device:``, ``settings:``, ...) where that is known;
     a refusal of the predictor (an unmodelled architecture, GPU or flag) is such a reason, not a
-    crash of the report."""
+    crash of the report. ``setup``: the replay's assumptions, by default ``POINT_SETUP``'s."""
     try:
-        return _predict_point(p)
+        return _predict_point(p, setup)
     except ValueError as exc:
         return None, refusal_reason(exc)
 
 
-def _predict_point(p: LogPoint) -> tuple[dict[str, Any] | None, str | None]:
-    setup = POINT_SETUP.get(p.id)
+def _predict_point(
+    p: LogPoint, setup: PointSetup | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    setup = setup or POINT_SETUP.get(p.id)
     if setup is None:
         return None, "no setup for this point in benchmarks.helpers.POINT_SETUP"
     if setup.skip or setup.catalog is None:

@@ -45,6 +45,7 @@ EXPECTED_GIB = {
     "B200-180GB": 178.35,
     "RTX-3090": 23.58,
     "RTX-4090": 23.52,
+    "RTX-A5000": 23.52,  # inferred from the RTX 4090 (the same NVML total, 24564 MiB)
     "T4": 14.56,
     "V100-16GB": 15.78,
     "V100-32GB": 31.75,
@@ -146,6 +147,7 @@ def test_spaces_underscores_dashes_and_vendor_prefix_are_equivalent() -> None:
     assert get_gpu("nvidia_h100__80gb_hbm3") is h100
     assert get_gpu("h100 80gb hbm3") is h100
     assert get_gpu("NVIDIA GeForce RTX 4090").name == "RTX-4090"
+    assert get_gpu("NVIDIA RTX A5000").name == "RTX-A5000"
     assert get_gpu("Tesla T4").name == "T4"
     assert get_gpu("AMD Instinct MI300X").name == "MI300X"
 

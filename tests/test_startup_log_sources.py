@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks.helpers import load_points, logged_version, predict_point, version_band
+from benchmarks.helpers import (
+    POINT_SETUP,
+    load_points,
+    logged_version,
+    predict_point,
+    version_band,
+)
 
 from inference_capacity.observe.startup_log import parse
 
@@ -99,7 +105,8 @@ def test_a_predictor_refusal_is_a_reason_naming_its_term() -> None:
     # vllm-startup-089's setup (Qwen3-8B from the catalog) on a card the catalog cannot know:
     # the replay is refused as "device", with the predictor's own error, instead of crashing
     point = replace(POINTS["vllm-startup-089"], gpu="NO-SUCH-GPU 24GB", total_gpu_memory_gib=None)
-    pred, reason = predict_point(point)
+    setup = replace(POINT_SETUP["vllm-startup-089"], gpu=None)
+    pred, reason = predict_point(point, setup)
     assert pred is None and reason is not None
     assert reason.startswith("device: refused by the predictor (UnknownGpuError: ")
     assert "NO-SUCH-GPU" in reason
