@@ -324,6 +324,9 @@ def test_dashboard_queries_only_metrics_the_operator_exports() -> None:
             for family in collector.describe():
                 for suffix in suffixes[family.type]:
                     exported[family.name + suffix] = set(collector._labelnames)
+    # the per-resource series (one row per resource, written at each scrape)
+    for family_name, labelnames in metrics.per_resource_labels().items():
+        exported[family_name] = set(labelnames)
     dashboard = json.loads((CHART / "dashboards" / "inference-capacity.json").read_text())
     queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]

@@ -177,7 +177,7 @@ def reconcile(
     meta = body.get("metadata", {})
     key = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
     with state.serialised(key), metrics.RECONCILE_SECONDS.time():
-        metrics.RECONCILES.labels(meta.get("namespace", ""), meta.get("name", "")).inc()
+        metrics.PER_RESOURCE.count(meta.get("namespace", ""), meta.get("name", ""), "reconciles")
         ctx = _Ctx(body, emit)
         try:
             return _reconcile(ctx, body, None if claims is None else list(claims))
@@ -387,7 +387,7 @@ def _decide_and_write(
         written = patched.get("metadata", {}).get("generation")
         if isinstance(written, int):
             state.set_generation(ctx.ns, target, written)
-        metrics.PATCHES_APPLIED.labels(ctx.ns, ctx.name).inc()
+        metrics.PER_RESOURCE.count(ctx.ns, ctx.name, "patches_applied")
         ctx.status["applied"] = {
             "flags": dict(chosen.flags),
             "replicas": chosen.replicas,
@@ -450,7 +450,7 @@ def _perform(
         # (status, conditions), not as an Event of its own
         ctx.event("Normal", pdb_note[0], pdb_note[1], once=False)
     if chosen.action == "refuse":
-        metrics.PATCHES_REFUSED.labels(ctx.ns, ctx.name, chosen.reason).inc()
+        metrics.PER_RESOURCE.count(ctx.ns, ctx.name, "refused", chosen.reason)
     if chosen.replica_history:
         state.replica_history.set((ctx.ns, spec.target_ref.name), chosen.replica_history)
     if chosen.requeue:
@@ -517,7 +517,7 @@ def _observed_status(ctx: _Ctx, observed: observing.Observed) -> None:
             ctx.event("Warning", "PredictionDrift", c.message)
         blocks = observed.status.get("numGpuBlocks")
         if blocks is not None:
-            metrics.OBSERVED_BLOCKS.labels(ctx.ns, ctx.name).set(blocks)
+            metrics.PER_RESOURCE.update(ctx.ns, ctx.name, observed_blocks=float(blocks))
 
 
 def _startup_adjust(

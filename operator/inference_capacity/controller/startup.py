@@ -347,13 +347,12 @@ def publish(namespace: str, name: str, entries: list[dict[str, Any]]) -> None:
     if not seen:
         return
     e = seen[0]
-    metrics.KV_TOKENS_BY_SOURCE.labels(namespace, name, "observed").set(e["kvCacheTokens"])
+    per = metrics.PER_RESOURCE
+    per.set_in(namespace, name, "kv_by_source", "observed", float(e["kvCacheTokens"]))
     if "predictedKvCacheTokens" in e:
-        metrics.KV_TOKENS_BY_SOURCE.labels(namespace, name, "predicted").set(
-            e["predictedKvCacheTokens"]
-        )
+        per.set_in(namespace, name, "kv_by_source", "predicted", float(e["predictedKvCacheTokens"]))
     for term, err in (e.get("predictionErrorPercent") or {}).items():
-        metrics.PREDICTION_ERROR.labels(namespace, name, term).set(err)
+        per.set_in(namespace, name, "prediction_error", str(term), float(err))
 
 
 def forget(key: str) -> None:
