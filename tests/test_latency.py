@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -225,3 +226,54 @@ def test_block_fp8_linears_cost_deepgemms_floor() -> None:
     plain = launch_seconds(94, True, True, True)
     assert stage.fixed_s - plain == pytest.approx(94 * 2 * (block - perf.GEMM_LAUNCH_S))
     assert stage.fixed_s - plain == pytest.approx(0.01328, abs=1e-5)  # 188 × 70.7 µs a step
+
+
+class _FakeBatches:
+    """``point`` and ``max_n``: all :meth:`BatchLatency.largest_meeting` reads, over made-up
+    monotone ITL and TTFT curves (counting the points it evaluates)."""
+
+    def __init__(self, itl: list[float], ttft: list[float]) -> None:
+        self.itl, self.ttft = itl, ttft
+        self.max_n = len(itl)
+        self.seen: set[int] = set()
+
+    def point(self, n: int) -> Any:
+        self.seen.add(n)
+        itl, ttft = self.itl[n - 1], self.ttft[n - 1]
+
+        class _P:
+            ttft_ms_p95 = ttft
+
+            @staticmethod
+            def itl_ms(quantile: str) -> float:
+                return itl
+
+        return _P()
+
+
+def test_largest_meeting_finds_what_a_scan_finds() -> None:
+    # the search (powers of two, then an interpolation on the margin) returns the largest N
+    # meeting both targets, as scanning every N does, for curves of any shape that grow with N
+    import random
+
+    from inference_capacity.sizing.latency import BatchLatency
+
+    rng = random.Random(19)
+    for case in range(300):
+        top = rng.choice([1, 2, 3, 7, 64, 300, 1000, 2048])
+        itl = sorted(rng.uniform(1, 100) ** rng.choice([1, 2, 3]) for _ in range(top))
+        ttft = sorted(rng.uniform(10, 5000) for _ in range(top))
+        itl_t = rng.choice([None, rng.uniform(0.5, max(itl) * 1.2)])
+        ttft_t = rng.choice([None, rng.uniform(5, 6000)])
+        upper = rng.randint(1, top + 5)
+        fake = _FakeBatches(itl, ttft)
+        got = BatchLatency.largest_meeting(fake, itl_t, upper, "p95", ttft_t)  # type: ignore[arg-type]
+        want = 0
+        for n in range(1, min(upper, top) + 1):
+            if (itl_t is None or itl[n - 1] <= itl_t) and (ttft_t is None or ttft[n - 1] <= ttft_t):
+                want = n
+            else:
+                break
+        assert got == want, (case, top, upper, itl_t, ttft_t)
+        # never more points than a bisection over the range plus the powers of two
+        assert len(fake.seen) <= 2 * max(top, 2).bit_length() + 2
