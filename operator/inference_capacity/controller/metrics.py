@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,8 +61,9 @@ class _Row:
     prediction_error: dict[str, float] = field(default_factory=dict)
 
 
-#: (family, help, labels after namespace/name, the row's samples: (extra label values, value))
-_GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+#: (family, help, the labels after namespace and name)
+_Specs = tuple[tuple[str, str, tuple[str, ...]], ...]
+_GAUGES: _Specs = (
     (
         "inference_capacity_per_pod_max_concurrency",
         "Sequences one replica admits (recommended --max-num-seqs)",
@@ -89,7 +90,7 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("inference_capacity_ledger_bytes", "Ledger item bytes per rank", ("rank", "item")),
 )
-_COUNTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+_COUNTERS: _Specs = (
     ("inference_capacity_reconciles", "Reconciles run", ()),
     ("inference_capacity_patches_applied", "Deployment patches applied", ()),
     (
@@ -180,32 +181,18 @@ class PerResource(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            rows = [(k, _gauge_samples(r), _counter_samples(r)) for k, r in self._rows.items()]
-        yield from self._families(rows)
-
-    @staticmethod
-    def _families(
-        rows: Iterable[
-            tuple[
-                tuple[str, str],
-                list[list[tuple[tuple[str, ...], float]]],
-                list[list[tuple[tuple[str, ...], float]]],
-            ]
-        ],
-    ) -> Iterator[Metric]:
-        rows = list(rows)
-        for i, (fam, doc, extra) in enumerate(_GAUGES):
-            g = GaugeMetricFamily(fam, doc, labels=[*_L, *extra])
-            for (ns, name), gauges, _ in rows:
-                for labels, value in gauges[i]:
-                    g.add_metric([ns, name, *labels], value)
-            yield g
-        for i, (fam, doc, extra) in enumerate(_COUNTERS):
-            c = CounterMetricFamily(fam, doc, labels=[*_L, *extra])
-            for (ns, name), _, counters in rows:
-                for labels, value in counters[i]:
-                    c.add_metric([ns, name, *labels], value)
-            yield c
+            rows = [(k, (_gauge_samples(r), _counter_samples(r))) for k, r in self._rows.items()]
+        kinds: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], _Specs], ...] = (
+            (GaugeMetricFamily, _GAUGES),
+            (CounterMetricFamily, _COUNTERS),
+        )
+        for which, (kind, specs) in enumerate(kinds):
+            for i, (family, doc, extra) in enumerate(specs):
+                metric = kind(family, doc, labels=[*_L, *extra])
+                for (ns, name), samples in rows:
+                    for labels, value in samples[which][i]:
+                        metric.add_metric([ns, name, *labels], value)
+                yield metric
 
 
 PER_RESOURCE = PerResource()
