@@ -735,14 +735,17 @@ class BatchLatency:
         hi = min(upper, self.max_n)
 
         def margin(n: int) -> float:
-            """≤ 0: N meets both targets; the larger, the further past one of them."""
+            """≤ 0: N meets both targets (the comparisons decide, not the ratios); the larger,
+            the further past one of them."""
             pt = self.point(n)
-            m = -math.inf
-            if itl_ms is not None:
-                m = max(m, pt.itl_ms(quantile) / itl_ms - 1.0)
-            if ttft_ms is not None:
-                m = max(m, pt.ttft_ms_p95 / ttft_ms - 1.0)
-            return m if m != -math.inf else -1.0
+            itl, ttft = pt.itl_ms(quantile), pt.ttft_ms_p95
+            misses = (itl_ms is not None and itl > itl_ms) or (
+                ttft_ms is not None and ttft > ttft_ms
+            )
+            ratios = [itl / itl_ms - 1.0] if itl_ms is not None else []
+            ratios += [ttft / ttft_ms - 1.0] if ttft_ms is not None else []
+            m = max(ratios, default=-1.0)
+            return max(m, 1e-12) if misses else min(m, 0.0)
 
         if hi <= 0:
             return 0
@@ -779,8 +782,11 @@ class BatchLatency:
             m = margin(mid)
             if m <= 0:
                 lo, m_lo = mid, m
-                if up - lo > 1 and margin(lo + 1) > 0:
-                    return lo
+                if up - lo > 1:
+                    m = margin(lo + 1)
+                    if m > 0:
+                        return lo
+                    lo, m_lo = lo + 1, m
             else:
                 up, m_up = mid, m
             bisect = not bisect and (up - lo) * 2 > width
