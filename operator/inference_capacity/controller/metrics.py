@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,81 +61,95 @@ class _Row:
     prediction_error: dict[str, float] = field(default_factory=dict)
 
 
-#: (family, help, the labels after namespace and name)
-_Specs = tuple[tuple[str, str, tuple[str, ...]], ...]
+#: (extra label values, value) of one series of a resource
+_Samples = list[tuple[tuple[str, ...], float]]
+
+
+def _one(v: float | None) -> _Samples:
+    return [((), v)] if v is not None else []
+
+
+#: (family, help, the labels after namespace and name, the row's series of that family)
+_Specs = tuple[tuple[str, str, tuple[str, ...], Callable[[_Row], _Samples]], ...]
 _GAUGES: _Specs = (
     (
         "inference_capacity_per_pod_max_concurrency",
         "Sequences one replica admits (recommended --max-num-seqs)",
         (),
+        lambda r: _one(r.max_concurrency),
     ),
-    ("inference_capacity_desired_replicas", "Replicas recommended", ()),
-    ("inference_capacity_kv_cache_tokens", "Predicted KV cache capacity (tokens)", ()),
-    ("inference_capacity_predicted_num_gpu_blocks", "Predicted vLLM num_gpu_blocks", ()),
+    (
+        "inference_capacity_desired_replicas",
+        "Replicas recommended",
+        (),
+        lambda r: _one(r.desired_replicas),
+    ),
+    (
+        "inference_capacity_kv_cache_tokens",
+        "Predicted KV cache capacity (tokens)",
+        (),
+        lambda r: _one(r.kv_tokens),
+    ),
+    (
+        "inference_capacity_predicted_num_gpu_blocks",
+        "Predicted vLLM num_gpu_blocks",
+        (),
+        lambda r: _one(r.predicted_blocks),
+    ),
     (
         "inference_capacity_observed_num_gpu_blocks",
         "num_gpu_blocks vLLM reports (Prometheus)",
         (),
+        lambda r: _one(r.observed_blocks),
     ),
     (
         "inference_capacity_kv_tokens",
         "KV-cache tokens of one pod: what vLLM printed at startup (observed) and the prediction "
         "for its flags (predicted)",
         ("source",),
+        lambda r: [((k,), v) for k, v in r.kv_by_source.items()],
     ),
     (
         "inference_capacity_prediction_error_percent",
         "(predicted - observed) / observed x 100 per startup term (vLLM's own startup lines)",
         ("term",),
+        lambda r: [((k,), v) for k, v in r.prediction_error.items()],
     ),
-    ("inference_capacity_ledger_bytes", "Ledger item bytes per rank", ("rank", "item")),
+    (
+        "inference_capacity_ledger_bytes",
+        "Ledger item bytes per rank",
+        ("rank", "item"),
+        lambda r: [((str(rank), item), float(b)) for rank, item, b in r.ledger],
+    ),
 )
 _COUNTERS: _Specs = (
-    ("inference_capacity_reconciles", "Reconciles run", ()),
-    ("inference_capacity_patches_applied", "Deployment patches applied", ()),
+    (
+        "inference_capacity_reconciles",
+        "Reconciles run",
+        (),
+        lambda r: _one(float(r.reconciles) if r.reconciles else None),
+    ),
+    (
+        "inference_capacity_patches_applied",
+        "Deployment patches applied",
+        (),
+        lambda r: _one(float(r.patches_applied) if r.patches_applied else None),
+    ),
     (
         "inference_capacity_patches_refused",
         "Patches refused (bad input, does not fit, conflict, ...)",
         ("reason",),
+        lambda r: [((k,), float(v)) for k, v in r.refused.items()],
     ),
-)
-#: the per-resource families (the names Prometheus shows; counters with ``_total``)
-FAMILIES: tuple[str, ...] = tuple(n for n, _, _ in _GAUGES) + tuple(
-    f"{n}_total" for n, _, _ in _COUNTERS
 )
 
 
 def per_resource_labels() -> dict[str, tuple[str, ...]]:
-    """Each per-resource family as Prometheus shows it, with its label names."""
-    out = {n: (*_L, *extra) for n, _, extra in _GAUGES}
-    out.update({f"{n}_total": (*_L, *extra) for n, _, extra in _COUNTERS})
+    """Each per-resource family as Prometheus shows it (counters with ``_total``), with its
+    label names."""
+    out = {n: (*_L, *extra) for n, _, extra, _ in _GAUGES}
+    out.update({f"{n}_total": (*_L, *extra) for n, _, extra, _ in _COUNTERS})
     return out
-
-
-def _gauge_samples(row: _Row) -> list[list[tuple[tuple[str, ...], float]]]:
-    """Per gauge family (in ``_GAUGES`` order): (extra label values, value) of ``row``."""
-
-    def one(v: float | None) -> list[tuple[tuple[str, ...], float]]:
-        return [((), v)] if v is not None else []
-
-    return [
-        one(row.max_concurrency),
-        one(row.desired_replicas),
-        one(row.kv_tokens),
-        one(row.predicted_blocks),
-        one(row.observed_blocks),
-        [((k,), v) for k, v in row.kv_by_source.items()],
-        [((k,), v) for k, v in row.prediction_error.items()],
-        [((str(rank), item), float(b)) for rank, item, b in row.ledger],
-    ]
-
-
-def _counter_samples(row: _Row) -> list[list[tuple[tuple[str, ...], float]]]:
-    return [
-        [((), float(row.reconciles))] if row.reconciles else [],
-        [((), float(row.patches_applied))] if row.patches_applied else [],
-        [((k,), float(v)) for k, v in row.refused.items()],
-    ]
 
 
 class PerResource(Collector):
@@ -180,14 +194,18 @@ class PerResource(Collector):
             self._rows.pop((namespace, name), None)
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            rows = [(k, (_gauge_samples(r), _counter_samples(r))) for k, r in self._rows.items()]
         kinds: tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], _Specs], ...] = (
             (GaugeMetricFamily, _GAUGES),
             (CounterMetricFamily, _COUNTERS),
         )
+        with self._lock:
+            # the samples are read under the lock (rows change while Prometheus scrapes)
+            rows = [
+                (key, [[series(row) for *_, series in specs] for _, specs in kinds])
+                for key, row in self._rows.items()
+            ]
         for which, (kind, specs) in enumerate(kinds):
-            for i, (family, doc, extra) in enumerate(specs):
+            for i, (family, doc, extra, _) in enumerate(specs):
                 metric = kind(family, doc, labels=[*_L, *extra])
                 for (ns, name), samples in rows:
                     for labels, value in samples[which][i]:
