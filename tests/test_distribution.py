@@ -234,3 +234,76 @@ def test_a_simulation_does_not_read_another_callers_longer_paths() -> None:
     assert mine.length < other.length
     np.testing.assert_array_equal(mine.fit(2_000.0, 4096), alone)
     assert mine.length == first.length
+
+
+# --------------------------------------------------------------------------- memory held (issue 22)
+
+
+def test_a_finished_plan_keeps_the_numbers_not_the_simulation() -> None:
+    """A plan's sizing is detached: the fit per path (its probabilities) stays, the simulation
+    (tens of MB of draws) and the request pool (3 MB) do not, and reading the simulation after
+    the plan is made is a clear error, not a silent re-draw."""
+    from inference_capacity.engines.vllm import EngineSettings
+    from inference_capacity.hardware import get_gpu
+    from inference_capacity.planner import PlanInput, make_plan
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    inp = PlanInput(
+        LLAMA8B,
+        get_gpu("H100-SXM-80GB"),
+        engine=EngineSettings(version="0.19.0", max_model_len=8192),
+        workload=Workload((chat,)),
+    )
+    plan = make_plan(inp)
+    d = plan.distribution
+    assert d is not None
+    live = dist((chat,), max_model_len=8192, num_blocks=plan.prediction.num_gpu_blocks)
+    for kept, full in zip(d.mixes, live.mixes, strict=True):
+        assert kept.paths.sim is None and kept.pool is None
+        with pytest.raises(RuntimeError, match="detached"):
+            _ = kept.paths.simulation
+        assert full.paths.sim is not None and full.pool is not None
+    # the same probabilities as the sizing the plan was made from
+    for n in (1, d.max_num_seqs, d.max_num_seqs + 50, 4 * d.max_num_seqs):
+        assert d.probability(n) == live.probability(n)
+
+
+def test_rejected_fraction_counts_the_pool_requests_longer_than_the_length() -> None:
+    """What a shorter --max-model-len rejects (the what-if lever), read off the sorted lengths a
+    detached sizing keeps: equal to counting the pool's requests directly."""
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    m = dist((chat,), max_model_len=8192).mixes[0]
+    assert m.pool is not None
+    total = m.pool.prompt + m.pool.output
+    for limit in (0, 1500, 2500, 4096, 5000, 8192):
+        want = float((total > limit).mean())
+        assert m.rejected_fraction(limit) == pytest.approx(want, abs=1e-12)
+    assert 0.0 < m.rejected_fraction(4096) < 0.5  # p99 4000 + 1000 is past 4,096
+
+
+def test_pools_are_held_between_plans_only_as_asked() -> None:
+    """``keep_pools(0)`` (the operator): a pool's draws are dropped once no simulation uses
+    them; ``keep_pools(n)``: the n most recently used stay. The fit does not depend on it."""
+    import gc
+
+    from inference_capacity.sizing import distribution as D
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    other = Cohort("rag", 1.0, Quantiles(3000, 4000, 6000), Quantiles(100, 200, 400))
+    try:
+        D.clear_cache()
+        D.keep_pools(0)
+        cold = dist((chat,)).mixes[0].paths.fit.copy()
+        gc.collect()
+        assert len(D._DRAWS) == 0 and not D._RECENT
+        D.keep_pools(1)
+        dist((chat,))
+        dist((other,))
+        gc.collect()
+        assert len(D._DRAWS) == 1 and len(D._RECENT) == 1  # the most recent: "rag"
+        np.testing.assert_array_equal(dist((chat,)).mixes[0].paths.fit, cold)
+        with pytest.raises(ValueError, match="pools kept"):
+            D.keep_pools(-1)
+    finally:
+        D.keep_pools(D._KEEP)
+        D.clear_cache()

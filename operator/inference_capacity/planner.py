@@ -229,7 +229,7 @@ class PlanCache:
 
     def batch_latency(self, model: LatencyModel, d: DistributionSizing) -> BatchLatency:
         """The latency of batches along the simulation's paths."""
-        sim = d.binding.paths.sim
+        sim = d.binding.paths.simulation
         key = (model, sim, sim.length, d.binding_mix)
         hit = self.batches.get(key)
         if hit is not None:
@@ -247,8 +247,8 @@ def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
     return _make_plan(inp, cache if cache is not None else PlanCache())
 
 
-#: plans kept by :func:`planned` (about 10 KB each; the Monte Carlo draws they point at are
-#: pooled and shared anyway)
+#: plans kept by :func:`planned`. A plan keeps its sizing without the Monte Carlo simulation
+#: (:meth:`DistributionSizing.detached`): the fit per path and the request pool, a few MB
 PLAN_MEMO_SIZE = 256
 
 
@@ -516,7 +516,7 @@ def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
         )
         * inp.tp,
         notes=inp.model.notes + inp.notes + tuple(notes) + pred.notes,
-        distribution=distribution,
+        distribution=distribution.detached() if distribution is not None else None,
         latency=latency,
     )
 
@@ -649,7 +649,8 @@ def _size_distribution(
             if workload.ttft_target_ms:
                 targets.append(f"a TTFT p95 of {workload.ttft_target_ms} ms")
             msg += f"; {' and '.join(targets)} allow {n} ({limited} binds)"
-    if d.binding.paths.sim.truncated and n >= d.binding.paths.sim.seqs_at(MAX_REQUESTS).min():
+    sim = d.binding.paths.simulation
+    if sim.truncated and n >= sim.seqs_at(MAX_REQUESTS).min():
         msg += f" (at least: the simulation stops at {MAX_REQUESTS:,} requests)"
     if n > cap:
         n, limited = cap, "cap"

@@ -262,8 +262,7 @@ def levers(base: Plan) -> list[dict[str, Any]]:
         if new_len < rs.max_model_len:
             rejected = None
             if base.distribution is not None:
-                pool = base.distribution.mixes[0].pool
-                rejected = float(((pool.prompt + pool.output) > new_len).mean())
+                rejected = base.distribution.mixes[0].rejected_fraction(new_len)
             p = _try(replace(inp, engine=replace(inp.engine, max_model_len=new_len)))
             lever = _lever(
                 "max-model-len-p99",

@@ -19,6 +19,11 @@ def run_operator(config: Settings) -> int:
 
     tune()  # before any thread allocates (see allocator)
     configure(config)
+    from ..sizing.distribution import keep_pools
+
+    # each resource's plan is memoised (planner.planned): a workload's Monte Carlo draws (tens
+    # of MB) are held only while a plan uses them, not kept for a plan that is not made again
+    keep_pools(0)
     from . import k8s, shards
 
     if config.shards > 1:

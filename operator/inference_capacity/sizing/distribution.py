@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -247,6 +248,8 @@ class _Draws:
         self.rng = np.random.default_rng(SEED + 2)
         self.uniform_n = int(pool.seqs[0]) if (pool.seqs == pool.seqs[0]).all() else 0
         self.blocks32 = pool.blocks.astype(np.int32)
+        #: each request's prompt + output tokens, sorted (what a shorter max-model-len rejects)
+        self.lengths: IntArray = np.sort((pool.prompt + pool.output).astype(np.int32))
         if len(pool.blocks) > 1 << 16:
             raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
         # (chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]
@@ -348,6 +351,7 @@ class Simulation:
         self.paths = paths
         self.uniform_n = self._draws.uniform_n
         self.blocks32 = self._draws.blocks32
+        self.lengths = self._draws.lengths
         self.kept_paths = min(paths, KEPT_PATHS)
         self._chunks = 0
 
@@ -497,24 +501,50 @@ def block_signature(layout: KvLayout) -> tuple[tuple[object, ...], ...]:
 
 
 #: the draws of each pool, by value (cohorts, weights, block signature, max-model-len): shared
-#: by every plan of the process, append-only (a plan reads only the chunks it grew to)
-_DRAWS: dict[tuple[object, ...], _Draws] = {}
+#: by every plan of the process that holds a simulation of it, append-only (a plan reads only the
+#: chunks it grew to). Weak: a pool no simulation uses is dropped unless it is one of the
+#: :data:`_KEEP` most recently used ones (tens of MB each: the per-path draws and prefix sums).
+_DRAWS: weakref.WeakValueDictionary[tuple[object, ...], _Draws] = weakref.WeakValueDictionary()
+#: the most recently used pools, held after their plans are done (most recently used last)
+_RECENT: dict[tuple[object, ...], _Draws] = {}
 _DRAWS_LOCK = threading.Lock()
-#: pools kept (a plan uses one or two; a sweep of one model one per block signature)
+#: pools held between plans (a plan uses one or two; a sweep of one model one per block
+#: signature). The operator holds none (:func:`keep_pools`): each resource's plan is memoised,
+#: so a pool would be kept for a plan that is not made again.
 _KEEP = 4
+_keep = _KEEP
+
+
+def keep_pools(n: int) -> None:
+    """Hold the ``n`` most recently used pools' draws between plans (0: only while a simulation
+    uses them). Results do not depend on it; only the time of the next plan of that workload."""
+    global _keep
+    if n < 0:
+        raise ValueError(f"pools kept must be >= 0, got {n}")
+    with _DRAWS_LOCK:
+        _keep = n
+        _trim_recent()
+
+
+def _trim_recent() -> None:
+    while len(_RECENT) > _keep:
+        del _RECENT[next(iter(_RECENT))]
 
 
 def _shared_draws(key: tuple[object, ...], make: Callable[[], _Draws]) -> _Draws:
     with _DRAWS_LOCK:
-        hit = _DRAWS.pop(key, None)
+        hit = _DRAWS.get(key)
         if hit is not None:
-            _DRAWS[key] = hit  # most recently used last
+            _RECENT.pop(key, None)
+            _RECENT[key] = hit  # most recently used last
+            _trim_recent()
             return hit
     made = make()  # outside the lock: the same pool whichever thread draws it
     with _DRAWS_LOCK:
         out = _DRAWS.setdefault(key, made)
-        while len(_DRAWS) > _KEEP:
-            del _DRAWS[next(iter(_DRAWS))]
+        _RECENT.pop(key, None)
+        _RECENT[key] = out
+        _trim_recent()
         return out
 
 
@@ -567,14 +597,23 @@ def clear_cache() -> None:
     """Forget the shared draws (a cold start; the callers' simulations keep theirs)."""
     with _DRAWS_LOCK:
         _DRAWS.clear()
+        _RECENT.clear()
 
 
 @dataclass(frozen=True, slots=True)
 class Paths:
-    """What one sizing read off a simulation."""
+    """What one sizing read off a simulation. ``sim`` is None once the sizing is detached (a
+    finished plan keeps the fit per path, not the simulation's draws)."""
 
-    sim: Simulation
+    sim: Simulation | None
     fit: IntArray  # (paths,) N_m
+
+    @property
+    def simulation(self) -> Simulation:
+        """The simulation, while the sizing is being made (not kept by a finished plan)."""
+        if self.sim is None:
+            raise RuntimeError("a detached sizing keeps no simulation (read it while planning)")
+        return self.sim
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,9 +621,16 @@ class MixSizing:
     """One cohort mix (steady or burst) sized against one pool."""
 
     name: str  # "steady" | "burst"
-    pool: RequestPool
+    pool: RequestPool | None  # None once detached (:meth:`DistributionSizing.detached`)
     paths: Paths
     max_num_seqs: int  # largest N with P(exceed) < target (before any cap)
+    lengths: IntArray  # each pool request's prompt + output tokens, sorted
+
+    def rejected_fraction(self, max_model_len: int) -> float:
+        """The fraction of the mix's requests longer than ``max_model_len`` tokens."""
+        return 1.0 - float(np.searchsorted(self.lengths, max_model_len, "right")) / len(
+            self.lengths
+        )
 
     def probability(self, n: int) -> float:
         """P(the blocks of a batch of n sequences exceed the usable pool)."""
@@ -614,6 +660,14 @@ class DistributionSizing:
     @property
     def binding(self) -> MixSizing:
         return next(m for m in self.mixes if m.name == self.binding_mix)
+
+    def detached(self) -> DistributionSizing:
+        """The same numbers without the simulations and request pools (their draws are tens of
+        MB, a pool 3 MB, and only the planning reads them): what a finished plan keeps."""
+        return replace(
+            self,
+            mixes=tuple(replace(m, pool=None, paths=Paths(None, m.paths.fit)) for m in self.mixes),
+        )
 
 
 def size_by_distribution(
@@ -647,20 +701,22 @@ def size_by_distribution(
     for name, weights in mixes_in:
         sim = sims.get(tuple(cohorts), tuple(float(w) for w in weights), layout, max_model_len)
         if budget < 1:
-            mixes.append(MixSizing(name, sim.pool, Paths(sim, np.zeros(sim.paths, np.int64)), 0))
+            mixes.append(
+                MixSizing(name, sim.pool, Paths(sim, np.zeros(sim.paths, np.int64)), 0, sim.lengths)
+            )
             continue
         fit = sim.fit(budget, max(cap, default_max_num_seqs))
         allowed = math.ceil(target * len(fit)) - 1  # paths that may fall short of N
         n = int(np.partition(fit, allowed)[allowed])
-        mixes.append(MixSizing(name, sim.pool, Paths(sim, fit), n))
+        mixes.append(MixSizing(name, sim.pool, Paths(sim, fit), n, sim.lengths))
     binding = min(mixes, key=lambda m: m.max_num_seqs)
     chosen = max(0, min(cap, binding.max_num_seqs))
     worst = max(m.probability(chosen) for m in mixes)
-    blocks_per_seq, tokens_per_seq = binding.paths.sim.per_sequence()
+    blocks_per_seq, tokens_per_seq = binding.paths.simulation.per_sequence()
     return DistributionSizing(
         max_num_seqs=chosen,
         preemption_probability=worst,
-        standard_error=math.sqrt(worst * (1 - worst) / min(m.paths.sim.paths for m in mixes)),
+        standard_error=math.sqrt(worst * (1 - worst) / min(len(m.paths.fit) for m in mixes)),
         default_max_num_seqs=default_max_num_seqs,
         preemption_probability_at_default=max(m.probability(default_max_num_seqs) for m in mixes),
         target=target,

@@ -595,7 +595,7 @@ class BatchLatency:
         self.model = model
         self.sizing = sizing
         mix: MixSizing = sizing.binding
-        sim = mix.paths.sim
+        sim = mix.paths.simulation
         pool = sim.pool
 
         def features() -> tuple[float, float, float, float, float]:
