@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -475,3 +476,60 @@ def test_planned_gives_the_plan_of_an_equal_input_once() -> None:
     c = replace(a, workload=workload(peak=900))
     assert planned(c) is not first
     assert planned(c).recommendation.rollout.replicas > first.recommendation.rollout.replicas
+
+
+def test_planned_makes_one_plan_per_input_for_callers_at_once(monkeypatch: Any) -> None:
+    """Threads asking for one input at once (1,000 resources of one spec after a restart, on
+    16 handler threads) wait for one plan; distinct inputs are planned at most
+    PLAN_CONCURRENCY at once."""
+    import threading
+
+    from inference_capacity import planner
+
+    made: list[PlanInput] = []
+    running = [0, 0]  # now, most at once
+    lock = threading.Lock()
+    gate = threading.Event()
+    real = planner.make_plan
+
+    def counting(inp: PlanInput, cache: Any = None) -> Plan:
+        with lock:
+            made.append(inp)
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        gate.wait(timeout=30)  # every caller is started before the first plan ends
+        try:
+            return real(inp, cache)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(planner, "make_plan", counting)
+    planner._planned.cache_clear()
+    same = PlanInput(LLAMA8B, H100, engine=replace(ENGINE, max_model_len=4096))
+    distinct = [
+        PlanInput(LLAMA8B, H100, engine=replace(ENGINE, max_model_len=4096 + 16 * k))
+        for k in range(1, 9)
+    ]
+    results: list[Plan] = []
+
+    def ask(inp: PlanInput) -> None:
+        p = planner.planned(inp)
+        with lock:
+            results.append(p)
+
+    threads = [threading.Thread(target=ask, args=(same,)) for _ in range(8)]
+    threads += [threading.Thread(target=ask, args=(d,)) for d in distinct]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert made.count(same) == 1  # eight callers, one plan
+    assert sorted(made, key=id) == sorted([same, *distinct], key=id)
+    assert running[1] <= planner.PLAN_CONCURRENCY
+    assert len(results) == 16
+    assert len({id(p) for p in results if p.input == same}) == 1  # the same plan object
+    assert not planner._flights  # nothing left behind
+    planner._planned.cache_clear()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass, field, replace
 
 from .budget import RankLedger, build_ledger, max_utilization
@@ -250,23 +251,61 @@ def make_plan(inp: PlanInput, cache: PlanCache | None = None) -> Plan:
 #: plans kept by :func:`planned`. A plan keeps its sizing without the Monte Carlo simulation
 #: (:meth:`DistributionSizing.detached`): the fit per path and the request pool, a few MB
 PLAN_MEMO_SIZE = 256
+#: plans :func:`planned` makes at once, whatever the number of threads asking: a plan with a
+#: workload peaks at ~11 MB of arrays (tracemalloc, examples/llama-3.1-8b-h100.yaml), and the
+#: operator's 16 handler threads planning 16 workloads at once would hold 16 of them; the work
+#: is CPU-bound, so more plans at once than cores gain nothing
+PLAN_CONCURRENCY = 4
+_computing = threading.BoundedSemaphore(PLAN_CONCURRENCY)
+
+
+class _Flight:
+    """The callers of :func:`planned` waiting on one input: the first plans, the rest find
+    the plan memoised (a fleet of resources with one spec, seen at once after a restart, is
+    planned once, not once per handler thread)."""
+
+    __slots__ = ("lock", "waiters")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiters = 0
+
+
+_flights: dict[PlanInput, _Flight] = {}
+_flights_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=PLAN_MEMO_SIZE)
 def _planned(inp: PlanInput) -> Plan:
-    return make_plan(inp)
+    with _computing:
+        return make_plan(inp)
 
 
 def planned(inp: PlanInput) -> Plan:
     """:func:`make_plan`, memoized on the input, for a caller that plans the same input again:
     the operator on every refresh of every resource, and a fleet of resources that share one
     spec (1,000 of them planned 1,000 times). A plan is a pure function of its frozen input, so
-    an equal input gets the same (immutable) plan; an input that cannot be hashed is planned."""
+    an equal input gets the same (immutable) plan; an input that cannot be hashed is planned.
+    Callers asking for one input at once wait for one plan; at most :data:`PLAN_CONCURRENCY`
+    plans are made at once."""
     try:
         hash(inp)
     except TypeError:
-        return make_plan(inp)
-    return _planned(inp)
+        with _computing:
+            return make_plan(inp)
+    with _flights_lock:
+        flight = _flights.get(inp)
+        if flight is None:
+            flight = _flights[inp] = _Flight()
+        flight.waiters += 1
+    try:
+        with flight.lock:
+            return _planned(inp)
+    finally:
+        with _flights_lock:
+            flight.waiters -= 1
+            if not flight.waiters:
+                del _flights[inp]
 
 
 def _utilization(inp: PlanInput, st: EngineSettings, notes: list[str]) -> float:

@@ -312,11 +312,13 @@ def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def icap_targets(
+async def icap_targets(
     namespace: str, name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
 ) -> dict[tuple[str, str], tuple[str, str]]:
     """(namespace, Deployment) -> (creationTimestamp, name) of the InferenceCapacities that
-    target it: the oldest owns it (reconcile.owner_of)."""
+    target it: the oldest owns it (reconcile.owner_of). Async (on Kopf's loop, no I/O): a sync
+    index handler waits for a thread of the handler pool, and in a drain of 1,000 every
+    resource's body waited there (448 at once, measured) before any handler could run."""
     target = (spec.get("targetRef") or {}).get("name")
     created = str(meta.get("creationTimestamp") or "")
     return {(namespace, str(target)): (created, name)} if target else {}

@@ -24,6 +24,9 @@ def run_operator(config: Settings) -> int:
     # each resource's plan is memoised (planner.planned): a workload's Monte Carlo draws (tens
     # of MB) are held only while a plan uses them, not kept for a plan that is not made again
     keep_pools(0)
+    from .bodies import install
+
+    install()  # Kopf's watched bodies without managedFields (see bodies)
     from . import k8s, shards
 
     if config.shards > 1:
