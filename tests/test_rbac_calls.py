@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+import urllib.request
+from collections import Counter
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from inference_capacity.controller.apirequest import NON_RESOURCE
 from tests.operator_harness import Cluster, cluster, load_example
 from tests.realk8s.faults import RequestRecord
 from tests.test_packaging import chart_docs
@@ -201,6 +207,43 @@ def test_recorded_calls_match_the_chart_role(cluster: Cluster, closed_port_url: 
     unused = {g for g in _granted(rules) if g not in used}
     unexplained = sorted(u for u in unused if u not in JUSTIFIED_UNUSED)
     assert not unexplained, f"granted but never used (remove or justify): {unexplained}"
+
+    # the operator's own count of its requests (inference_capacity_api_requests_total, what
+    # benchmarks/reconcile.py reads when no proxy is in between) is what the proxy saw, per
+    # client, verb and resource (watches aside: the proxy records one when it ends)
+    def seen() -> Counter[tuple[str, str, str]]:
+        return Counter(
+            (
+                "kopf" if r.user_agent.startswith("kopf") else "operator",
+                r.verb,
+                f"{r.resource}/{r.subresource}" if r.subresource else r.resource,
+            )
+            for r in _operator_records(c)
+            if r.verb != "watch"
+        )
+
+    def own() -> Counter[tuple[str, str, str]]:
+        url = f"http://127.0.0.1:{c.operator.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        out: Counter[tuple[str, str, str]] = Counter()
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                lab = smp.labels
+                if smp.name != "inference_capacity_api_requests_total" or lab["verb"] == "watch":
+                    continue
+                if lab["resource"] != NON_RESOURCE:
+                    out[(lab["client"], lab["verb"], lab["resource"])] += int(smp.value)
+        return out
+
+    deadline = time.monotonic() + 30  # a request in flight is counted by one side first
+    while own() != seen() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    mine, proxy = own(), seen()
+    assert mine == proxy, (
+        f"counted by the operator only: {mine - proxy}; by the proxy only: {proxy - mine}"
+    )
+    assert sum(mine.values()) > 20 and any(k[0] == "kopf" for k in mine)
 
 
 def _allows(rule: dict[str, Any], group: str, resource: str, verb: str) -> bool:

@@ -20,6 +20,7 @@ from .. import settings
 from ..api import GROUP, VERSION
 from ..decision import hpa_min_replicas_by_target
 from . import metrics
+from .apirequest import classify
 from .informer import Informer, wait_tried
 from .throttle import RetryPolicy, TokenBucket
 
@@ -102,6 +103,7 @@ class CivilRESTClient(rest.RESTClientObject):
             waited = self.bucket.acquire()
             if waited > 0:
                 metrics.API_THROTTLE_SECONDS.inc(waited)
+            metrics.API_REQUESTS.labels("operator", *classify(method, url)).inc()
             response: rest.RESTResponse = super().request(  # type: ignore[no-untyped-call]
                 method,
                 url,

@@ -36,6 +36,13 @@ API_RETRIES = Counter(
     "Kubernetes requests sent again after a 429 (or a 5xx with Retry-After), by that status",
     ("code",),
 )
+API_REQUESTS = Counter(
+    "inference_capacity_api_requests_total",
+    "Kubernetes API requests the operator sent (each retry one more), by client (kopf: Kopf's "
+    "own session; operator: the official client), verb and resource[/subresource] as the "
+    "kube-apiserver names them (controller/apirequest.py)",
+    ("client", "verb", "resource"),
+)
 EVENTS_DROPPED = Counter(
     "inference_capacity_events_dropped_total",
     "Events not posted: past an object's Event rate limit (state.EVENT_BURST / EVENT_QPS)",

@@ -22,6 +22,8 @@ import aiohttp
 import kopf
 
 from .. import settings
+from . import metrics
+from .apirequest import classify
 
 #: the resources Kopf itself watches (the kinds of the handlers in handlers.py): each a stream
 #: per namespace it serves, or one over the cluster
@@ -45,14 +47,29 @@ def connection_limit(s: settings.Settings) -> int:
     return streams + s.kopf_connections
 
 
+async def _count(
+    _session: aiohttp.ClientSession, _ctx: Any, params: aiohttp.TraceRequestStartParams
+) -> None:
+    """Kopf's requests in ``inference_capacity_api_requests_total`` (client "kopf")."""
+    metrics.API_REQUESTS.labels("kopf", *classify(params.method, str(params.url))).inc()
+
+
+def counted() -> aiohttp.TraceConfig:
+    """An aiohttp trace that counts every request the session sends."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(_count)
+    return trace
+
+
 def bounded_session(info: kopf.ConnectionInfo, limit: int) -> kopf.AiohttpSession:
     """The session Kopf would build for ``info`` (its TLS context, headers and proxy), with
-    ``limit`` connections at most. Must run on Kopf's event loop."""
+    ``limit`` connections at most, its requests counted. Must run on Kopf's event loop."""
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         proxy=info.proxy_url,
         trust_env=info.trust_env,
+        trace_configs=[counted()],
     )
     return kopf.AiohttpSession(
         aiohttp_session=session,
