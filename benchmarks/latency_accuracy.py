@@ -162,7 +162,8 @@ def predict(p: dict[str, Any]) -> Scored:
     model = build_latency_model(inp.model, inp.gpu, plan.prediction, inp.hbm_efficiency)
     if model is None:
         return Scored(p, None, "no latency model")
-    batches = cache.batch_latency(model, plan.distribution)
+    assert cache.sizing is not None  # the plan's sizing, with its simulation
+    batches = cache.batch_latency(model, cache.sizing)
     # the replica runs at most max-num-seqs and what its KV pool holds; the rest queue
     run = max(1, min(admitted(p, plan), batches.max_n))
     pt = queued(batches.point(run), n, float(osl))

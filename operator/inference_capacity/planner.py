@@ -227,6 +227,9 @@ class PlanCache:
     batches: dict[tuple[object, ...], BatchLatency] = field(default_factory=dict)
     #: entries kept (most recently made last)
     keep: int = 4
+    #: the last plan's sizing with its simulation (the plan keeps it detached): for a caller
+    #: that reads more of that plan's batch latency (benchmarks/latency_accuracy.py)
+    sizing: DistributionSizing | None = None
 
     def batch_latency(self, model: LatencyModel, d: DistributionSizing) -> BatchLatency:
         """The latency of batches along the simulation's paths."""
@@ -503,6 +506,7 @@ def _make_plan(inp: PlanInput, cache: PlanCache) -> Plan:
     rs = pred.settings
     r = pred.ranks[pred.binding_rank]
     distribution, latency = _published(inp, pred, seqs, cache)
+    cache.sizing = distribution
     ledger = build_ledger(pred, h.operational_fraction)
     per_engine = seqs.max_num_seqs if seqs is not None else rs.max_num_seqs
     # each data-parallel rank is its own engine with its own max-num-seqs and KV pool
