@@ -352,27 +352,28 @@ class Rig:
         self.client.close()  # type: ignore[no-untyped-call]
         self.server.stop()
 
-    def restart_operator(self) -> None:
+    def restart_operator(self, timeout: float = 90.0) -> None:
         """Stop the operator (if running) and start a fresh process with the same settings
-        (its own log and peak RSS), once it watches again."""
+        (its own log and peak RSS), once it watches again (Kopf lists first: with 10,000
+        resources waiting, that alone is minutes on 2 cores)."""
         self.op.stop()
         before = self._watch_marker()
         self.op = OperatorProc(
             self.op.base_env, self.op.log_path, self.env, self.op.profile
         ).start()
-        self._wait_started(before)
+        self._wait_started(before, timeout)
 
     def _watch_marker(self) -> Any:
         return len(self.server.requests.filter(verb="watch"))
 
-    def _wait_started(self, before: Any) -> None:
+    def _wait_started(self, before: Any, timeout: float = 60.0) -> None:
         def watching() -> bool:
             if not self.op.alive():
                 raise RuntimeError(f"the operator exited:\n{self.op.log_tail()}")
             watches = self.server.requests.filter(verb="watch")[before:]
             return {PLURAL, "deployments"} <= {r.resource for r in watches}
 
-        wait_for(watching, timeout=60, interval=0.05, message="the operator's watches")
+        wait_for(watching, timeout=timeout, interval=0.05, message="the operator's watches")
         time.sleep(0.5)
 
     def _wait_watching(self) -> None:
@@ -692,7 +693,7 @@ class RealRig(Rig):
             return len(self.proxy.requests.filter(verb="watch"))
         return self._watches()
 
-    def _wait_started(self, before: Any) -> None:
+    def _wait_started(self, before: Any, timeout: float = 90.0) -> None:
         def watching() -> bool:
             if not self.op.alive():
                 raise RuntimeError(f"the operator exited:\n{self.op.log_tail()}")
@@ -702,7 +703,7 @@ class RealRig(Rig):
             now = self._watches()
             return all(now[r] > before[r] for r in (PLURAL, "deployments"))
 
-        wait_for(watching, timeout=90, interval=0.1, message="the operator's watches")
+        wait_for(watching, timeout=timeout, interval=0.1, message="the operator's watches")
         time.sleep(0.5)
 
     def namespace(self, name: str) -> None:
@@ -1053,7 +1054,7 @@ def bulk(
             create_all()
             req0 = request_mark(rig)
             t0 = time.monotonic()
-            rig.restart_operator()
+            rig.restart_operator(max(90.0, timeout))
             stats.base_mb = proc_kb(rig.op.pid, "VmRSS") / 1024
             cpu = CpuWindow(rig)
             # the operator's CPU from its start (its boot and first lists are in the window)

@@ -11,6 +11,8 @@ import inspect
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import pytest
+
 from inference_capacity.controller import bodies
 
 EVENT: dict[str, Any] = {
@@ -92,3 +94,46 @@ def test_install_wraps_the_function_kopfs_watcher_reads_once() -> None:
         assert watching.infinite_watch is wrapped  # not wrapped twice
     finally:
         watching.infinite_watch = before
+
+
+def test_a_list_that_expires_is_listed_again_and_other_errors_end_the_stream() -> None:
+    """A 410 from a page of Kopf's first list (its continue token expired) lists again, after
+    a backoff that doubles per expiry in a row and resets once a list completes; any other
+    error ends the stream as before."""
+    from kopf._cogs.clients.errors import APIClientError, APIForbiddenError
+
+    slept: list[float] = []
+
+    def gone() -> APIClientError:
+        return APIClientError("continue parameter is too old", status=410, headers={})
+
+    def original_with(scripts: list[list[Any]]) -> Any:
+        async def original(**_: Any) -> AsyncGenerator[Any, None]:
+            for item in scripts.pop(0):  # one script per call: what that listing gives
+                if isinstance(item, BaseException):
+                    raise item
+                yield copy.deepcopy(item)
+
+        return original
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    async def collect(scripts: list[list[Any]]) -> list[Any]:
+        return [ev async for ev in bodies.trimmed(original_with(scripts), sleep)(resource="r")]
+
+    scripts: list[list[Any]] = [
+        [EVENT, gone()],  # the first page, then the next one has expired
+        [EVENT, gone()],  # again: the wait doubles
+        [EVENT, "LISTED", EVENT, gone()],  # a list completed: the wait starts over
+        [EVENT, "LISTED"],
+    ]
+    got = asyncio.run(collect(scripts))
+    assert not scripts and slept == [1.0, 2.0, 1.0]
+    assert got.count("LISTED") == 2 and len(got) == 7
+    assert all("managedFields" not in ev["object"]["metadata"] for ev in got if ev != "LISTED")
+
+    forbidden: list[list[Any]] = [[EVENT, APIForbiddenError("no", status=403, headers={})], [EVENT]]
+    with pytest.raises(APIForbiddenError):
+        asyncio.run(collect(forbidden))
+    assert forbidden == [[EVENT]]  # not listed again
