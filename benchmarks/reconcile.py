@@ -59,7 +59,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -83,6 +82,7 @@ from tests.operator_harness import (
     CRD,
     apply_crd,
     flag_value,
+    free_port,
     load_example,
 )
 from tests.realk8s.cluster import RealCluster
@@ -179,13 +179,6 @@ def thread_cpu(pid: int) -> dict[int, float]:
     for tid in tids:
         out[tid] = proc_cpu(pid, tid)
     return out
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for the operator's metrics endpoint)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def proc_kb(pid: int, key: str) -> int:

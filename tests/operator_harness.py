@@ -47,8 +47,8 @@ class Operator:
         self.base_env = env
         self.release = release
         self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port = _free_port()
-        self.health_port = _free_port()
+        self.metrics_port = free_port()
+        self.health_port = free_port()
 
     def start(self) -> Operator:
         env = (
@@ -113,7 +113,7 @@ class Operator:
         assert self.proc is not None and self.proc.poll() is None, self.log()[-3000:]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:

@@ -55,7 +55,7 @@ def trim(raw_event: Any) -> None:
 def expired(exc: BaseException) -> bool:
     """A 410 from the API server (Kopf's ``APIClientError``: a list's ``continue`` token that
     expired)."""
-    return isinstance(exc, Exception) and getattr(exc, "status", None) == 410
+    return getattr(exc, "status", None) == 410
 
 
 def trimmed(

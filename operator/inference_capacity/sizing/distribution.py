@@ -531,21 +531,24 @@ def _trim_recent() -> None:
         del _RECENT[next(iter(_RECENT))]
 
 
+def _touch(key: tuple[object, ...], draws: _Draws) -> _Draws:
+    """``draws`` as the most recently used pool (held while it is among the last ``_keep``);
+    call under ``_DRAWS_LOCK``."""
+    _RECENT.pop(key, None)
+    _RECENT[key] = draws
+    _trim_recent()
+    return draws
+
+
 def _shared_draws(key: tuple[object, ...], make: Callable[[], _Draws]) -> _Draws:
     with _DRAWS_LOCK:
         hit = _DRAWS.get(key)
         if hit is not None:
-            _RECENT.pop(key, None)
-            _RECENT[key] = hit  # most recently used last
-            _trim_recent()
-            return hit
+            return _touch(key, hit)
     made = make()  # outside the lock: the same pool whichever thread draws it
     with _DRAWS_LOCK:
         out = _DRAWS.setdefault(key, made)
-        _RECENT.pop(key, None)
-        _RECENT[key] = out
-        _trim_recent()
-        return out
+        return _touch(key, out)
 
 
 def _draws_of(key: tuple[object, ...], layout: KvLayout) -> _Draws:
