@@ -23,6 +23,11 @@ a page, took 6 min 46 s while the first pages' resources were being handled. The
 again after :data:`RELIST_BACKOFF_SECONDS`, doubling up to :data:`RELIST_BACKOFF_MAX_SECONDS`,
 as client-go's reflector lists again when its paged list expires. To Kopf, a relisted object
 is an event it has seen before, as after every watch's 410.
+
+The same stream feeds the operator's own indices (:func:`feed`; :mod:`.targets`): each event of
+a kind a :class:`Feed` wants reaches it before Kopf queues it, each completed list (Kopf's
+``LISTED`` bookmark) and each list made again after a 410, per stream (its namespace, or None
+for the cluster-wide one).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("inference_capacity.bodies")
 
@@ -40,6 +45,25 @@ WRAPPED = "_inference_capacity_trimmed"
 #: the wait before listing again after a 410 on the list; doubles per expiry in a row
 RELIST_BACKOFF_SECONDS = 1.0
 RELIST_BACKOFF_MAX_SECONDS = 30.0
+
+
+class Feed(Protocol):
+    """What an index fed from the watch stream is told (:func:`feed`)."""
+
+    def event(self, raw_event: dict[str, Any], stream: str | None) -> None: ...
+    def listed(self, stream: str | None) -> None: ...
+    def restarted(self, stream: str | None) -> None: ...
+
+
+#: (does it want this Kopf resource, the feed)
+_feeds: list[tuple[Callable[[Any], bool], Feed]] = []
+
+
+def feed(wants: Callable[[Any], bool], sink: Feed) -> None:
+    """Send the events of every watch stream whose Kopf ``resource`` ``wants`` accepts to
+    ``sink`` (idempotent per sink)."""
+    if all(s is not sink for _, s in _feeds):
+        _feeds.append((wants, sink))
 
 
 def trim(raw_event: Any) -> None:
@@ -68,13 +92,21 @@ def trimmed(
 
     async def infinite_watch(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         delay = RELIST_BACKOFF_SECONDS
+        resource = kwargs.get("resource")
+        stream = kwargs.get("namespace")
+        sinks = [sink for wants, sink in _feeds if wants(resource)]
         while True:
             try:
                 async with contextlib.aclosing(original(*args, **kwargs)) as events:
                     async for raw_event in events:
-                        if not isinstance(raw_event, dict):
-                            delay = RELIST_BACKOFF_SECONDS  # Kopf's LISTED: a list completed
-                        trim(raw_event)
+                        if isinstance(raw_event, dict):
+                            trim(raw_event)
+                            for sink in sinks:
+                                sink.event(raw_event, stream)
+                        elif _is_listed(raw_event):
+                            delay = RELIST_BACKOFF_SECONDS  # a list completed
+                            for sink in sinks:
+                                sink.listed(stream)
                         yield raw_event
                 return
             except Exception as exc:
@@ -87,11 +119,18 @@ def trimmed(
                     exc,
                     delay,
                 )
+            for sink in sinks:
+                sink.restarted(stream)
             await sleep(delay)
             delay = min(RELIST_BACKOFF_MAX_SECONDS, delay * 2)
 
     setattr(infinite_watch, WRAPPED, True)
     return infinite_watch
+
+
+def _is_listed(item: Any) -> bool:
+    """Kopf's ``Bookmark.LISTED`` (by its name: the tests' fake streams yield the string)."""
+    return bool(getattr(item, "name", item) == "LISTED")
 
 
 def install() -> bool:

@@ -24,18 +24,31 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from . import informer, k8s, metrics, objcache, observing, shards, startup, state
+from . import bodies, informer, k8s, metrics, objcache, observing, shards, startup, state
 from . import session as _session  # noqa: F401  (registers Kopf's login: a bounded pool)
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
 from .reconcile import Outcome, reconcile
 from .refresher import IDENTITY, Leadership, Refresher
 from .sharding import shard_of
+from .targets import TargetIndex
+from .targets import index as _index
 
 PLURAL = k8s.PLURAL
 #: read when the module is imported (``run`` configures the settings before): Kopf's decorators
 #: take the timer interval at registration
 REFRESH_SECONDS = settings_mod.current().refresh_seconds
 log = logging.getLogger("inference_capacity.handlers")
+#: how long a handler waits for the first complete list of the InferenceCapacities (the
+#: targets index) before Kopf retries it
+INDEX_WAIT_SECONDS = 60.0
+
+
+def _is_icap(resource: Any) -> bool:
+    return getattr(resource, "group", None) == GROUP and getattr(resource, "plural", None) == PLURAL
+
+
+# the targets index is fed from Kopf's InferenceCapacity watch stream (controller/targets)
+bodies.feed(_is_icap, _index)
 
 
 PREFIX = LEGACY_PREFIX
@@ -79,6 +92,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         refresher.set_leadership(
             Leadership(_read_peers, IDENTITY, settings.peering.priority, not ours.namespaces)
         )
+    # the targets index is complete when every watched namespace has been listed once
+    _index.expect(ours.namespaces)
     # with shards: this replica's Leases (its preferred shard is held before Kopf handles
     # anything); settings.validate refused shards with peering
     shards.configure(IDENTITY, _gained)
@@ -117,7 +132,9 @@ def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
 
 
-Targets = kopf.Index[tuple[str, str], tuple[str, str]]
+#: (namespace, Deployment) -> the claims on it: the operator's targets index, or in tests a
+#: mapping of the same shape
+Targets = TargetIndex | Mapping[tuple[str, str], Any]
 
 
 def _claims(body: Mapping[str, Any], targets: Targets | None) -> list[tuple[str, str]] | None:
@@ -179,15 +196,17 @@ def _owned(body: kopf.Body, **_: Any) -> bool:
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_owned)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", when=_owned)
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
-def icap_changed(
-    body: kopf.Body, patch: kopf.Patch, retry: int, icap_targets: Targets, **_: Any
-) -> None:
-    if not _targets:
-        _targets.append(icap_targets)
+def icap_changed(body: kopf.Body, patch: kopf.Patch, retry: int, **_: Any) -> None:
     refresher.capture_context()
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace")), str(meta.get("name")))
-    out = run_reconcile(body, patch, icap_targets)
+    if not _index.wait_ready(INDEX_WAIT_SECONDS):
+        # who else claims its Deployment is not known before the first list ends
+        raise kopf.TemporaryError(
+            "waiting for the first list of the InferenceCapacities (the targets index)",
+            delay=settings_mod.current().retry_seconds,
+        )
+    out = run_reconcile(body, patch, _index)
     state.handled.set(key, True)
     refresher.schedule(key)
     if out.requeue:
@@ -208,8 +227,6 @@ def icap_changed(
 _refresh_pool = ThreadPoolExecutor(
     max_workers=max(1, settings_mod.current().refresh_workers), thread_name_prefix="refresh"
 )
-#: the index Kopf passes its handlers (a live view), kept for the refreshes, which run outside
-_targets: list[Targets] = []
 
 
 def refresh_one(namespace: str, name: str) -> float | None:
@@ -228,7 +245,10 @@ def refresh_one(namespace: str, name: str) -> float | None:
         # Kopf is still handling its creation (and retries it itself)
         return settings_mod.current().retry_seconds
     try:
-        run_reconcile(body, None, _targets[0] if _targets else None)
+        if not _index.ready():
+            # the claims on its Deployment are not all known yet: not before the first list
+            return settings_mod.current().retry_seconds
+        run_reconcile(body, None, _index)
     except kopf.TemporaryError as exc:
         log.warning("refresh of %s/%s: %s", namespace, name, exc)
         return float(exc.delay or settings_mod.current().retry_seconds)
@@ -245,24 +265,22 @@ def _wake_kopf(body: Mapping[str, Any]) -> None:
         k8s.patch_icap_status(meta["namespace"], meta["name"], {"kopf": {"dummy": now}})
 
 
-#: the loop Kopf runs on (a shard's takeover is scheduled there, where Kopf's index is kept)
+#: the loop Kopf runs on (a shard's takeover is scheduled there)
 _loops: list[asyncio.AbstractEventLoop] = []
 
 
 def _gained(gained: frozenset[int]) -> None:
     """Shards this replica has just acquired (on the Lease thread): every InferenceCapacity
-    Kopf's index knows in them is refreshed now (the dead replica's work, taken over)."""
+    the targets index knows in them is refreshed now (the dead replica's work, taken over)."""
     if _loops:
         _loops[0].call_soon_threadsafe(_refresh_shards, gained)
 
 
 def _refresh_shards(gained: frozenset[int]) -> None:
-    if not _targets:
-        return
     n = shards.shards()
     keys = [
         (ns, claim[1])
-        for (ns, target), claims in list(_targets[0].items())
+        for (ns, target), claims in _index.items()
         if shard_of(ns, target, n) in gained
         for claim in claims
     ]
@@ -283,10 +301,7 @@ refresher = Refresher(REFRESH_SECONDS, _refresh_pool, refresh_one, lambda _ns: T
 
 
 @kopf.on.startup()
-async def start_refresher(icap_targets: Targets, **_: Any) -> None:
-    # Kopf's index, a live view (empty until Kopf lists the InferenceCapacities)
-    if not _targets:
-        _targets.append(icap_targets)
+async def start_refresher(**_: Any) -> None:
     _loops.append(asyncio.get_running_loop())
     refresher.start()
 
@@ -311,21 +326,12 @@ def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
     )
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
-async def icap_targets(
-    namespace: str, name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
-) -> dict[tuple[str, str], tuple[str, str]]:
-    """(namespace, Deployment) -> (creationTimestamp, name) of the InferenceCapacities that
-    target it: the oldest owns it (reconcile.owner_of). Async (on Kopf's loop, no I/O): a sync
-    index handler waits for a thread of the handler pool, and in a drain of 1,000 every
-    resource's body waited there (448 at once, measured) before any handler could run."""
-    target = (spec.get("targetRef") or {}).get("name")
-    created = str(meta.get("creationTimestamp") or "")
-    return {(namespace, str(target)): (created, name)} if target else {}
-
-
 def _deployment_needs_a_look(
-    event: kopf.RawEvent, namespace: str, name: str, icap_targets: Targets, **_: Any
+    event: kopf.RawEvent,
+    namespace: str,
+    name: str,
+    icap_targets: Targets | None = None,
+    **_: Any,
 ) -> bool:
     """Kopf's filter for Deployment events, evaluated on its loop before any handler runs: an
     event of a Deployment no InferenceCapacity targets, or a status-only update of one (the
@@ -340,7 +346,7 @@ def _deployment_needs_a_look(
         objcache.deployments.drop(namespace, name)
     else:
         objcache.deployments.observe(obj)
-    claims = icap_targets.get((namespace, name))
+    claims = (_index if icap_targets is None else icap_targets).get((namespace, name))
     if not claims:
         return False
     if event.get("type") == "DELETED":
@@ -355,14 +361,8 @@ def _deployment_needs_a_look(
 
 
 @kopf.on.event("apps", "v1", "deployments", when=_deployment_needs_a_look)
-def deployment_event(
-    event: kopf.RawEvent,
-    namespace: str,
-    name: str,
-    icap_targets: Targets,
-    **_: Any,
-) -> None:
-    names = [claim[1] for claim in icap_targets.get((namespace, name), [])]
+def deployment_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
+    names = [claim[1] for claim in _index.get((namespace, name), ())]
     if not names:
         return
     gen = (event.get("object") or {}).get("metadata", {}).get("generation")
@@ -386,7 +386,7 @@ def deployment_event(
             # now would make Kopf see an unhandled object again and re-run the creation.
             continue
         try:
-            run_reconcile(body, None, icap_targets)
+            run_reconcile(body, None, _index)
         except kopf.TemporaryError as exc:
             log.warning(
                 "reconcile of %s/%s after a Deployment event failed; the next event "
