@@ -263,10 +263,17 @@ class OperatorProc:
         if not self.alive():
             return out
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - our own endpoint
-                text = r.read().decode()
-        except OSError:
+        text = ""
+        # at 10,000 resources the page (per-resource series included) is megabytes, served by a
+        # busy process: a generous time-out, tried three times
+        for _ in range(3):
+            try:
+                with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 - our endpoint
+                    text = r.read().decode()
+                break
+            except OSError:
+                continue
+        if not text:
             return out
         for fam in text_string_to_metric_families(text):
             if fam.name != "inference_capacity_api_requests":

@@ -76,14 +76,14 @@ true
 
 {{/*
 Container resources: .Values.resources, with the memory request and limit from fleetSize when it
-is above 0 (request = 128Mi + 0.4Mi per resource, limit = max(512Mi, 1.5 x request); measured by
-benchmarks/reconcile.py --cluster real, docs/install.md "Memory").
+is above 0 (request = 160Mi + 0.04Mi per resource, limit = max(512Mi, 1.5 x request); fitted on
+benchmarks/reconcile.py --cluster real at 1,000 and 10,000, docs/install.md "Memory").
 */}}
 {{- define "inference-capacity.resources" -}}
 {{- $res := deepCopy (.Values.resources | default dict) -}}
 {{- $n := int (.Values.fleetSize | default 0) -}}
 {{- if gt $n 0 -}}
-{{- $request := add 128 (div (mul $n 2) 5) -}}
+{{- $request := add 160 (div $n 25) -}}
 {{- $limit := max 512 (div (mul $request 3) 2) -}}
 {{- $_ := set $res "requests" (merge (dict "memory" (printf "%dMi" $request)) (omit ($res.requests | default dict) "memory")) -}}
 {{- $_ := set $res "limits" (merge (dict "memory" (printf "%dMi" $limit)) (omit ($res.limits | default dict) "memory")) -}}
