@@ -1259,6 +1259,19 @@ def sharded_bulk(
         t_kill = time.monotonic()
         victim.proc.kill()
         victim.proc.wait()
+
+        def watch_lease() -> None:
+            # polled from the kill on, beside the edits (sending 2,500 edits takes minutes)
+            while time.monotonic() - t_kill < timeout:
+                holder = rig.lease_holder(st.killed)
+                if holder and holder != f"replica-{st.killed}":
+                    st.lease_takeover_s = time.monotonic() - t_kill
+                    st.new_holder = holder
+                    return
+                time.sleep(0.2)
+
+        lease_watch = threading.Thread(target=watch_lease, daemon=True)
+        lease_watch.start()
         edited = [key for key in names if shard[key] == st.killed]
         value = 16384
         with ThreadPoolExecutor(threads) as pool:
@@ -1272,16 +1285,12 @@ def sharded_bulk(
             )
         want = functools.partial(_has_max_model_len, value=str(value))
         while time.monotonic() - t_kill < timeout:
-            if st.lease_takeover_s != st.lease_takeover_s:
-                holder = rig.lease_holder(st.killed)
-                if holder and holder != f"replica-{st.killed}":
-                    st.lease_takeover_s = time.monotonic() - t_kill
-                    st.new_holder = holder
             st.reconciled = rig.read_store(lambda store: flagged(store, edited, want))
             if st.reconciled == len(edited) and st.lease_takeover_s == st.lease_takeover_s:
                 st.reconciled_s = time.monotonic() - t_kill
                 break
             time.sleep(0.2)
+        lease_watch.join(timeout)
         for op in rig.ops:
             op.snapshot()
         st.hwm_mb = [op.hwm_kb / 1024 for op in rig.ops]
