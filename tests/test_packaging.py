@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.realk8s.fixtures import RealKubeAPI as KubeAPI
-from tests.realk8s.fixtures import kubectl_path
+from tests.realk8s.fixtures import kubectl_path, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "inference-capacity"
@@ -254,7 +254,17 @@ def assert_installed(api: KubeAPI, docs: Sequence[Doc], apply_output: str) -> No
     # may hold other tests' objects, so not necessarily none).
     listing = api.kubectl("get", "icap", "-A")
     assert listing.returncode == 0
-    api.kubectl("explain", "inferencecapacity.spec.targetRef")
+    # `explain` reads the OpenAPI document, which the apiserver publishes a CRD's schema in some
+    # seconds after the CRD is established: on a fresh cluster (this module run alone) the first
+    # try can miss it
+    wait_for(
+        lambda: (
+            api.kubectl("explain", "inferencecapacity.spec.targetRef", check=False).returncode == 0
+        ),
+        timeout=120,
+        interval=1.0,
+        message="kubectl explain inferencecapacity.spec.targetRef (the CRD's OpenAPI schema)",
+    )
 
 
 def _qualified(doc: Doc) -> str:
