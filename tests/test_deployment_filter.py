@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from inference_capacity.controller import handlers, state
+from inference_capacity.controller.targets import TargetIndex
 
 
 def _event(kind: str, generation: int | None) -> dict[str, Any]:
@@ -32,10 +33,33 @@ def _clean() -> Any:
 TARGETED = {("ns", "dep"): [("2026-01-01T00:00:00Z", "icap")]}
 
 
+def index_of(targets: dict[tuple[str, str], list[tuple[str, str]]]) -> TargetIndex:
+    """The operator's targets index holding ``targets``, fed as Kopf's watch stream feeds it."""
+    idx = TargetIndex()
+    for (ns, dep), claims in targets.items():
+        for created, name in claims:
+            meta = {
+                "name": name,
+                "namespace": ns,
+                "uid": f"uid-{name}",
+                "creationTimestamp": created,
+            }
+            idx.event(
+                {
+                    "type": "ADDED",
+                    "object": {"metadata": meta, "spec": {"targetRef": {"name": dep}}},
+                }
+            )
+    return idx
+
+
 def look(event: dict[str, Any], targets: Any = TARGETED) -> bool:
-    return handlers._deployment_needs_a_look(
-        event=event, namespace="ns", name="dep", icap_targets=targets
-    )
+    saved = handlers._index
+    handlers._index = index_of(targets)
+    try:
+        return handlers._deployment_needs_a_look(event=event, namespace="ns", name="dep")
+    finally:
+        handlers._index = saved
 
 
 def test_an_untargeted_deployment_never_reaches_a_handler() -> None:

@@ -132,12 +132,7 @@ def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
 
 
-#: (namespace, Deployment) -> the claims on it: the operator's targets index, or in tests a
-#: mapping of the same shape
-Targets = TargetIndex | Mapping[tuple[str, str], Any]
-
-
-def _claims(body: Mapping[str, Any], targets: Targets | None) -> list[tuple[str, str]] | None:
+def _claims(body: Mapping[str, Any], targets: TargetIndex | None) -> list[tuple[str, str]] | None:
     """(creationTimestamp, name) of every InferenceCapacity targeting this one's Deployment."""
     if targets is None:
         return None
@@ -149,7 +144,7 @@ def _claims(body: Mapping[str, Any], targets: Targets | None) -> list[tuple[str,
 
 
 def run_reconcile(
-    body: Mapping[str, Any], patch: kopf.Patch | None = None, targets: Targets | None = None
+    body: Mapping[str, Any], patch: kopf.Patch | None = None, targets: TargetIndex | None = None
 ) -> Outcome:
     """Reconcile and write the status; transient API errors become Kopf retries.
 
@@ -326,13 +321,7 @@ def forget(namespace: str, name: str, uid: str, target: str | None) -> None:
     )
 
 
-def _deployment_needs_a_look(
-    event: kopf.RawEvent,
-    namespace: str,
-    name: str,
-    icap_targets: Targets | None = None,
-    **_: Any,
-) -> bool:
+def _deployment_needs_a_look(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> bool:
     """Kopf's filter for Deployment events, evaluated on its loop before any handler runs: an
     event of a Deployment no InferenceCapacity targets, or a status-only update of one (the
     rollout progress the Deployment controller writes, several per rollout), is dropped there,
@@ -346,7 +335,7 @@ def _deployment_needs_a_look(
         objcache.deployments.drop(namespace, name)
     else:
         objcache.deployments.observe(obj)
-    claims = (_index if icap_targets is None else icap_targets).get((namespace, name))
+    claims = _index.get((namespace, name))
     if not claims:
         return False
     if event.get("type") == "DELETED":
