@@ -74,15 +74,6 @@ class TargetIndex:
                 self._expected = frozenset(names) if names else frozenset({None})
             self._update_ready()
 
-    def clear(self) -> None:
-        """Forget everything (tests; a fresh operator in the same process)."""
-        with self._lock:
-            self._by_uid.clear()
-            self._by_key.clear()
-            self._listing.clear()
-            self._listed.clear()
-            self._ready.clear()
-
     # -- feeding (Kopf's loop) ----------------------------------------------------------------
 
     def event(self, raw_event: Mapping[str, Any], stream: Stream = None) -> None:
