@@ -255,27 +255,27 @@ class OperatorProc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def api_requests(self) -> Counter[str]:
-        """The operator's own count of its API requests (``inference_capacity_api_requests_total``
-        on its metrics endpoint), as ``"kopf|client verb resource"``; empty when it is not
-        running."""
-        out: Counter[str] = Counter()
+    def metrics_page(self) -> str:
+        """The operator's metrics endpoint, as text; empty when it is not running."""
         if not self.alive():
-            return out
+            return ""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        text = ""
         # at 10,000 resources the page (per-resource series included) is megabytes, served by a
         # busy process: a generous time-out, tried three times
         for _ in range(3):
             try:
                 with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 - our endpoint
-                    text = r.read().decode()
-                break
+                    return str(r.read().decode())
             except OSError:
                 continue
-        if not text:
-            return out
-        for fam in text_string_to_metric_families(text):
+        return ""
+
+    def api_requests(self, text: str | None = None) -> Counter[str]:
+        """The operator's own count of its API requests (``inference_capacity_api_requests_total``
+        on its metrics endpoint), as ``"kopf|client verb resource"``; empty when it is not
+        running."""
+        out: Counter[str] = Counter()
+        for fam in text_string_to_metric_families(self.metrics_page() if text is None else text):
             if fam.name != "inference_capacity_api_requests":
                 continue
             for smp in fam.samples:
@@ -284,6 +284,13 @@ class OperatorProc:
                     key = f"{who} {smp.labels['verb']} {smp.labels['resource']}"
                     out[key] += int(smp.value)
         return out
+
+    def refreshes(self, text: str | None = None) -> int:
+        """Periodic refreshes the operator has run (``inference_capacity_refreshes_total``)."""
+        for fam in text_string_to_metric_families(self.metrics_page() if text is None else text):
+            if fam.name == "inference_capacity_refreshes":
+                return sum(int(smp.value) for smp in fam.samples if smp.name.endswith("_total"))
+        return 0
 
     def stop(self) -> None:
         self.snapshot()
@@ -814,6 +821,18 @@ class RunStats:
     server_cpu: dict[str, float] = field(default_factory=dict)
     counted: bool = True  # requests measured (the real cluster without --proxy: by the operator)
     setup_s: float = 0.0  # the real cluster's start
+    steady_mb: float = 0.0  # VmRSS once every resource is reconciled and the operator quiet
+    # --resync: a window in which every resource is refreshed once (no change to make)
+    resync_s: float = float("nan")
+    resync_refreshes: int = 0
+    resync_requests: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def kb_per_object(self) -> float:
+        """Resident memory per resource: (steady RSS − RSS before the first one) / N."""
+        if not self.steady_mb or not self.n:
+            return float("nan")
+        return (self.steady_mb - self.base_mb) * 1024 / self.n
 
 
 class CpuWindow:
@@ -1006,10 +1025,16 @@ def bulk(
     profile: Path | None,
     node_selector: dict[str, str] | None = None,
     drain: bool = False,
+    resync: float = 0.0,
 ) -> RunStats:
     """N pairs created at once with the operator running; or, with ``drain``, created while
     it is stopped, then the operator started: the backlog after a restart (the window then
-    starts at the operator's start, its boot and first lists included)."""
+    starts at the operator's start, its boot and first lists included).
+
+    ``resync`` (the operator's refresh interval, seconds; 0: none): once every pair is
+    reconciled and the operator quiet, a window that lasts until every resource has been
+    refreshed once more (its refresh counter up by N, at most two intervals): the requests of
+    a no-op resync, per refresh."""
     stats = RunStats(label=f"drain {n}" if drain else f"bulk {n}", n=n)
     nss = [f"bulk-{k}" for k in range(namespaces)]
     objs = [
@@ -1095,6 +1120,9 @@ def bulk(
         cpu.close(stats)
         stats.quiet_s = stats.wall_s + wait_quiet(rig, 2.0, 60.0)
         stats.requests = count_requests(rig, req0)
+        stats.steady_mb = proc_kb(rig.op.pid, "VmRSS") / 1024
+        if resync > 0:
+            resync_window(rig, stats, resync)
 
         def ready_reasons(store: Any) -> Counter[str]:
             out: Counter[str] = Counter()
@@ -1109,6 +1137,25 @@ def bulk(
         rig.op.stop()
         stats.hwm_mb = rig.op.hwm_kb / 1024
     return stats
+
+
+def resync_window(rig: Rig, stats: RunStats, interval: float) -> None:
+    """Requests while every one of the N resources is refreshed once, nothing to change."""
+    mark = request_mark(rig)
+    r0 = rig.op.refreshes()
+    t0 = time.monotonic()
+    done = 0
+    while time.monotonic() - t0 < 2 * interval + 60.0:
+        time.sleep(2.0)
+        done = rig.op.refreshes() - r0
+        print(f"  resync: {done:>5}/{stats.n} refreshed", file=sys.stderr, flush=True)
+        if done >= stats.n:
+            break
+        if not rig.op.alive():
+            raise RuntimeError(f"the operator exited:\n{rig.op.log_tail()}")
+    stats.resync_s = time.monotonic() - t0
+    stats.resync_requests = count_requests(rig, mark)
+    stats.resync_refreshes = rig.op.refreshes() - r0
 
 
 # ----------------------------------------------------------------------------- shards
@@ -1442,7 +1489,7 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
     print(
         f"{'cluster':<10} {'run':<10} {'wall':>8} {'operator':>9} {'kopf loop':>9} "
         f"{'handlers':>9} {'server':>9} {'bench':>7} {'op req':>7} {'req/obj':>8} "
-        f"{'RSS base':>9} {'RSS peak':>9}"
+        f"{'RSS base':>9} {'RSS peak':>9} {'RSS end':>8} {'KB/obj':>7}"
     )
     for r in all_runs:
         nreq = sum(v for k, v in r.requests.items() if " watch " not in k)
@@ -1452,8 +1499,12 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
             f"{COLUMNS[r.cluster]:<10} {r.label:<10} {r.wall_s:>7.1f}s {r.op_cpu_s:>8.1f}s "
             f"{r.op_main_cpu_s:>8.1f}s {r.op_cpu_s - r.op_main_cpu_s:>8.1f}s "
             f"{r.emu_cpu_s:>8.1f}s {r.bench_cpu_s:>6.1f}s {req} {r.base_mb:>7.0f}MB "
-            f"{r.hwm_mb:>7.0f}MB"
+            f"{r.hwm_mb:>7.0f}MB {r.steady_mb:>6.0f}MB {r.kb_per_object:>7.1f}"
         )
+    print(
+        "(RSS end: VmRSS once all are reconciled and the operator quiet; KB/obj: "
+        "(RSS end − RSS base) / N, the state each resource keeps)"
+    )
     real_runs = [r for r in all_runs if r.cluster == "real"]
     if real_runs:
         print()
@@ -1471,6 +1522,20 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
             print(f"  {what:<60} {v:>7} {v / max(r.n, 1):>7.2f}")
         if r.reasons:
             print(f"  Applied condition: {dict(r.reasons)}")
+        if r.resync_refreshes or r.resync_s == r.resync_s:
+            print_resync(r)
+
+
+def print_resync(r: RunStats) -> None:
+    n = max(r.resync_refreshes, 1)
+    nreq = sum(v for k, v in r.resync_requests.items() if " watch " not in k)
+    print(
+        f"no-op resync, {COLUMNS[r.cluster]} {r.label} run: {r.resync_refreshes} refreshes in "
+        f"{fmt(r.resync_s, digits=1)}, {nreq} requests (watches aside): "
+        + (f"{nreq / n:.2f} per refresh" if r.counted else "not counted")
+    )
+    for what, v in r.resync_requests.most_common(14):
+        print(f"  {what:<60} {v:>7} {v / n:>7.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1537,6 +1602,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="bulk runs: create the N pairs while the operator is stopped, then start it (the "
         "backlog after a restart; timed from the operator's start)",
+    )
+    ap.add_argument(
+        "--resync",
+        action="store_true",
+        help="bulk runs: once all are reconciled, wait until every resource has been "
+        "refreshed once more (about --refresh seconds; use e.g. --refresh 60) and print the "
+        "requests per no-op refresh",
     )
     ap.add_argument(
         "--shards",
@@ -1632,6 +1704,7 @@ def main(argv: list[str] | None = None) -> int:
                             prof(mode, f"bulk-{n}"),
                             selector,
                             a.drain,
+                            a.refresh if a.resync else 0.0,
                         ),
                     )
                 )

@@ -10,7 +10,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from inference_capacity.controller.refresher import Leadership, Refresher, leading_from_peers
+
+
+def refreshes_total() -> float:
+    """``inference_capacity_refreshes_total`` as the operator's metrics endpoint serves it."""
+    return REGISTRY.get_sample_value("inference_capacity_refreshes_total") or 0.0
+
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)
 
@@ -79,6 +87,7 @@ def test_refreshes_run_when_due_one_at_a_time_and_stop_when_forgotten() -> None:
 
     pool = ThreadPoolExecutor(2)
     r = Refresher(0.05, pool, refresh, lambda _ns: True)
+    before = refreshes_total()
 
     async def main() -> None:
         task = asyncio.get_running_loop().create_task(r.run(tick=0.01))
@@ -94,6 +103,8 @@ def test_refreshes_run_when_due_one_at_a_time_and_stop_when_forgotten() -> None:
         seen = len(calls)
         await asyncio.sleep(0.3)
         assert len(calls) == seen and len(r) == 0
+        # every refresh that ran is counted (the benchmark's requests per no-op resync)
+        assert refreshes_total() - before == seen
         task.cancel()
 
     asyncio.run(main())
@@ -103,6 +114,7 @@ def test_refreshes_run_when_due_one_at_a_time_and_stop_when_forgotten() -> None:
 def test_a_standby_never_refreshes_and_a_gone_resource_is_dropped() -> None:
     calls: list[str] = []
     pool = ThreadPoolExecutor(1)
+    before = refreshes_total()
     standby = Refresher(0.02, pool, lambda ns, n: calls.append(n) or 0.02, lambda _ns: False)
     gone = Refresher(0.02, pool, lambda ns, n: calls.append(n) and None, lambda _ns: True)
 
@@ -119,3 +131,4 @@ def test_a_standby_never_refreshes_and_a_gone_resource_is_dropped() -> None:
     pool.shutdown()
     assert calls == ["g"]  # the standby's resource stayed scheduled, never refreshed
     assert len(standby) == 1 and len(gone) == 0
+    assert refreshes_total() == before  # neither a standby's nor a gone resource's counts

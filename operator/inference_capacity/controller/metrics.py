@@ -43,6 +43,12 @@ API_REQUESTS = Counter(
     "kube-apiserver names them (controller/apirequest.py)",
     ("client", "verb", "resource"),
 )
+REFRESHES = Counter(
+    "inference_capacity_refreshes_total",
+    "Periodic refreshes that ran (controller/refresher.py: the resource read, reconciled, its "
+    "status written only when it changed); with the API request counter, the requests a no-op "
+    "resync costs",
+)
 EVENTS_DROPPED = Counter(
     "inference_capacity_events_dropped_total",
     "Events not posted: past an object's Event rate limit (state.EVENT_BURST / EVENT_QPS)",

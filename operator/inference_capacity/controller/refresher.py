@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
+from .metrics import REFRESHES
+
 log = logging.getLogger("inference_capacity.refresher")
 
 Key = tuple[str, str]
@@ -189,6 +191,7 @@ class Refresher:
             if self._leads(key[0]):
                 delay = self._refresh(*key)
                 if delay is not None:
+                    REFRESHES.inc()
                     log.info("[%s/%s] %s", key[0], key[1], REFRESHED)
         except Exception:  # noqa: BLE001 - logged; the next interval tries again
             log.exception("refresh of %s/%s failed; retried in %g s", *key, self.interval)
