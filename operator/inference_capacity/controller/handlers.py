@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import random
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
+from ..api.crd import apply_schema_defaults, build_crd
 from . import bodies, informer, k8s, metrics, objcache, observing, shards, startup, state
 from . import session as _session  # noqa: F401  (registers Kopf's login: a bounded pool)
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
@@ -127,9 +129,27 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _status_properties() -> Mapping[str, Any]:
+    """The CRD's status schema by field (its ``default``s are what the API server fills in)."""
+    root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    props: Mapping[str, Any] = root["properties"]["status"]["properties"]
+    return props
+
+
+def _as_stored(key: str, value: Any) -> Any:
+    """A status field as the API server stores it once written: null keys gone (merge patch),
+    the schema's defaults filled in (``observed.samples`` is 0 where nothing was observed)."""
+    schema = _status_properties().get(key)
+    bare = _without_nulls(value)
+    return bare if schema is None else apply_schema_defaults(bare, schema)
+
+
 def _status_changed(body: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether writing ``new`` would change the stored status (a no-op refresh writes nothing:
+    one GET and no PATCH)."""
     old = body.get("status") or {}
-    return any(_without_nulls(old.get(k)) != _without_nulls(v) for k, v in new.items())
+    return any(_without_nulls(old.get(k)) != _as_stored(k, v) for k, v in new.items())
 
 
 def _claims(body: Mapping[str, Any], targets: TargetIndex | None) -> list[tuple[str, str]] | None:
