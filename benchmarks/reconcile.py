@@ -1139,21 +1139,30 @@ def bulk(
     return stats
 
 
-def resync_window(rig: Rig, stats: RunStats, interval: float) -> None:
-    """Requests while every one of the N resources is refreshed once, nothing to change."""
-    mark = request_mark(rig)
+def _refresh_wave(rig: Rig, n: int, interval: float, label: str) -> float:
+    """Wait until ``n`` more refreshes have run (at most two intervals and a minute)."""
     r0 = rig.op.refreshes()
     t0 = time.monotonic()
-    done = 0
     while time.monotonic() - t0 < 2 * interval + 60.0:
         time.sleep(2.0)
         done = rig.op.refreshes() - r0
-        print(f"  resync: {done:>5}/{stats.n} refreshed", file=sys.stderr, flush=True)
-        if done >= stats.n:
+        print(f"  {label}: {done:>5}/{n} refreshed", file=sys.stderr, flush=True)
+        if done >= n:
             break
         if not rig.op.alive():
             raise RuntimeError(f"the operator exited:\n{rig.op.log_tail()}")
-    stats.resync_s = time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def resync_window(rig: Rig, stats: RunStats, interval: float) -> None:
+    """Requests while every one of the N resources is refreshed once, nothing to change. The
+    first wave after the drain is not counted: a resource's first refresh after its creation
+    records what the creation changed (Applied: the flags written → UpToDate: the Deployment
+    runs them), a real status change; the second wave has nothing to write."""
+    _refresh_wave(rig, stats.n, interval, "resync (settling, not counted)")
+    mark = request_mark(rig)
+    r0 = rig.op.refreshes()
+    stats.resync_s = _refresh_wave(rig, stats.n, interval, "resync")
     stats.resync_requests = count_requests(rig, mark)
     stats.resync_refreshes = rig.op.refreshes() - r0
 
