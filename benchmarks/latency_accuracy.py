@@ -13,8 +13,9 @@ and how many points are beyond 60 %. Error = predicted / measured − 1.
 Every point is **out of sample**: the constants of sizing/perf.py are fitted on
 aiconfigurator's per-operation tables (``benchmarks.latency_fit``), never on an end-to-end run,
 so there is no in-sample set (a point marked otherwise in the data is refused). A point the
-data labels ``not_comparable`` (it queued outside vLLM: :func:`not_comparable`) is scored but
-counted apart, its reason printed.
+data labels ``not_comparable`` (it queued outside vLLM, or its TPOT is shorter than reading
+the planned setup's bytes allows: :func:`not_comparable`) is scored but counted apart, its
+reason printed.
 
 Beside ours, where ``aiconfigurator-core`` is installed (``pip install
 aiconfigurator-core==0.12.0``: benchmark-only, not a dependency; ``--no-aic`` skips it), the
@@ -35,6 +36,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu
@@ -126,26 +129,61 @@ def in_service(p: dict[str, Any]) -> float:
     return int(p["concurrency"]) * decode / (float(p["ttft_ms"]) + decode)
 
 
-def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
-    """Why the run cannot be compared with the model at its concurrency, or None: fewer of its
-    requests were in service than :data:`IN_SERVICE_SHARE` of what vLLM admits at the plan's
-    settings, so the rest waited outside vLLM (the model replays vLLM's own queue only)."""
-    held, adm = in_service(p), admitted(p, plan)
-    if held >= IN_SERVICE_SHARE * adm:
+def bytes_floor_ms(p: dict[str, Any], plan: Plan) -> float | None:
+    """The shortest decode step the planned setup allows, ms: the bytes one rank must read in a
+    step (its weights, the experts its batch touches, the KV of the run's decoding requests at
+    their mean context, prompt + half the output) at the GPU's DATASHEET HBM bandwidth (100 %,
+    not the model's 80 %). Byte counts of the ledger only; no fitted constant, no model error.
+    None where the GPU's bandwidth is unknown."""
+    inp = plan_input(p)
+    model = build_latency_model(inp.model, inp.gpu, plan.prediction, 1.0)
+    if model is None:
         return None
+    held = max(1.0, min(in_service(p), float(admitted(p, plan))))
+    ctx = np.asarray([float(p["prompt_tokens"]) + float(p["output_tokens"]) / 2.0])
+    total = sum(
+        float(model.weight_bytes(st, held)) + held * float(st.kv_bytes(ctx)[0])
+        for st in model.stages
+    )
+    return 1e3 * total / model.bandwidth
+
+
+def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
+    """Why the run cannot be compared with the model at its concurrency, or None.
+
+    * Fewer of its requests were in service than :data:`IN_SERVICE_SHARE` of what vLLM admits
+      at the plan's settings, so the rest waited outside vLLM (the model replays vLLM's own
+      queue only).
+    * Its mean TPOT is shorter than the planned setup's decode step can be at all
+      (:func:`bytes_floor_ms`: its weights and KV at the datasheet HBM peak): the run did not
+      read the bytes the plan holds (an FP8 KV cache, or other lengths, than the row states),
+      so its setup is not the one planned."""
+    held, adm = in_service(p), admitted(p, plan)
     isl, osl = int(p["prompt_tokens"]), int(p["output_tokens"])
     measured = next(
         (x.split("=", 1)[1] for x in p["source_row"].split("; ") if x.startswith("measured=")),
         "not stated",
     )
-    return (
-        f"queued outside vLLM: the row's TTFT/TPOT put {held:.0f} of its {p['concurrency']}"
-        f" requests in service (closed loop, Little's law) where vLLM"
-        f" {p['vllm_version'] or 'of unstated version'} runs {adm} at once at these settings"
-        f" (max-num-seqs {plan.prediction.settings.max_num_seqs}, KV pool"
-        f" {plan.prediction.kv_cache_tokens} tokens, {isl + osl} a request); the row states"
-        f" no client or connection limit (measured {measured})"
-    )
+    if held < IN_SERVICE_SHARE * adm:
+        return (
+            f"queued outside vLLM: the row's TTFT/TPOT put {held:.0f} of its {p['concurrency']}"
+            f" requests in service (closed loop, Little's law) where vLLM"
+            f" {p['vllm_version'] or 'of unstated version'} runs {adm} at once at these settings"
+            f" (max-num-seqs {plan.prediction.settings.max_num_seqs}, KV pool"
+            f" {plan.prediction.kv_cache_tokens} tokens, {isl + osl} a request); the row states"
+            f" no client or connection limit (measured {measured})"
+        )
+    floor = bytes_floor_ms(p, plan)
+    if floor is not None and float(p["tpot_ms"]) < floor:
+        return (
+            f"faster than its bytes: mean TPOT {float(p['tpot_ms']):.2f} ms where one decode"
+            f" step of the planned setup reads its weights and the"
+            f" {plan.prediction.settings.kv_bytes}-byte KV of {min(held, adm):.0f} requests at"
+            f" {isl + osl // 2} tokens in {floor:.2f} ms at"
+            " the datasheet HBM peak; the run held fewer bytes than planned (an FP8 KV cache"
+            f" the row does not state?) (measured {measured})"
+        )
+    return None
 
 
 def predict(p: dict[str, Any]) -> Scored:

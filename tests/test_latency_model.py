@@ -266,13 +266,13 @@ def test_sweep_ranks_only_options_meeting_both_targets() -> None:
 
 
 #: What benchmarks.latency_accuracy measures today (all 504 points out of sample, constants
-#: from the per-op tables only; the 7 the data labels not_comparable counted apart) where it
+#: from the per-op tables only; the 9 the data labels not_comparable counted apart) where it
 #: misses the issue's goals: the bounds stop it getting worse; the goals (15 % overall, 25 %
 #: per TP class, no point beyond 60 %) bind everywhere else. Today every median meets them
-#: (TPOT TP1 21.9 %, the closest); 21 of the 484 compared points are beyond 60 % (README,
-#: latency accuracy: 17 Llama-3.1-8B-FP8 short-output runs, 2 Qwen3-32B-FP8, 2 gpt-oss-120b
-#: H100 runs whose measured TPOT falls as the concurrency rises).
-MISSED = {("all", "over"): 21}
+#: (TPOT TP1 21.9 %, the closest); 19 of the 482 compared points are beyond 60 % (README,
+#: latency accuracy: 17 Llama-3.1-8B-FP8 short-output runs and 2 gpt-oss-120b H100 runs whose
+#: measured TPOT falls as the concurrency rises).
+MISSED = {("all", "over"): 19}
 
 
 def test_out_of_sample_medians_meet_the_goals() -> None:
@@ -285,7 +285,7 @@ def test_out_of_sample_medians_meet_the_goals() -> None:
     assert summ["all"]["n"] >= 480
     # the labelled points are in no median, no count beyond 60 %: counted apart
     labelled = [s for s in scored if s.pred is not None and s.point.get("not_comparable")]
-    assert summ["all"]["apart"] == len(labelled) <= 7
+    assert summ["all"]["apart"] == len(labelled) <= 9
     assert summ["all"]["n"] + len(labelled) == sum(1 for s in scored if s.pred is not None)
     goals = {("all", "tpot_abs"): 0.15, ("all", "tput_abs"): 0.15, ("all", "over"): 0}
     for cls in ("TP1", "TP2-4", "TP8"):
@@ -324,20 +324,24 @@ def test_in_service_is_littles_law_on_the_rows_own_numbers() -> None:
 
 def test_not_comparable_labels_are_the_rule_and_the_rule_separates_the_data() -> None:
     # the data's labels are what the rule gives at today's plans (rebuild:
-    # benchmarks.latency_points_build), and the rule's bound sits in a wide gap of the data:
-    # every labelled run shows about a third of what vLLM admits in service or less (0.19-0.34),
-    # every other planned run about three quarters or more (0.77+): the bound (½,
-    # benchmarks.latency_accuracy.IN_SERVICE_SHARE) has a margin on both sides, so a ledger
-    # change that moves what vLLM admits by a few percent does not move a label
+    # benchmarks.latency_points_build), and each of the rule's two bounds sits in a gap of the
+    # data. Queued outside vLLM: every such run shows about a third of what vLLM admits in
+    # service or less (0.19-0.34), every other planned run about three quarters or more
+    # (0.77+): the bound (½, benchmarks.latency_accuracy.IN_SERVICE_SHARE) has a margin on both
+    # sides, so a ledger change that moves what vLLM admits by a few percent does not move a
+    # label. Faster than its bytes: the two Qwen3-32B FP8 4000/1000 runs report a mean TPOT of
+    # 0.88-0.93 of the time one decode step needs to read the weights and the BF16 KV the plan
+    # holds at the datasheet HBM peak; every other run is at 1.05 of it or more
     from benchmarks.latency_accuracy import (
         IN_SERVICE_SHARE,
         admitted,
+        bytes_floor_ms,
         in_service,
         not_comparable,
         plan_input,
     )
 
-    labelled, kept = [], []
+    labelled, kept, fast, floor_kept = [], [], [], []
     for p in load_points():
         plan = make_plan(plan_input(p))
         if not plan.fits:
@@ -346,10 +350,19 @@ def test_not_comparable_labels_are_the_rule_and_the_rule_separates_the_data() ->
         share = in_service(p) / admitted(p, plan)
         reason = not_comparable(p, plan)
         assert (reason is not None) == bool(p.get("not_comparable")), p["id"]
-        if reason is not None:
-            assert p["not_comparable"].startswith("queued outside vLLM")
+        assert reason == p.get("not_comparable"), p["id"]
+        floor = bytes_floor_ms(p, plan)
+        assert floor is not None and floor > 0
+        if reason is not None and reason.startswith("queued outside vLLM"):
             labelled.append(share)
+            continue
+        kept.append(share)
+        if reason is not None:
+            assert reason.startswith("faster than its bytes"), reason
+            fast.append(float(p["tpot_ms"]) / floor)
+            assert p["model"] == "Qwen/Qwen3-32B" and p["quantization"] == "fp8"
         else:
-            kept.append(share)
-    assert labelled and kept
+            floor_kept.append(float(p["tpot_ms"]) / floor)
+    assert labelled and kept and fast
     assert max(labelled) <= 0.4 < IN_SERVICE_SHARE < 0.7 <= min(kept)
+    assert max(fast) < 0.95 < 1.0 < 1.05 <= min(floor_kept)
