@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import signal
 import ssl
@@ -1531,7 +1532,7 @@ def print_report(results: dict[str, Result], sizes: list[int], edits: int) -> No
             print(f"  {what:<60} {v:>7} {v / max(r.n, 1):>7.2f}")
         if r.reasons:
             print(f"  Applied condition: {dict(r.reasons)}")
-        if r.resync_refreshes or r.resync_s == r.resync_s:
+        if not math.isnan(r.resync_s):
             print_resync(r)
 
 
