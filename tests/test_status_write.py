@@ -9,14 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from inference_capacity.api.crd import build_crd
+from inference_capacity.api.crd import status_schema
 from inference_capacity.controller import handlers
-
-
-def _status_schema() -> Mapping[str, Any]:
-    root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    schema: Mapping[str, Any] = root["properties"]["status"]
-    return schema
 
 
 def _defaulted(schema: Mapping[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -35,10 +29,10 @@ def _nest(path: tuple[str, ...], leaf: Any) -> Any:
 
 
 def test_a_field_the_server_defaults_is_not_a_change() -> None:
-    paths = list(_defaulted(_status_schema()))
+    paths = list(_defaulted(status_schema()))
     assert ("observed", "samples") in paths  # the one a refresh without Prometheus leaves out
     for path in paths:
-        sub: Mapping[str, Any] = _status_schema()
+        sub: Mapping[str, Any] = status_schema()
         for name in path:
             sub = sub["properties"][name]
         # stored: the parent object with the default the server filled in; written: without it

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,9 +58,11 @@ __all__ = [
     "CrdGenerationError",
     "apply_schema_defaults",
     "build_crd",
+    "carries_default",
     "crd_path",
     "main",
     "openapi_schema",
+    "status_schema",
     "render_crd_yaml",
 ]
 
@@ -238,6 +241,27 @@ def render_crd_yaml() -> str:
 def crd_path(directory: str | Path) -> Path:
     """Where the CRD file lives in a directory (e.g. the repository's crds/)."""
     return Path(directory) / CRD_FILENAME
+
+
+@functools.cache
+def status_schema() -> Mapping[str, Any]:
+    """The CRD's ``status`` schema, as served (the API server fills a written status's
+    ``default``s in from it)."""
+    root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema: Mapping[str, Any] = root["properties"]["status"]
+    return schema
+
+
+def carries_default(schema: Mapping[str, Any]) -> bool:
+    """Whether the schema or anything under it (properties, map values, array items) has a
+    ``default``."""
+    if "default" in schema:
+        return True
+    subs = [*schema.get("properties", {}).values()]
+    for key in ("additionalProperties", "items"):
+        if isinstance(schema.get(key), Mapping):
+            subs.append(schema[key])
+    return any(carries_default(sub) for sub in subs)
 
 
 def apply_schema_defaults(value: Any, schema: Mapping[str, Any]) -> Any:

@@ -25,7 +25,7 @@ import kopf
 
 from .. import settings as settings_mod
 from ..api import GROUP, VERSION
-from ..api.crd import apply_schema_defaults, build_crd
+from ..api.crd import apply_schema_defaults, carries_default, status_schema
 from . import bodies, informer, k8s, metrics, objcache, observing, shards, startup, state
 from . import session as _session  # noqa: F401  (registers Kopf's login: a bounded pool)
 from .diffbase import LEGACY_PREFIX, BoundedDiffBaseStorage, handled_by_kopf, progress_storage
@@ -130,17 +130,18 @@ def _without_nulls(value: Any) -> Any:
 
 
 @functools.cache
-def _status_properties() -> Mapping[str, Any]:
-    """The CRD's status schema by field (its ``default``s are what the API server fills in)."""
-    root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    props: Mapping[str, Any] = root["properties"]["status"]["properties"]
-    return props
+def _defaulted_status_fields() -> Mapping[str, Any]:
+    """The status fields whose schema carries a ``default`` (the API server fills them in), by
+    name: only these are defaulted before a comparison (the ledger and the rest are not walked
+    on every reconcile)."""
+    props: Mapping[str, Any] = status_schema()["properties"]
+    return {k: v for k, v in props.items() if carries_default(v)}
 
 
 def _as_stored(key: str, value: Any) -> Any:
     """A status field as the API server stores it once written: null keys gone (merge patch),
     the schema's defaults filled in (``observed.samples`` is 0 where nothing was observed)."""
-    schema = _status_properties().get(key)
+    schema = _defaulted_status_fields().get(key)
     bare = _without_nulls(value)
     return bare if schema is None else apply_schema_defaults(bare, schema)
 
