@@ -13,9 +13,10 @@ and how many points are beyond 60 %. Error = predicted / measured − 1.
 Every point is **out of sample**: the constants of sizing/perf.py are fitted on
 aiconfigurator's per-operation tables (``benchmarks.latency_fit``), never on an end-to-end run,
 so there is no in-sample set (a point marked otherwise in the data is refused). A point the
-data labels ``not_comparable`` (it queued outside vLLM, or its TPOT is shorter than reading
-the planned setup's bytes allows: :func:`not_comparable`) is scored but counted apart, its
-reason printed.
+data labels ``not_comparable`` (it queued outside vLLM, its TPOT is shorter than reading the
+planned setup's bytes allows, its rate needs more than the datasheet peaks: :func:`not_comparable`;
+or the same setup ran faster at a larger batch: :func:`inverted`; all in :func:`labels`) is
+scored but counted apart, its reason printed.
 
 Beside ours, where ``aiconfigurator-core`` is installed (``pip install
 aiconfigurator-core==0.12.0``: benchmark-only, not a dependency; ``--no-aic`` skips it), the
@@ -148,6 +149,101 @@ def bytes_floor_ms(p: dict[str, Any], plan: Plan) -> float | None:
     return 1e3 * total / model.bandwidth
 
 
+def peak_share(p: dict[str, Any], plan: Plan) -> float | None:
+    """The share of one rank's time that the run's own numbers need at the GPU's DATASHEET
+    peaks (100 %), a floor of the work per second: its prompts' linear-layer FLOPs (prompt
+    tokens × 2 × the parameters a token passes through on the rank: dense, and the routed
+    experts' share k/E) at the dtype's dense tensor peak, at the run's request rate (closed
+    loop, Little's law: N / (TTFT + (O − 1) TPOT)), plus one decode step's KV reads (the
+    requests in service at prompt + half the output) at the datasheet HBM bandwidth, once per
+    TPOT. Attention FLOPs, weight reads and every fixed latency are left out, so a real run
+    needs more; above 1 the run did less work than its row states (prefix-cache hits on
+    re-sent prompts, shorter lengths). No fitted constant, no model error. None where a peak
+    is unknown."""
+    inp = plan_input(p)
+    model = build_latency_model(inp.model, inp.gpu, plan.prediction, 1.0)
+    if model is None:
+        return None
+    isl, osl = float(p["prompt_tokens"]), float(p["output_tokens"])
+    tpot_s = float(p["tpot_ms"]) / 1e3
+    rate = int(p["concurrency"]) / (float(p["ttft_ms"]) / 1e3 + (osl - 1) * tpot_s)
+    held = max(1.0, min(in_service(p), float(admitted(p, plan))))
+    ctx = np.asarray([isl + osl / 2.0])
+    share = 0.0
+    routed = model.experts_per_token / model.num_experts if model.num_experts else 0.0
+    for st in model.stages:
+        if st.dense_flops <= 0 or (st.expert_params and st.expert_flops <= 0):
+            return None
+        per_token = 2.0 * st.dense_params / st.dense_flops
+        if st.expert_params:
+            per_token += 2.0 * st.expert_params * routed / st.expert_flops
+        share += rate * isl * per_token
+        share += held * float(st.kv_bytes(ctx)[0]) / model.bandwidth / tpot_s
+    return share
+
+
+def _setup(p: dict[str, Any]) -> tuple[object, ...]:
+    return tuple(
+        p[k]
+        for k in (
+            "served_model",
+            "precision",
+            "gpu",
+            "tp",
+            "vllm_version",
+            "prompt_tokens",
+            "output_tokens",
+        )
+    )
+
+
+def inverted(p: dict[str, Any], peers: list[dict[str, Any]]) -> str | None:
+    """Why the run is slower than its own setup allows, or None: among ``peers`` (the data's
+    runs that no per-run rule labels) one of the same served model, precision, GPU, TP, vLLM
+    version and lengths ran a SHORTER mean TPOT at a HIGHER concurrency. In a closed loop the
+    step only grows with the batch (more KV to read, more prompt tokens per second to
+    prefill), so the slower run was disturbed by something its row does not state. No bound,
+    no model error: the measured numbers alone."""
+    faster = [
+        q
+        for q in peers
+        if _setup(q) == _setup(p)
+        and int(q["concurrency"]) > int(p["concurrency"])
+        and float(q["tpot_ms"]) < float(p["tpot_ms"])
+    ]
+    if not faster:
+        return None
+    q = min(faster, key=lambda q: float(q["tpot_ms"]))
+    return (
+        f"slower than a larger batch: mean TPOT {float(p['tpot_ms']):.2f} ms at {p['concurrency']}"
+        f" requests where the same setup ran {float(q['tpot_ms']):.2f} ms at {q['concurrency']}"
+        f" ({q['id']}); a closed loop's step only grows with the batch"
+    )
+
+
+def labels(points: list[dict[str, Any]]) -> dict[str, str]:
+    """The ``not_comparable`` reason of every point that has one, by id: the per-run rules
+    (:func:`not_comparable` at the run's plan), then :func:`inverted` against the runs those
+    leave. A run the planner says vLLM will not start has none (it is scored as such)."""
+    out: dict[str, str] = {}
+    for p in points:
+        try:
+            plan = make_plan(plan_input(p))
+        except (ValueError, KeyError):
+            continue
+        if not plan.fits:
+            continue
+        reason = not_comparable(p, plan)
+        if reason:
+            out[p["id"]] = reason
+    peers = [p for p in points if p["id"] not in out]
+    for p in peers:
+        reason = inverted(p, peers)
+        if reason:
+            out[p["id"]] = reason
+    return out
+
+
 def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
     """Why the run cannot be compared with the model at its concurrency, or None.
 
@@ -157,7 +253,11 @@ def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
     * Its mean TPOT is shorter than the planned setup's decode step can be at all
       (:func:`bytes_floor_ms`: its weights and KV at the datasheet HBM peak): the run did not
       read the bytes the plan holds (an FP8 KV cache, or other lengths, than the row states),
-      so its setup is not the one planned."""
+      so its setup is not the one planned.
+    * Its own rate needs more than the GPU's datasheet peaks give (:func:`peak_share` above
+      1): it did less work than its row states.
+
+    The cross-run rule (:func:`inverted`) is applied by :func:`labels`."""
     held, adm = in_service(p), admitted(p, plan)
     isl, osl = int(p["prompt_tokens"]), int(p["output_tokens"])
     measured = next(
@@ -182,6 +282,15 @@ def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
             f" {isl + osl // 2} tokens in {floor:.2f} ms at"
             " the datasheet HBM peak; the run held fewer bytes than planned (an FP8 KV cache"
             f" the row does not state?) (measured {measured})"
+        )
+    share = peak_share(p, plan)
+    if share is not None and share > 1.0:
+        return (
+            f"more work than the datasheet: its rate ({int(p['concurrency'])} requests, TTFT"
+            f" {float(p['ttft_ms']):.1f} ms, TPOT {float(p['tpot_ms']):.2f} ms) needs"
+            f" {share:.0%} of each rank's time at the GPU's datasheet peaks for its prompts'"
+            " linear FLOPs and its decode KV reads alone; the run computed fewer prompt tokens"
+            f" than the row states (prefix-cache hits on re-sent prompts?) (measured {measured})"
         )
     return None
 

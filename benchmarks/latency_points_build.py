@@ -17,8 +17,9 @@ benchmarks.latency_fit. A run the CSV lists twice under two ids is kept once.
 
 A run whose own TTFT/TPOT show far fewer requests in service than vLLM admits at the planned
 settings queued outside vLLM (a client or connection limit the row does not state) and gains
-``not_comparable`` with the numbers (``benchmarks.latency_accuracy.not_comparable``; the
-rule reads no model error); the scorer counts those apart.
+``not_comparable`` with the numbers, as does a run faster than the datasheet allows or slower
+than its own setup at a larger batch (``benchmarks.latency_accuracy.labels``; the rules read
+no model error); the scorer counts those apart.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "latency-points.jsonl"
@@ -54,19 +54,6 @@ def split(key: str) -> str:
     """Every end-to-end run is validation (no constant is fitted on one)."""
     del key
     return "validation"
-
-
-def comparability(p: dict[str, Any]) -> str | None:
-    """The reason the run is not comparable (``latency_accuracy.not_comparable`` at its
-    plan), or None: also None where the planner says vLLM would not start (scored as such)."""
-    from benchmarks.latency_accuracy import not_comparable, plan_input
-    from inference_capacity.planner import make_plan
-
-    try:
-        plan = make_plan(plan_input(p))
-    except (ValueError, KeyError):
-        return None
-    return not_comparable(p, plan) if plan.fits else None
 
 
 def main(argv: list[str]) -> int:
@@ -121,10 +108,10 @@ def main(argv: list[str]) -> int:
                 "throughput_derived": "concurrency x output / (TTFT + (output-1) TPOT)",
             }
         )
-    for p in out:
-        reason = comparability(p)
-        if reason:
-            p["not_comparable"] = reason
+    from benchmarks.latency_accuracy import labels
+
+    for pid, reason in labels(out).items():
+        next(p for p in out if p["id"] == pid)["not_comparable"] = reason
     out.sort(
         key=lambda p: (
             p["model"],
