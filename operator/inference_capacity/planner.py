@@ -407,8 +407,9 @@ def _size_seqs(
         if final.max_num_seqs < R:  # over-reserves its own pool: take the smaller batch
             seqs = final
             R = final.max_num_seqs
-            settings = replace(settings, max_num_seqs=R)
-            pred = _predict(inp, settings)
+            # fewer FULL decode CUDA graphs at a smaller batch: the utilization is chosen
+            # again (the pool only grows, so the batch still fits it)
+            settings, pred = _predict_chosen(inp, replace(settings, max_num_seqs=R), notes)
     return settings, pred, seqs
 
 

@@ -1421,8 +1421,11 @@ def _setup(
     spec = settings.speculative
     k_spec = _spec_tokens(shape, settings)
     draft_weights, draft_layers = _draft(shape, settings, tp, rs.dtype_bytes, ep)
-    capture = None  # before 0.11 (not read) the count scaling of the default list is kept
-    if k_spec and rs.cudagraphs and rs.era is not Era.V0 and rules.spec_capture_sizes:
+    # the graphs vLLM captures (PIECEWISE for mixed batches, FULL for decode batches of at
+    # most max-num-seqs requests), with or without speculative tokens; before 0.11 (not read)
+    # the count scaling of the default list is kept
+    capture = None
+    if rs.cudagraphs and rs.era is not Era.V0 and rules.spec_capture_sizes:
         capture = spec_capture_sizes(
             rs.version,
             rs.max_num_seqs,
