@@ -726,9 +726,10 @@ def capture_count(settings: EngineSettings) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CaptureSizes:
-    """The CUDA graphs vLLM captures with speculative decoding (FULL_AND_PIECEWISE, the default
-    graph mode from 0.11): ``mixed`` PIECEWISE graphs for mixed prefill-decode batches, ``decode``
-    FULL graphs for uniform decode batches of ``query_len`` tokens per request (token counts)."""
+    """The CUDA graphs vLLM captures (FULL_AND_PIECEWISE, the default graph mode from 0.11; with
+    or without speculative tokens, ``query_len`` 1 without): ``mixed`` PIECEWISE graphs for
+    mixed prefill-decode batches, ``decode`` FULL graphs for uniform decode batches of
+    ``query_len`` tokens per request (token counts)."""
 
     query_len: int
     max_size: int
@@ -855,8 +856,9 @@ def spec_cuda_graph_estimate(
     drafter_layers: int,
     drafter_graphs: bool,
 ) -> int:
-    """The CUDA-graph pool with speculative decoding: :func:`cuda_graph_estimate` (fitted at
-    51 + 51 graphs) scaled by ``capture.graphs / 102``. With ``drafter_graphs`` (the V2 runner's
+    """The CUDA-graph pool of the graphs ``capture`` lists (from 0.11, speculative decoding or
+    not; the name is historical): :func:`cuda_graph_estimate` (fitted at 51 + 51 graphs)
+    scaled by ``capture.graphs / 102``. With ``drafter_graphs`` (the V2 runner's
     ``profile_cudagraph_memory`` measures the speculator's graphs too, 0.30–0.33; the V1 runner
     estimates the target's dispatcher descriptors only, ``GPUModelRunner.
     profile_cudagraph_memory`` 0.20) the drafter's layers add ``CG_PER_LAYER_GIB`` each at the
@@ -1477,7 +1479,8 @@ def _cuda_graph(
     shape: ModelShape, su: _Setup, settings: EngineSettings, stage_layers: int, last: bool
 ) -> int:
     """The stage's CUDA-graph pool: the CG constants were fitted at 51 capture sizes per routine
-    of FULL_AND_PIECEWISE and are scaled by the count (assumed linear), by the requested
+    of FULL_AND_PIECEWISE and are scaled by the graphs captured (assumed linear;
+    :func:`spec_capture_sizes` from 0.11, the default list's count before), by the requested
     ``cudagraph_mode``'s graphs over the default's (:func:`cudagraph_mode_scale`, assumed
     linear), and by the LoRA cases."""
     rs = su.rs
