@@ -45,7 +45,7 @@ from inference_capacity.hardware import get_gpu
 from inference_capacity.model.source import resolve_model_ref
 from inference_capacity.planner import Plan, PlanCache, PlanInput, make_plan
 from inference_capacity.sizing import LatencyPoint
-from inference_capacity.sizing.latency import build_latency_model, queued
+from inference_capacity.sizing.latency import LatencyModel, build_latency_model, queued
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,18 +130,32 @@ def in_service(p: dict[str, Any]) -> float:
     return int(p["concurrency"]) * decode / (float(p["ttft_ms"]) + decode)
 
 
-def bytes_floor_ms(p: dict[str, Any], plan: Plan) -> float | None:
-    """The shortest decode step the planned setup allows, ms: the bytes one rank must read in a
-    step (its weights, the experts its batch touches, the KV of the run's decoding requests at
-    their mean context, prompt + half the output) at the GPU's DATASHEET HBM bandwidth (100 %,
-    not the model's 80 %). Byte counts of the ledger only; no fitted constant, no model error.
-    None where the GPU's bandwidth is unknown."""
+def _at_datasheet(
+    p: dict[str, Any], plan: Plan
+) -> tuple[LatencyModel, float, np.ndarray[Any, Any]] | None:
+    """The run's latency model at the DATASHEET HBM bandwidth (100 %), the requests it holds
+    in service (its own numbers, capped by what vLLM admits) and their mean context, prompt +
+    half the output: what :func:`bytes_floor_ms` and :func:`peak_share` read. None where the
+    GPU's peaks are unknown."""
     inp = plan_input(p)
     model = build_latency_model(inp.model, inp.gpu, plan.prediction, 1.0)
     if model is None:
         return None
     held = max(1.0, min(in_service(p), float(admitted(p, plan))))
     ctx = np.asarray([float(p["prompt_tokens"]) + float(p["output_tokens"]) / 2.0])
+    return model, held, ctx
+
+
+def bytes_floor_ms(p: dict[str, Any], plan: Plan) -> float | None:
+    """The shortest decode step the planned setup allows, ms: the bytes one rank must read in a
+    step (its weights, the experts its batch touches, the KV of the run's decoding requests at
+    their mean context, prompt + half the output) at the GPU's DATASHEET HBM bandwidth (100 %,
+    not the model's 80 %). Byte counts of the ledger only; no fitted constant, no model error.
+    None where the GPU's bandwidth is unknown."""
+    at = _at_datasheet(p, plan)
+    if at is None:
+        return None
+    model, held, ctx = at
     total = sum(
         float(model.weight_bytes(st, held)) + held * float(st.kv_bytes(ctx)[0])
         for st in model.stages
@@ -160,15 +174,13 @@ def peak_share(p: dict[str, Any], plan: Plan) -> float | None:
     needs more; above 1 the run did less work than its row states (prefix-cache hits on
     re-sent prompts, shorter lengths). No fitted constant, no model error. None where a peak
     is unknown."""
-    inp = plan_input(p)
-    model = build_latency_model(inp.model, inp.gpu, plan.prediction, 1.0)
-    if model is None:
+    at = _at_datasheet(p, plan)
+    if at is None:
         return None
+    model, held, ctx = at
     isl, osl = float(p["prompt_tokens"]), float(p["output_tokens"])
     tpot_s = float(p["tpot_ms"]) / 1e3
     rate = int(p["concurrency"]) / (float(p["ttft_ms"]) / 1e3 + (osl - 1) * tpot_s)
-    held = max(1.0, min(in_service(p), float(admitted(p, plan))))
-    ctx = np.asarray([isl + osl / 2.0])
     share = 0.0
     routed = model.experts_per_token / model.num_experts if model.num_experts else 0.0
     for st in model.stages:

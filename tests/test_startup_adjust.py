@@ -11,6 +11,7 @@ import yaml
 from inference_capacity.api import InferenceCapacity
 from inference_capacity.controller import startup
 from inference_capacity.decision import plan_for_target
+from inference_capacity.planner import Plan
 from inference_capacity.resolve import resolve
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b-h100.yaml"
@@ -42,7 +43,8 @@ def test_a_failed_start_steps_back_once_per_hash_and_window() -> None:
     spec, dep, inp = _setup()
     key = "adjust-test"
     startup.forget(key)
-    base = _plan(spec, dep, inp).recommendation.gpu_memory_utilization
+    base_plan = _plan(spec, dep, inp)
+    base = base_plan.recommendation.gpu_memory_utilization
     a = startup.adjust(key, inp, [_failed("h1", 4.0)], True, 300, 5.0, False, now=1000.0)
     assert a.failed == ("CudaOutOfMemory", "CUDA out of memory") and a.status is not None
     stepped_plan = _plan(spec, dep, a.plan_input)
@@ -51,10 +53,9 @@ def test_a_failed_start_steps_back_once_per_hash_and_window() -> None:
     # 4 GiB of the H100's 79.19 GiB (the catalog's bytes): the measured shortfall, added to
     # the operational headroom; the smaller pool may size a smaller batch, whose fewer CUDA
     # graphs free the difference of the two pools
-    def item(p: object, name: str) -> int:
-        return next(i.bytes for i in p.ledger[0].items if i.name == name)  # type: ignore[attr-defined]
+    def item(p: Plan, name: str) -> int:
+        return next(i.bytes for i in p.ledger[0].items if i.name == name)
 
-    base_plan = _plan(spec, dep, inp)
     grown = item(stepped_plan, "operational_headroom") - item(base_plan, "operational_headroom")
     assert grown == 4 * 2**30
     freed = item(base_plan, "cuda_graph_pool") - item(stepped_plan, "cuda_graph_pool")
