@@ -632,3 +632,19 @@ def test_compressed_tensors_nvfp4_tensor_group() -> None:
         w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
         n = 2 * 14336 * 4096 + 4096 * 14336
         assert w["mlp"] == 32 * (n // 2 + n // 16)
+
+
+def test_qwen_shared_expert_formats_are_read() -> None:
+    """nvidia/Qwen3.6-35B-A3B-NVFP4's hf_quant_config (aiconfigurator-core 0.12.0's copy) names
+    the one shared expert ``mlp.shared_expert.{gate,up,down}_proj`` (vLLM's Qwen3.5-MoE holds
+    ``self.shared_expert``, models/qwen3_5.py 0.24.0), W4A16_NVFP4 group 16: 4-bit weights and
+    one e4m3 scale per 16 (ModelOptNvFp4LinearMethod.create_weights): 9/16 B per parameter.
+    It was refused as a module kind the ledger does not know."""
+    shape = load_model("nvidia/Qwen3.6-35B-A3B-NVFP4")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    hid, shared, layers = 2048, 512, 40
+    assert w["shared_experts"] == pytest.approx(layers * 3 * shared * hid * 9 / 16, rel=1e-4)
+    assert w["experts"] == pytest.approx(layers * 256 * 3 * 512 * hid * 9 / 16, rel=1e-4)
+    # its config.json (which vLLM reads before hf_quant_config.json) names no KV algorithm:
+    # --kv-cache-dtype auto stays auto (get_kv_cache_quant_algo_string returns None)
+    assert resolve_kv_cache_dtype(parse_version("0.24.0"), shape, "auto") == "auto"

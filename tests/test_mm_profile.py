@@ -261,6 +261,7 @@ def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
         "meta-llama/Llama-3.2-90B-Vision-Instruct": ProfileSizing.UNKNOWN,
         "moonshotai/Kimi-K2.5": ProfileSizing.UNKNOWN,
         "nvidia/Qwen3.6-27B-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Qwen3.6-35B-A3B-NVFP4": ProfileSizing.UNKNOWN,
     }
     assert profile_sizing(load_model("meta-llama/Llama-3.1-8B-Instruct")) is None
 
@@ -765,3 +766,50 @@ def test_operator_path_sizes_from_the_resolved_model_preprocessor() -> None:
     assert r.supported, r.unsupported_message()
     tower = r.plan_input.model.vision_tower
     assert tower is not None and (tower.tokens_per_item, tower.patches_per_crop) == (1280, 5120)
+
+
+# --- Qwen3-VL / Qwen3.5: the same dynamic-resolution dummy image (issue 21) ----------------------
+
+QWEN35_MOE = "Qwen/Qwen3.5-35B-A3B"
+# Qwen3.5-35B-A3B vision_config: hidden 1152, intermediate 4304, depth 27, out_hidden 2048,
+# patch 16, spatial merge 2, temporal patch 2, 3 channels → unit 32, 3·2·16² = 1536 pixel
+# elements per patch. Block peak per patch (vllm_mm.vit_layer_peak_per_patch): attention
+# 2·1152 + 8·1152 = 11,520 > MLP 2·1152 + 2·4304 = 10,912 (Qwen3_VisionMLP: linear_fc1's
+# output and its GELU's, models/qwen3_vl.py 0.24.0).
+QWEN35_PEAK = 11_520
+
+
+def test_qwen35_tower_sized_from_max_pixels() -> None:
+    # max_pixels 16,777,216 (size.longest_edge of the Qwen3-VL / Qwen3.5 image processor) =
+    # 16384 units of 32² → 128 × 128 units = 4096 × 4096 px: 65,536 patches, 16,384 tokens.
+    # vllm-startup-049's settings (0.24.0): max-model-len 131072, R = 1, T = 8192, chunked
+    # prefill, image limit 2 → encoder budget max(8192, 16384) = 16384; _get_max_items:
+    # max(1, min(16384 // 16384, 1 × min(2, 131072 // 16384))) = 1.
+    mm = '{"image": 2, "video": 0}'
+    r = resolved(
+        QWEN35_MOE,
+        [
+            "--limit-mm-per-prompt",
+            mm,
+            "--mm-processor-kwargs",
+            '{"max_pixels": 16777216}',
+            "--max-num-seqs",
+            "1",
+            "--max-num-batched-tokens",
+            "8192",
+        ],
+        "0.24.0",
+    )
+    assert r.supported, r.unsupported_message()
+    tower = r.plan_input.model.vision_tower
+    assert tower is not None and (tower.tokens_per_item, tower.patches_per_crop) == (16384, 65536)
+    eng = replace(r.plan_input.engine, max_model_len=131072)
+    p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, eng)
+    prof = p.ranks[0].mm_profile
+    assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (1, 16384, 16384)
+    assert prof.pixel_bytes == 65536 * 1536 * 2 == 201_326_592
+    assert prof.tower_peak == 65536 * QWEN35_PEAK * 2 == 1_509_949_440
+    assert prof.outputs == 16384 * 2048 * 2 == 67_108_864
+    # an active video (999 by default) is still refused, naming "video": 0
+    (v,) = resolved(QWEN35_MOE, ["--mm-processor-kwargs", '{"max_pixels": 16777216}']).unsupported
+    assert '"video": 0' in v.why and "Qwen3_5MoeForConditionalGeneration" in v.why

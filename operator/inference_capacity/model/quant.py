@@ -390,6 +390,9 @@ _MODULE_RENAMES = (
     ("mixer.k_proj", "attn.k_proj"),
     ("mixer.v_proj", "attn.v_proj"),
     ("mixer.o_proj", "attn.o_proj"),
+    # Qwen2-MoE / Qwen3-Next / Qwen3.5-MoE's one shared expert (``self.shared_expert``,
+    # models/qwen3_next.py and qwen3_5.py, 0.24.0): the ledger's shared-expert MLP
+    ("mlp.shared_expert.", "mlp.shared_experts."),
 )
 #: Qwen3.5's unfused Gated DeltaNet projections to the fused tensors the ledger (and vLLM) holds
 #: (models/qwen3_5.py packed_modules_mapping, 0.24.0: in_proj_qkvz <- in_proj_qkv + in_proj_z,

@@ -168,9 +168,18 @@ def encoder_tower(
     vc = config.get("vision_config")
     if model_type == "gemma3" and isinstance(vc, Mapping):
         return _gemma3_siglip(arch, config, vc, text_hidden)
-    if model_type in ("qwen2_vl", "qwen2_5_vl") and isinstance(vc, Mapping):
+    if model_type in QWEN_DYNAMIC_TOWERS and isinstance(vc, Mapping):
         return _qwen_vl_tower(model_type, arch, vc, text_hidden)
     return None
+
+
+#: the wrappers whose dummy image follows a Qwen2-VL-style processor's pixel bounds
+#: (``Qwen2VLProcessingInfo.get_image_size_with_most_features``): Qwen2-VL, Qwen2.5-VL, and
+#: Qwen3-VL / Qwen3.5 (``Qwen3VLProcessingInfo`` subclasses it; ``Qwen3_5ProcessingInfo`` and
+#: ``Qwen3_5MoeProcessingInfo`` subclass that, models/qwen3_vl.py and qwen3_5.py, 0.24.0)
+QWEN_DYNAMIC_TOWERS = frozenset(
+    {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"}
+)
 
 
 def _gemma3_siglip(
@@ -293,15 +302,20 @@ def _qwen_vl_vision(model_type: str, vc: Mapping[str, Any]) -> list[Tensor]:
 def _qwen_vl_tower(
     model_type: str, arch: str, vc: Mapping[str, Any], text_hidden: int
 ) -> VisionTower | None:
-    """Qwen2-VL / Qwen2.5-VL's tower, not yet sized: its dummy image follows from the image
-    processor's pixel bounds (``Qwen2VLProcessingInfo.get_image_size_with_most_features``),
-    which the config does not hold; engines/vllm_mm.py::size_dynamic_tower sizes it.
-    The block's MLP peak: Qwen2.5-VL's gate_up output (2i) and SiluAndMul's (i), 3 copies;
-    Qwen2-VL's fc1 output and QuickGELU's, 2. The attention peak: qkv (3h), the contiguous
-    q/k copy and its rotated copy (2h each, ``Qwen2_5_VisionAttention.forward``) and the
-    attention output (h): 8 copies. Attention is ``MMEncoderAttention`` (flash-attention
-    varlen over ``cu_seqlens``; the window/full split of ``fullatt_block_indexes`` changes
-    only the sequence boundaries): no patches² scores."""
+    """Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5's tower, not yet sized: its dummy image
+    follows from the image processor's pixel bounds
+    (``Qwen2VLProcessingInfo.get_image_size_with_most_features``), which the config does not
+    hold; engines/vllm_mm.py::size_dynamic_tower sizes it. The block's MLP peak: Qwen2.5-VL's
+    gate_up output (2i) and SiluAndMul's (i), 3 copies; Qwen2-VL's fc1 output and QuickGELU's,
+    and Qwen3-VL's ``linear_fc1`` output and its GELU's (``Qwen3_VisionMLP.forward``,
+    models/qwen3_vl.py 0.24.0), 2. The attention peak: qkv (3h), the contiguous q/k copy and
+    its rotated copy (2h each, ``Qwen2_5_VisionAttention.forward``, which ``Qwen3_VisionBlock``
+    uses too) and the attention output (h): 8 copies. Attention is ``MMEncoderAttention``
+    (flash-attention varlen over ``cu_seqlens``; the window/full split of
+    ``fullatt_block_indexes`` changes only the sequence boundaries): no patches² scores.
+    Qwen3-VL's interpolated position embeddings and rotary tables (``prepare_encoder_metadata``:
+    h + head_dim per patch, live through the blocks) are not counted (≤ 10 % of the block
+    peak at Qwen3.5's h = 1152, head_dim 72)."""
     dims = _qwen_vl_dims(model_type, vc)
     if dims is None or not text_hidden:
         return None
@@ -323,7 +337,7 @@ def _qwen_vl_tower(
         output_hidden=out,
         tp_sharded=True,
         pixels_per_crop=0,
-        mlp_copies=2 if model_type == "qwen2_vl" else 3,
+        mlp_copies=3 if model_type == "qwen2_5_vl" else 2,
         attn_copies=8,
         output_tokens_per_item=0,
         patch_size=patch,
