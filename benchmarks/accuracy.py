@@ -49,9 +49,11 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "two replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
+    "four replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
     " gpt-oss-120b TP8, 0.28.0; vllm-startup-089: Qwen3-8B on an RTX A5000, 0.21.0, whose"
-    " total is inferred); the other >= 0.20 logs are recorded with their sources, but their"
+    " total is inferred; vllm-startup-049/051: two boots of Qwen3.6-35B-A3B NVFP4 with images"
+    " on an RTX 5090, 0.24.0, its processor sizes assumed); the other >= 0.20 logs are"
+    " recorded with their sources, but their"
     " models (mostly the Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data (the"
     " blocking term of each is listed above)",
     "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from inference_capacity.engines.versions import VersionError, parse_version
 from inference_capacity.engines.vllm import EngineSettings, SettingsError, predict_startup
+from inference_capacity.engines.vllm_config import MultimodalSettings
 from inference_capacity.engines.vllm_flags import SpeculativeConfig
 from inference_capacity.hardware import UnknownGpuError, get_gpu
 from inference_capacity.model import load_config, shape_from_config
 from inference_capacity.model.errors import ModelConfigError, UnknownModelError
+from inference_capacity.resolve import size_dynamic
 from inference_capacity.units import GiB
 
 #: quantization_config blocks of the public quantized checkpoints the logs used (their
@@ -80,7 +82,49 @@ class PointSetup:
     #: not: the log lacks what they need); the report leaves available KV out for it
     layout: bool = False
     speculative: tuple[str, int] | None = None  # (method, num_speculative_tokens) as logged
+    #: the processor files the replay assumes (model/source.py's ResolvedModel.preprocessor
+    #: form): a dynamic-resolution tower's dummy image is sized from them as resolve.py does
+    preprocessor: dict[str, Any] | None = None
+    #: ``--limit-mm-per-prompt`` as the log's non-default args print it
+    limit_mm_per_prompt: str | None = None
 
+
+#: vllm-startup-049/051 (club-3090 issues #612/#652, 1x RTX 5090, vLLM 0.24.0): the checkpoint
+#: of the compose's model registry (nvidia/Qwen3.6-35B-A3B-NVFP4, catalog), the compose's flags
+#: as committed on 2026-07-06 (noonghunna/club-3090 1ba1a89d, models/qwen3.6-35b-a3b/vllm/
+#: compose/single/nvfp4/fp8.yml: --gpu-memory-utilization 0.92, --max-num-seqs 1,
+#: --max-num-batched-tokens 8192, --limit-mm-per-prompt {"image":2,"audio":0}, fp8 KV, prefix
+#: caching, chunked prefill; the log's non-default args print the same), and the Qwen3-VL
+#: family's processor files as public checkpoints ship them (image size.longest_edge
+#: 16,777,216 / shortest 65,536; video 25,165,824 / 4,096: tests/test_mm_profile.py
+#: QWEN3_IMAGE_PRE / QWEN3_VIDEO_PRE). The checkpoint's own processor files are not in the
+#: data: an assumption of the replay, stated here. With them the dummy video (12,288 tokens)
+#: has fewer than an image (16,384), so the profile runs one image of 65,536 patches.
+_QWEN3_PRE: dict[str, Any] = {
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "video_processor": {
+        "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+    },
+}
+_QWEN36_35B_NVFP4_5090 = PointSetup(
+    "nvidia/Qwen3.6-35B-A3B-NVFP4",
+    gpu="RTX-5090",
+    settings={
+        "gpu_memory_utilization": 0.92,
+        "max_num_batched_tokens": 8192,
+        "enable_prefix_caching": True,
+    },
+    preprocessor=_QWEN3_PRE,
+    limit_mm_per_prompt='{"image": 2, "audio": 0}',
+    note="flags of the club-3090 single-nvfp4 compose (1ba1a89d); Qwen3-VL-family processor "
+    "sizes assumed (the checkpoint's own files are not in the data)",
+)
 
 POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-001": PointSetup(
@@ -173,16 +217,8 @@ POINT_SETUP: dict[str, PointSetup] = {
         gpu="RTX-PRO-4500-Blackwell",  # the log's "compute capability 12.0": SM120
         note="max_model_len not stated: the model default (131072)",
     ),
-    "vllm-startup-049": PointSetup(
-        None,
-        skip="model: Qwen3.6-35B-A3B NVFP4 config not in the data; images on (encoder profile not "
-        "sized)",
-    ),
-    "vllm-startup-051": PointSetup(
-        None,
-        skip="model: Qwen3.6-35B-A3B NVFP4 config not in the data; images on (encoder profile not "
-        "sized)",
-    ),
+    "vllm-startup-049": _QWEN36_35B_NVFP4_5090,
+    "vllm-startup-051": _QWEN36_35B_NVFP4_5090,
     "vllm-startup-053": PointSetup(None, skip="model: Qwen3.8-27B config not in the data"),
     "vllm-startup-055": PointSetup(None, skip="model: Qwen3.8-27B-FP8 config not in the data"),
     "vllm-startup-057": PointSetup(
@@ -407,6 +443,16 @@ def _predict_point(
         dtype=p.dtype or "auto",
     )
     kw.update(setup.settings or {})
+    if setup.limit_mm_per_prompt is not None:
+        limits = json.loads(setup.limit_mm_per_prompt)
+        kw["mm_limits"] = tuple(sorted(limits.items()))
+        tower = shape.vision_tower
+        if tower is not None and not tower.sized:
+            mm = MultimodalSettings(setup.limit_mm_per_prompt, limits)
+            got = size_dynamic(shape, version, mm, setup.preprocessor, [])
+            if isinstance(got, tuple):
+                return None, f"settings: {got[0]}: {got[1]}"
+            shape = replace(shape, vision_tower=got)
     if setup.speculative is not None:
         kw["speculative"] = SpeculativeConfig(*setup.speculative)
     if setup.layout:

@@ -523,7 +523,8 @@ def test_qwen25_vl_sized_from_max_pixels_in_processor_kwargs() -> None:
     p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
     prof = p.ranks[0].mm_profile
     assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (6, 1280, 8192)
-    assert prof.pixel_bytes == 6 * 5120 * 1176 * 2 == 72_253_440
+    # pixels: the bf16 copy the tower runs on and the processor's float32 batch (2 + 4 B)
+    assert prof.pixel_bytes == 6 * 5120 * 1176 * (2 + 4) == 216_760_320
     assert prof.tower_peak == 6 * 5120 * QWEN_PEAK * 2 == 787_660_800
     assert prof.outputs == 6 * 1280 * 3584 * 2 == 55_050_240
     # the 7B's text step (sampler at R = 1024 × 152,064 vocab) is larger: the outputs are added
@@ -543,7 +544,7 @@ def test_qwen25_vl_options_width_height_cap_the_dummy_image() -> None:
     p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, r.plan_input.engine)
     prof = p.ranks[0].mm_profile
     assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (1, 16384, 16384)
-    assert prof.pixel_bytes == 3996 * 1176 * 2
+    assert prof.pixel_bytes == 3996 * 1176 * (2 + 4)
     assert prof.tower_peak == 3996 * QWEN_PEAK * 2
     assert prof.outputs == 999 * 3584 * 2
     # the options form shrinking the image needs min_pixels (smart_resize may scale it up)
@@ -775,8 +776,9 @@ QWEN35_MOE = "Qwen/Qwen3.5-35B-A3B"
 # patch 16, spatial merge 2, temporal patch 2, 3 channels → unit 32, 3·2·16² = 1536 pixel
 # elements per patch. Block peak per patch (vllm_mm.vit_layer_peak_per_patch): attention
 # 2·1152 + 8·1152 = 11,520 > MLP 2·1152 + 2·4304 = 10,912 (Qwen3_VisionMLP: linear_fc1's
-# output and its GELU's, models/qwen3_vl.py 0.24.0).
-QWEN35_PEAK = 11_520
+# output and its GELU's, models/qwen3_vl.py 0.24.0), plus the encoder_metadata kept through the
+# blocks: position embeddings (1152) and rotary cos/sin (72 / 2 each) = 1224.
+QWEN35_PEAK = 11_520 + 1152 + 72
 
 
 def test_qwen35_tower_sized_from_max_pixels() -> None:
@@ -807,9 +809,168 @@ def test_qwen35_tower_sized_from_max_pixels() -> None:
     p = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 1, 1, eng)
     prof = p.ranks[0].mm_profile
     assert prof is not None and (prof.items, prof.tokens_per_item, prof.budget) == (1, 16384, 16384)
-    assert prof.pixel_bytes == 65536 * 1536 * 2 == 201_326_592
-    assert prof.tower_peak == 65536 * QWEN35_PEAK * 2 == 1_509_949_440
+    # the bf16 copy and the processor's float32 pixels (2 + 4 B an element)
+    assert prof.pixel_bytes == 65536 * 1536 * (2 + 4) == 603_979_776
+    assert prof.tower_peak == 65536 * QWEN35_PEAK * 2 == 1_670_381_568
     assert prof.outputs == 16384 * 2048 * 2 == 67_108_864
     # an active video (999 by default) is still refused, naming "video": 0
     (v,) = resolved(QWEN35_MOE, ["--mm-processor-kwargs", '{"max_pixels": 16777216}']).unsupported
     assert '"video": 0' in v.why and "Qwen3_5MoeForConditionalGeneration" in v.why
+
+
+# the Qwen3-VL / Qwen3.5 processors as public checkpoints ship them (Qwen3.8-27B's
+# video_preprocessor_config.json, Qwen3-VL's and Qwen3.5's: image size 65,536..16,777,216 px,
+# video size 4,096..25,165,824 px over all frames, patch 16, merge 2, temporal patch 2)
+QWEN3_IMAGE_PRE = {
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+QWEN3_VIDEO_PRE = {
+    "video_processor_type": "Qwen3VLVideoProcessor",
+    "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+def test_qwen3_dummy_video_tokens() -> None:
+    from inference_capacity.engines.versions import parse_version
+    from inference_capacity.engines.vllm_mm import profiled_modality, qwen3_video_tokens
+
+    tower = load_model(QWEN35_MOE).vision_tower
+    assert tower is not None
+    v = parse_version("0.24.0")
+    # get_max_video_tokens: most features under 25,165,824 // 2 = 12,582,912 px = 12,288 units of
+    # 32²; closest factor pair 96 × 128 units = 3072 × 4096 px; 2 frames (t = 2) × 3072 × 4096 =
+    # 25,165,824 ≤ longest_edge: no resize; 192 × 256 = 49,152 patches, one temporal patch, / 4
+    assert qwen3_video_tokens(tower, QWEN3_VIDEO_PRE, {}, v) == 12_288
+    # --mm-processor-kwargs max_pixels 16,777,216 is merged over the video size too: 2 × 3072 ×
+    # 4096 > 16,777,216 → beta = sqrt(25,165,824 / 16,777,216) = 1.2247; floor(3072 / β / 32) =
+    # 78, floor(4096 / β / 32) = 104 → 2496 × 3328 px, 156 × 208 = 32,448 patches, / 4 = 8112
+    assert qwen3_video_tokens(tower, QWEN3_VIDEO_PRE, {"max_pixels": 16777216}, v) == 8112
+    # get_modality_with_max_tokens: the most tokens, ties to "video"
+    assert profiled_modality({"image": 16384, "video": 12288}) == "image"
+    assert profiled_modality({"image": 12288, "video": 12288}) == "video"
+    with pytest.raises(ValueError, match="longest_edge"):
+        qwen3_video_tokens(tower, {"size": {"longest_edge": 0, "shortest_edge": 1}}, {}, v)
+
+
+def _qwen35_folder(tmp_path: Path, video: dict[str, Any] | None) -> Path:
+    from inference_capacity.model.catalog import load_config
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(load_config(QWEN35_MOE)[1]))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(QWEN3_IMAGE_PRE))
+    if video is not None:
+        (tmp_path / "video_preprocessor_config.json").write_text(json.dumps(video))
+    return tmp_path
+
+
+def test_qwen35_active_video_profiles_the_image_when_it_has_more_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # vllm-startup-049's flags: image 2, audio 0 (not a Qwen3.5 modality), video unset (999)
+    folder = _qwen35_folder(tmp_path, QWEN3_VIDEO_PRE)
+    rest = ["--gpu", "H100-SXM-80GB", "--max-model-len", "131072", "--engine-version", "0.24.0"]
+    rest += ["--max-num-seqs", "1", "--max-num-batched-tokens", "8192", "-o", "json"]
+    rest += ["--limit-mm-per-prompt", '{"image": 2}', "--fail-if-not-fits"]
+    assert cli_main(["plan", "--model", str(folder), *rest]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("12288 tokens, fewer than an image's 16384" in n for n in out["notes"])
+    items = {i["name"]: i for i in out["ledger"]["ranks"][0]["items"]}
+    assert items["mm_encoder_profile"]["bytes"] > 0
+    # the same model with "video": 0 plans the same profile (one image of 65,536 patches)
+    zero = [*rest[:-3], "--limit-mm-per-prompt", '{"image": 2, "video": 0}']
+    assert cli_main(["plan", "--model", str(folder), *zero]) == 0
+    same = json.loads(capsys.readouterr().out)
+    it2 = {i["name"]: i for i in same["ledger"]["ranks"][0]["items"]}
+    assert it2["mm_encoder_profile"]["bytes"] == items["mm_encoder_profile"]["bytes"]
+
+
+def test_qwen35_video_with_more_tokens_or_unknown_is_refused(tmp_path: Path) -> None:
+    from inference_capacity.model.source import VIDEO_PROCESSOR_KEY, resolve_model_ref
+
+    # longest_edge 67,108,864 over 2 frames: 33,554,432 px a frame = 32,768 units = 128 × 256
+    # → 32,768 tokens ≥ the image's 16,384: the video is the profiled modality, not sized
+    big = {**QWEN3_VIDEO_PRE, "size": {"longest_edge": 67108864, "shortest_edge": 4096}}
+    src = resolve_model_ref(str(_qwen35_folder(tmp_path / "a", big)))
+    assert src.preprocessor is not None and src.preprocessor[VIDEO_PROCESSOR_KEY] == big
+    from inference_capacity.engines.vllm_config import MultimodalSettings
+    from inference_capacity.resolve import size_dynamic
+
+    mm = MultimodalSettings(limits={"image": 2}, limit_mm_per_prompt='{"image": 2}')
+    got = size_dynamic(src.shape(None), "0.24.0", mm, src.preprocessor, [])
+    assert isinstance(got, tuple) and "32768 tokens" in got[1] and '"video": 0' in got[1]
+    # no video_preprocessor_config.json: refused, naming the file
+    src = resolve_model_ref(str(_qwen35_folder(tmp_path / "b", None)))
+    got = size_dynamic(src.shape(None), "0.24.0", mm, src.preprocessor, [])
+    assert isinstance(got, tuple) and "video_preprocessor_config.json" in got[1]
+    # a vLLM whose dummy video was not read (0.19): refused as before
+    src = resolve_model_ref(str(_qwen35_folder(tmp_path / "c", QWEN3_VIDEO_PRE)))
+    got = size_dynamic(src.shape(None), "0.19.0", mm, src.preprocessor, [])
+    assert isinstance(got, tuple) and '"video": 0' in got[1]
+
+
+@pytest.fixture
+def qwen3_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from inference_capacity.model.catalog import load_config
+    from inference_capacity.model.source import clear_cache
+    from tests.hubserver import HubServer
+
+    server = HubServer().start()
+    server.add(
+        "acme/qwen3.5-35b-a3b",
+        {
+            "config.json": json.dumps(load_config(QWEN35_MOE)[1]).encode(),
+            "preprocessor_config.json": json.dumps(QWEN3_IMAGE_PRE).encode(),
+            "video_preprocessor_config.json": json.dumps(QWEN3_VIDEO_PRE).encode(),
+        },
+    )
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    clear_cache()
+    try:
+        yield server
+    finally:
+        clear_cache()
+        server.stop()
+
+
+def test_hub_reads_the_video_processor_sync_and_async(qwen3_hub: Any) -> None:
+    import asyncio
+
+    from inference_capacity.model.hub_async import HubClient, resolve_model_ref_async
+    from inference_capacity.model.source import (
+        VIDEO_PROCESSOR_KEY,
+        clear_cache,
+        resolve_model_ref,
+    )
+
+    want = {**QWEN3_IMAGE_PRE, VIDEO_PROCESSOR_KEY: QWEN3_VIDEO_PRE}
+    assert resolve_model_ref("acme/qwen3.5-35b-a3b").preprocessor == want
+    assert qwen3_hub.count("GET", "video_preprocessor_config.json") == 1
+
+    async def go() -> Any:
+        client = HubClient(connections=8, shard_parallel=4)
+        try:
+            return await resolve_model_ref_async("acme/qwen3.5-35b-a3b", None, None, 5.0, client)
+        finally:
+            await client.close()
+
+    clear_cache()  # the in-process cache (this repository has no shards: no header cache)
+    assert asyncio.run(go()).preprocessor == want
+    assert qwen3_hub.count("GET", "video_preprocessor_config.json") == 2
+    # a header cache written before the video file was read is incomplete: read again
+    from inference_capacity.model.source import processors_complete
+
+    siblings = {"config.json", "preprocessor_config.json", "video_preprocessor_config.json"}
+    assert not processors_complete(QWEN3_IMAGE_PRE, siblings)
+    assert processors_complete(want, siblings)
+    assert not processors_complete(None, siblings)
+    assert processors_complete(None, {"config.json"})

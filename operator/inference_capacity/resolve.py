@@ -44,11 +44,14 @@ from .engines.vllm_mm import (
     DEFAULT_MM_LIMIT,
     MM_PROFILE_ERAS,
     PIXEL_KWARGS,
+    QWEN3_VIDEO_TOWERS,
     ProfileSizing,
     calibration,
     image_options,
     processor_pixels,
     profile_sizing,
+    profiled_modality,
+    qwen3_video_tokens,
     size_dynamic_tower,
     text_only,
     uses_options,
@@ -58,7 +61,7 @@ from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
 from .model.hub_async import HubClient, resolve_model_ref_async
 from .model.limits import parse_config_json
-from .model.source import ModelSourceError, ResolvedModel, resolve_model_ref
+from .model.source import VIDEO_PROCESSOR_KEY, ModelSourceError, ResolvedModel, resolve_model_ref
 from .planner import Headroom, PlanInput, RolloutInput
 from .sizing import Cohort, Quantiles, Workload
 from .vocab import QUANT_ALIASES
@@ -219,7 +222,7 @@ def multimodal_profile(
     the dummy item: pan-and-scan crops, max pixels, tiles). Text-only profiles (every modality
     0, or skipped) are exact for sized and unknown towers: nothing is added.
 
-    A Qwen2(.5)-VL tower is sized here (:func:`_size_dynamic`) from ``preprocessor`` (the
+    A Qwen2(.5)-VL tower is sized here (:func:`size_dynamic`) from ``preprocessor`` (the
     repository's preprocessor_config.json), ``--mm-processor-kwargs`` max_pixels/min_pixels and
     the options form's image width/height; the shape returned carries the sized tower."""
     limits = mm.limits
@@ -244,7 +247,7 @@ def multimodal_profile(
     tower = shape.vision_tower
     if tower is not None and not tower.sized and profiled and not skip:
         if not text_only(limits, shape.mm_modalities):
-            got = _size_dynamic(shape, version, mm, preprocessor, notes)
+            got = size_dynamic(shape, version, mm, preprocessor, notes)
             if isinstance(got, tuple):
                 bad.append(Unsupported(*got))
                 return counts, skip, shape
@@ -310,25 +313,55 @@ PIXEL_WAYS = (
 )
 
 
-def _size_dynamic(
+def _qwen3_video(shape: ModelShape) -> bool:
+    """Whether ``shape``'s tower is a Qwen3-VL / Qwen3.5 wrapper's (its 2-frame dummy video)."""
+    return shape.vision_tower is not None and shape.vision_tower.tower in QWEN3_VIDEO_TOWERS
+
+
+def _video_processor(
+    shape: ModelShape, version: str, preprocessor: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The repository's video processor settings where the dummy video they bound is read
+    (Qwen3-VL / Qwen3.5, :data:`VllmRules.qwen3_video_dummy_read`), else None."""
+    if not _qwen3_video(shape) or preprocessor is None:
+        return None
+    if not VllmRules.for_version(parse_version(version)).qwen3_video_dummy_read:
+        return None
+    video = preprocessor.get(VIDEO_PROCESSOR_KEY)
+    return video if isinstance(video, Mapping) else None
+
+
+def size_dynamic(
     shape: ModelShape,
     version: str,
     mm: MultimodalSettings,
     preprocessor: Mapping[str, Any] | None,
     notes: list[str],
 ) -> tuple[str, str] | VisionTower:
-    """A Qwen2(.5)-VL tower with its dummy image sized, or the refusal (flag, why)."""
+    """A Qwen2(.5)-VL / Qwen3-VL / Qwen3.5 tower with its dummy image sized, or the refusal
+    (flag, why). An active video is refused unless it is Qwen3-VL's 2-frame dummy with its
+    video processor known and fewer tokens than the image (then the profile runs images)."""
     arch = shape.architecture
-    if (mm.limits or {}).get("video", DEFAULT_MM_LIMIT) != 0:
+    all_zero = json.dumps(dict.fromkeys(shape.mm_modalities, 0))
+    video_active = (mm.limits or {}).get("video", DEFAULT_MM_LIMIT) != 0
+    video = _video_processor(shape, version, preprocessor) if video_active else None
+    if video_active and video is None:
         # 0.20 encoder_budget.py::get_modality_with_max_tokens (ties go to "video") and
         # get_num_frames_with_most_features: an active video's dummy (up to 14 frames) has at
-        # least an image's tokens, and goes through the video processor, not modelled here
+        # least an image's tokens, and goes through the video processor, not modelled here;
+        # Qwen3-VL / Qwen3.5's 2-frame dummy is compared once its video processor is known
+        known = (
+            "; its 2-frame dummy video is compared with the image once the repository's "
+            "video_preprocessor_config.json is read (a Hub or local model that has one)"
+            if _qwen3_video(shape)
+            else ""
+        )
         return (
             "--limit-mm-per-prompt",
             f"the multimodal encoder profile of {arch} runs its dummy video (video is active, "
-            "and has at least an image's tokens), which is not sized; "
+            f"and may have at least an image's tokens), which is not sized{known}; "
             '"video": 0 in --limit-mm-per-prompt sizes the image profile; every modality at 0 ('
-            + json.dumps(dict.fromkeys(shape.mm_modalities, 0))
+            + all_zero
             + ") or --skip-mm-profiling makes it text-only",
         )
     kwargs: dict[str, Any] = {}
@@ -354,6 +387,24 @@ def _size_dynamic(
         tower = size_dynamic_tower(shape.vision_tower, px, parse_version(version))
     except ValueError as exc:
         return ("--mm-processor-kwargs", f"{arch}'s dummy image: {exc}")
+    if video is not None:
+        try:
+            vt = qwen3_video_tokens(tower, video, kwargs, parse_version(version))
+        except ValueError as exc:
+            return ("--limit-mm-per-prompt", f"{arch}'s dummy video: {exc}")
+        if profiled_modality({"image": tower.tokens_per_item, "video": vt}) == "video":
+            return (
+                "--limit-mm-per-prompt",
+                f"the multimodal encoder profile of {arch} runs its dummy video ({vt} tokens, "
+                f"at least an image's {tower.tokens_per_item}), which is not sized; "
+                '"video": 0 in --limit-mm-per-prompt sizes the image profile; every modality '
+                f"at 0 ({all_zero}) or --skip-mm-profiling makes it text-only",
+            )
+        notes.append(
+            f"{arch}'s dummy video (2 frames, video_preprocessor_config.json): {vt} tokens, "
+            f"fewer than an image's {tower.tokens_per_item}, so the profile runs images "
+            "(get_modality_with_max_tokens)"
+        )
     notes.append(
         f"{arch}'s dummy image from {px.source} (max_pixels {px.max_pixels}): "
         f"{tower.tokens_per_item} tokens per image in the encoder budget, "

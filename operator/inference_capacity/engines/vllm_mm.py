@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..model import ModelShape, VisionTower
+from ..model.config.vision import QWEN3_TOWERS
 from ..units import GiB
 from .versions import Era, Version
 from .vllm_rules import VllmRules
@@ -245,7 +246,7 @@ def vit_layer_peak_per_patch(tower: VisionTower, tp: int) -> int:
     shard = tp if tower.tp_sharded else 1
     mlp = 2 * tower.hidden + tower.mlp_copies * -(-tower.intermediate // shard)
     attn = 2 * tower.hidden + tower.attn_copies * -(-tower.hidden // shard)
-    return max(mlp, attn)
+    return max(mlp, attn) + tower.kept_per_patch
 
 
 def encoder_profile(
@@ -262,9 +263,11 @@ def encoder_profile(
     (a text model, every modality at 0, a calibrated profile, or a tower this module does not
     size: the caller refuses those).
 
-    The batched pixels are counted once, in the model dtype (``SiglipVisionEmbeddings`` casts
-    them to the patch embedding's dtype; a float32 copy from the processor alongside would add
-    two bytes per element, 3·896²·2 B ≈ 4.8 MB per Gemma 3 image). The projector's pooled
+    The batched pixels are counted in the model dtype (``SiglipVisionEmbeddings`` casts them
+    to the patch embedding's dtype; the processor's float32 copy alongside, 3·896²·4 B ≈ 9.6 MB
+    per Gemma 3 image, is left out), and for the Qwen dynamic-resolution towers
+    (``VisionTower.float32_pixels``: 65,536 patches × 1536 elements × 4 B = 0.375 GiB for one
+    Qwen3.5 image at 16.8 Mpx) the float32 copy as well. The projector's pooled
     outputs (``items × tokens × text hidden``) are what ``encoder_cache`` holds."""
     tower = shape.vision_tower
     if tower is None or profile_sizing(shape) is not ProfileSizing.SIZED:
@@ -283,7 +286,7 @@ def encoder_profile(
     if items == 0:
         return None
     crops = items * tower.crops_per_item
-    pixels = crops * tower.pixels_per_crop * dtype_bytes
+    pixels = crops * tower.pixels_per_crop * (dtype_bytes + (4 if tower.float32_pixels else 0))
     peak = crops * tower.patches_per_crop * vit_layer_peak_per_patch(tower, tp) * dtype_bytes
     outputs = items * tower.output_tokens_per_item * tower.output_hidden * dtype_bytes
     return EncoderProfile(
@@ -355,6 +358,79 @@ def most_features_size(max_pixels: int, unit: int, version: Version) -> tuple[in
         if (n // d) / d <= _MAX_ASPECT:
             return unit * d, unit * (n // d)
     raise ValueError(f"max_pixels {max_pixels} is below one {unit}x{unit} unit")
+
+
+#: the wrappers whose dummy video is Qwen3-VL's: 2 frames, one temporal patch
+#: (``Qwen3VLDummyInputsBuilder``; Qwen3.5 and Qwen3.5-MoE use it, models/qwen3_5.py 0.24.0)
+QWEN3_VIDEO_TOWERS: Final = QWEN3_TOWERS
+#: ``target_num_frames`` of the dummy video and ``num_frames`` of ``get_max_video_tokens``
+QWEN3_DUMMY_VIDEO_FRAMES: Final = 2
+
+
+def video_smart_resize(
+    num_frames: int,
+    height: int,
+    width: int,
+    temporal_factor: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+) -> tuple[int, int]:
+    """Qwen3-VL's video resize (transformers models/qwen3_vl/video_processing_qwen3_vl.py
+    ``smart_resize``, 5.6.2, which vLLM's ``Qwen3VLProcessingInfo._get_vision_info`` calls for
+    videos): the pixel bounds count every (temporally padded) frame."""
+    if max(height, width) / min(height, width) > _MAX_ASPECT:
+        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.0f} > 200")
+    h = round(height / factor) * factor
+    w = round(width / factor) * factor
+    t = math.ceil(num_frames / temporal_factor) * temporal_factor
+    if t * h * w > max_pixels:
+        beta = math.sqrt(num_frames * height * width / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif t * h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def qwen3_video_tokens(
+    tower: VisionTower,
+    video_processor: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+    version: Version,
+) -> int:
+    """Tokens of one Qwen3-VL / Qwen3.5 dummy video (``get_max_video_tokens``, 0.20–0.28): the
+    frame size with the most features under the video processor's ``size.longest_edge`` //
+    ``temporal_patch_size`` (``mm_kwargs["size"]`` is not modelled), then
+    :func:`video_smart_resize` of 2 frames within ``size`` with ``--mm-processor-kwargs``
+    min/max_pixels merged over it (``_get_vision_info``); 2 frames are one temporal patch.
+    ValueError when the bounds are missing or not positive integers."""
+    size = video_processor.get("size")
+    size = size if isinstance(size, Mapping) else {}
+    hi, lo = size.get("longest_edge"), size.get("shortest_edge")
+    for v in (hi, lo):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(
+                "the video processor's size.longest_edge and size.shortest_edge must be "
+                f"positive integers, got {size!r}"
+            )
+    assert isinstance(hi, int) and isinstance(lo, int)
+    unit = tower.patch_size * tower.merge_size
+    tps = tower.temporal_patch_size
+    height, width = most_features_size(hi // tps, unit, version)
+    max_px = int(kwargs.get("max_pixels", hi))
+    min_px = int(kwargs.get("min_pixels", lo))
+    rh, rw = video_smart_resize(QWEN3_DUMMY_VIDEO_FRAMES, height, width, tps, unit, min_px, max_px)
+    grid_t = max(-(-QWEN3_DUMMY_VIDEO_FRAMES // tps), 1)
+    return grid_t * (rh // tower.patch_size) * (rw // tower.patch_size) // tower.merge_size**2
+
+
+def profiled_modality(tokens: Mapping[str, int]) -> str:
+    """``MultiModalBudget.get_modality_with_max_tokens`` (multimodal/encoder_budget.py,
+    0.24.0): the most tokens per item, ties to the later name (``max`` by (tokens, name))."""
+    return max(tokens.items(), key=lambda kv: (kv[1], kv[0]))[0]
 
 
 def size_dynamic_tower(tower: VisionTower, px: ImagePixels, version: Version) -> VisionTower:

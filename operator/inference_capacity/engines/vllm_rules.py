@@ -267,6 +267,10 @@ class VllmRules:
     #: (fp8_ds_mla identical; 0.26's sliding windows hold ``max_in_flight_tokens``); 0.20–0.23
     #: (other code) and 0.27+ were not read
     deepseek_v4_read: bool
+    #: Qwen3-VL / Qwen3.5's dummy video (models/qwen3_vl.py: ``Qwen3VLDummyInputsBuilder.
+    #: get_dummy_mm_data`` and ``get_max_video_tokens``, 2 frames at the video processor's
+    #: longest_edge // temporal_patch_size) was read in 0.20.0, 0.21.0, 0.24.0 and 0.28.0
+    qwen3_video_dummy_read: bool
 
     @classmethod
     def for_version(cls, version: Version | str) -> VllmRules:
@@ -364,4 +368,5 @@ def _rules(v: Version) -> VllmRules:
         vocab_lora=at((0, 20, 0)),
         deepseek_v4_exists=at((0, 20, 0)),
         deepseek_v4_read=between((0, 24, 0), (0, 27, 0)),
+        qwen3_video_dummy_read=between((0, 20, 0), (0, 29, 0)),
     )

@@ -39,10 +39,11 @@ from .quant import HF_QUANT_CONFIG, merge_hf_quant_config
 from .source import (
     DEFAULT_TIMEOUT,
     INDEX_FILE,
-    PREPROCESSOR,
+    PROCESSOR_FILES,
     ModelSourceError,
     ResolvedModel,
     _endpoint,
+    add_processor_file,
     cached_resolution,
     check_repo_id,
     check_siblings,
@@ -51,7 +52,7 @@ from .source import (
     hub_error,
     hub_offline,
     hub_result,
-    preprocessor_object,
+    processors_complete,
     read_header_cache,
     remember,
     resolve_offline,
@@ -247,10 +248,16 @@ async def _fetch(
     inventory = cached[0] if cached is not None else None
     preprocessor = cached[2] if cached is not None else None
     rewrite = False  # a header cache written without the preprocessor this commit has
-    if PREPROCESSOR in siblings and preprocessor is None:
-        preprocessor = preprocessor_object(
-            await client.get_json(url(PREPROCESSOR), headers, timeout), f"{repo_id}/{PREPROCESSOR}"
-        )
+    if not processors_complete(preprocessor, siblings):
+        preprocessor = None
+        for fname in PROCESSOR_FILES:
+            if fname in siblings:
+                preprocessor = add_processor_file(
+                    preprocessor,
+                    fname,
+                    await client.get_json(url(fname), headers, timeout),
+                    f"{repo_id}/{fname}",
+                )
         rewrite = cached is not None
     if inventory is None:
         index = None

@@ -315,6 +315,15 @@ class VisionTower:
     patch_size: int = 0
     merge_size: int = 0
     temporal_patch_size: int = 0
+    #: the processor's float32 pixels stay on the device beside the model-dtype copy the tower
+    #: runs on (transformers 5.6.2 image_processing_backends.py rescale_and_normalize: float32;
+    #: vLLM's _get_mm_dummy_batch moves them unchanged; Qwen3-VL ``_process_image_input``
+    #: ``.type(self.visual.dtype)``, Qwen2(.5)-VL's tower ``x.to(dtype=self.dtype)``, 0.24.0)
+    float32_pixels: bool = False
+    #: elements per patch live through every block besides its peak: Qwen3-VL's
+    #: ``prepare_encoder_metadata`` keeps the interpolated position embeddings (hidden) and the
+    #: rotary cos/sin (head_dim / 2 each) in ``encoder_metadata`` (models/qwen3_vl.py 0.24.0)
+    kept_per_patch: int = 0
 
     @property
     def sized(self) -> bool:

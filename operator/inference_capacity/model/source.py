@@ -258,8 +258,11 @@ def _resolve_local(path: Path) -> ResolvedModel:
     if hq.is_file():
         cfg = merge_hf_quant_config(cfg, _read_json(hq))
     name = str(cfg.get("_name_or_path") or path)
-    pre = folder / PREPROCESSOR
-    preprocessor = preprocessor_object(_read_json(pre), str(pre)) if pre.is_file() else None
+    preprocessor = None
+    for fname in PROCESSOR_FILES:
+        f = folder / fname
+        if f.is_file():
+            preprocessor = add_processor_file(preprocessor, fname, _read_json(f), str(f))
     return ResolvedModel("local", name, None, None, cfg, inventory, disk, preprocessor=preprocessor)
 
 
@@ -268,10 +271,37 @@ def _resolve_local(path: Path) -> ResolvedModel:
 PREPROCESSOR = "preprocessor_config.json"
 
 
+#: the video processor's settings (Qwen3-VL / Qwen3.5's dummy video follows its size); held in
+#: ``ResolvedModel.preprocessor`` under :data:`VIDEO_PROCESSOR_KEY`, as transformers'
+#: processor_config.json nests a ``video_processor``
+VIDEO_PREPROCESSOR = "video_preprocessor_config.json"
+VIDEO_PROCESSOR_KEY = "video_processor"
+PROCESSOR_FILES = (PREPROCESSOR, VIDEO_PREPROCESSOR)
+
+
 def preprocessor_object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ModelSourceError(f"{where}: expected a JSON object", "InvalidModelConfig")
     return value
+
+
+def add_processor_file(
+    pre: dict[str, Any] | None, fname: str, value: Any, where: str
+) -> dict[str, Any]:
+    """``pre`` with one processor file of :data:`PROCESSOR_FILES` read into it."""
+    obj = preprocessor_object(value, where)
+    if fname == VIDEO_PREPROCESSOR:
+        return {**(pre or {}), VIDEO_PROCESSOR_KEY: obj}
+    video = (pre or {}).get(VIDEO_PROCESSOR_KEY)
+    return {**obj, VIDEO_PROCESSOR_KEY: video} if video is not None else dict(obj)
+
+
+def processors_complete(pre: Mapping[str, Any] | None, siblings: Any) -> bool:
+    """Whether a cached ``pre`` holds every processor file the repository lists (a header
+    cache written before video_preprocessor_config.json was read lacks it: read again)."""
+    if pre is None:
+        return not any(f in siblings for f in PROCESSOR_FILES)
+    return VIDEO_PREPROCESSOR not in siblings or VIDEO_PROCESSOR_KEY in pre
 
 
 def _gguf_message(repo: str, ggufs: list[str]) -> str:
@@ -561,17 +591,20 @@ def _fetch_hub(
     cached = read_header_cache(repo_id, commit)
     preprocessor: dict[str, Any] | None = None
     rewrite = False  # a header cache written without the preprocessor this commit has
-    if PREPROCESSOR in siblings:
-        if cached is not None and cached[2] is not None:
+    if any(f in siblings for f in PROCESSOR_FILES):
+        if cached is not None and processors_complete(cached[2], siblings):
             preprocessor = cached[2]
         else:
-            try:
-                pre_path = download(PREPROCESSOR, commit)
-            except Exception as exc:
-                raise hub_error(exc, repo_id, revision, token) from None
-            preprocessor = preprocessor_object(
-                _read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}"
-            )
+            for fname in PROCESSOR_FILES:
+                if fname not in siblings:
+                    continue
+                try:
+                    pre_path = download(fname, commit)
+                except Exception as exc:
+                    raise hub_error(exc, repo_id, revision, token) from None
+                preprocessor = add_processor_file(
+                    preprocessor, fname, _read_json(Path(pre_path)), f"{repo_id}/{fname}"
+                )
             rewrite = cached is not None
     try:
         # by the revision asked for, so the Hub cache records branch/tag -> commit (offline
@@ -815,21 +848,24 @@ def resolve_offline(repo_id: str, revision: str | None) -> ResolvedModel:
         cfg = merge_hf_quant_config(cfg, _read_json(hq))
     cached = read_header_cache(repo_id, commit)
     inventory, disk, preprocessor = cached if cached is not None else (None, None, None)
-    if preprocessor is None:
-        try:
-            pre_path = download(
-                repo_id,
-                PREPROCESSOR,
-                revision=commit,
-                cache_dir=str(_hub_cache()),
-                local_files_only=True,
-            )
-        except Exception:
-            pre_path = None  # not cached (or the repository has none)
-        if pre_path is not None:
-            preprocessor = preprocessor_object(
-                _read_json(Path(pre_path)), f"{repo_id}/{PREPROCESSOR}"
-            )
+    if preprocessor is None or VIDEO_PROCESSOR_KEY not in preprocessor:
+        found: dict[str, Any] | None = None
+        for fname in PROCESSOR_FILES:
+            try:
+                pre_path = download(
+                    repo_id,
+                    fname,
+                    revision=commit,
+                    cache_dir=str(_hub_cache()),
+                    local_files_only=True,
+                )
+            except Exception:
+                pre_path = None  # not cached (or the repository has none)
+            if pre_path is not None:
+                found = add_processor_file(
+                    found, fname, _read_json(Path(pre_path)), f"{repo_id}/{fname}"
+                )
+        preprocessor = found if found is not None else preprocessor
     notes: list[str] = ["HF_HUB_OFFLINE: resolved from the local cache"]
     if inventory is None:
         try:

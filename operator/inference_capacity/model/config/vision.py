@@ -173,6 +173,8 @@ def encoder_tower(
     return None
 
 
+#: the Qwen3-VL-style wrappers (their towers keep ``encoder_metadata`` through the blocks)
+QWEN3_TOWERS = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
 #: the wrappers whose dummy image follows a Qwen2-VL-style processor's pixel bounds
 #: (``Qwen2VLProcessingInfo.get_image_size_with_most_features``): Qwen2-VL, Qwen2.5-VL, and
 #: Qwen3-VL / Qwen3.5 (``Qwen3VLProcessingInfo`` subclasses it; ``Qwen3_5ProcessingInfo`` and
@@ -314,8 +316,7 @@ def _qwen_vl_tower(
     (flash-attention varlen over ``cu_seqlens``; the window/full split of
     ``fullatt_block_indexes`` changes only the sequence boundaries): no patches² scores.
     Qwen3-VL's interpolated position embeddings and rotary tables (``prepare_encoder_metadata``:
-    h + head_dim per patch, live through the blocks) are not counted (≤ 10 % of the block
-    peak at Qwen3.5's h = 1152, head_dim 72)."""
+    h + head_dim per patch, live through the blocks) are ``kept_per_patch``."""
     dims = _qwen_vl_dims(model_type, vc)
     if dims is None or not text_hidden:
         return None
@@ -343,6 +344,8 @@ def _qwen_vl_tower(
         patch_size=patch,
         merge_size=merge,
         temporal_patch_size=tps,
+        float32_pixels=True,
+        kept_per_patch=h + h // heads if model_type in QWEN3_TOWERS else 0,
     )
 
 
