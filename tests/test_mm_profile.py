@@ -611,20 +611,16 @@ QWEN_PRE = {
 }
 
 
-@pytest.fixture
-def vl_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _serve_hub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repo: str, files: dict[str, Any]
+) -> Any:
+    """A local Hub serving ``repo`` with ``files`` (JSON objects), the environment pointed at
+    it; yields the server."""
     from inference_capacity.model.source import clear_cache
     from tests.hubserver import HubServer
 
     server = HubServer().start()
-    cfg = json.loads(_qwen_cfg_text())
-    server.add(
-        "acme/qwen2.5-vl-7b-small-images",
-        {
-            "config.json": json.dumps(cfg).encode(),
-            "preprocessor_config.json": json.dumps(QWEN_PRE).encode(),
-        },
-    )
+    server.add(repo, {name: json.dumps(obj).encode() for name, obj in files.items()})
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
@@ -635,6 +631,12 @@ def vl_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     finally:
         clear_cache()
         server.stop()
+
+
+@pytest.fixture
+def vl_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    files = {"config.json": json.loads(_qwen_cfg_text()), "preprocessor_config.json": QWEN_PRE}
+    yield from _serve_hub(tmp_path, monkeypatch, "acme/qwen2.5-vl-7b-small-images", files)
 
 
 def _qwen_cfg_text() -> str:
@@ -918,28 +920,13 @@ def test_qwen35_video_with_more_tokens_or_unknown_is_refused(tmp_path: Path) -> 
 @pytest.fixture
 def qwen3_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from inference_capacity.model.catalog import load_config
-    from inference_capacity.model.source import clear_cache
-    from tests.hubserver import HubServer
 
-    server = HubServer().start()
-    server.add(
-        "acme/qwen3.5-35b-a3b",
-        {
-            "config.json": json.dumps(load_config(QWEN35_MOE)[1]).encode(),
-            "preprocessor_config.json": json.dumps(QWEN3_IMAGE_PRE).encode(),
-            "video_preprocessor_config.json": json.dumps(QWEN3_VIDEO_PRE).encode(),
-        },
-    )
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    clear_cache()
-    try:
-        yield server
-    finally:
-        clear_cache()
-        server.stop()
+    files = {
+        "config.json": load_config(QWEN35_MOE)[1],
+        "preprocessor_config.json": QWEN3_IMAGE_PRE,
+        "video_preprocessor_config.json": QWEN3_VIDEO_PRE,
+    }
+    yield from _serve_hub(tmp_path, monkeypatch, "acme/qwen3.5-35b-a3b", files)
 
 
 def test_hub_reads_the_video_processor_sync_and_async(qwen3_hub: Any) -> None:

@@ -44,7 +44,6 @@ from .engines.vllm_mm import (
     DEFAULT_MM_LIMIT,
     MM_PROFILE_ERAS,
     PIXEL_KWARGS,
-    QWEN3_VIDEO_TOWERS,
     ProfileSizing,
     calibration,
     image_options,
@@ -59,6 +58,7 @@ from .engines.vllm_mm import (
 from .engines.vllm_rules import VllmRules
 from .hardware import Gpu, custom_gpu, get_gpu
 from .model import ModelConfigError, ModelShape, VisionTower, model_from_dict
+from .model.config.vision import QWEN3_TOWERS
 from .model.hub_async import HubClient, resolve_model_ref_async
 from .model.limits import parse_config_json
 from .model.source import VIDEO_PROCESSOR_KEY, ModelSourceError, ResolvedModel, resolve_model_ref
@@ -314,8 +314,10 @@ PIXEL_WAYS = (
 
 
 def _qwen3_video(shape: ModelShape) -> bool:
-    """Whether ``shape``'s tower is a Qwen3-VL / Qwen3.5 wrapper's (its 2-frame dummy video)."""
-    return shape.vision_tower is not None and shape.vision_tower.tower in QWEN3_VIDEO_TOWERS
+    """Whether ``shape``'s tower is a Qwen3-VL / Qwen3.5 wrapper's: its dummy video is 2 frames,
+    one temporal patch (``Qwen3VLDummyInputsBuilder``; Qwen3.5 and Qwen3.5-MoE use it,
+    models/qwen3_5.py 0.24.0)."""
+    return shape.vision_tower is not None and shape.vision_tower.tower in QWEN3_TOWERS
 
 
 def _video_processor(

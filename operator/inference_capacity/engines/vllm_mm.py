@@ -43,7 +43,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..model import ModelShape, VisionTower
-from ..model.config.vision import QWEN3_TOWERS
 from ..units import GiB
 from .versions import Era, Version
 from .vllm_rules import VllmRules
@@ -360,9 +359,6 @@ def most_features_size(max_pixels: int, unit: int, version: Version) -> tuple[in
     raise ValueError(f"max_pixels {max_pixels} is below one {unit}x{unit} unit")
 
 
-#: the wrappers whose dummy video is Qwen3-VL's: 2 frames, one temporal patch
-#: (``Qwen3VLDummyInputsBuilder``; Qwen3.5 and Qwen3.5-MoE use it, models/qwen3_5.py 0.24.0)
-QWEN3_VIDEO_TOWERS: Final = QWEN3_TOWERS
 #: ``target_num_frames`` of the dummy video and ``num_frames`` of ``get_max_video_tokens``
 QWEN3_DUMMY_VIDEO_FRAMES: Final = 2
 
