@@ -146,7 +146,10 @@ class LatencyModel:
         mx: Callable[[Any, Any], Any],
     ) -> Any:
         """One stage's step (the module doc's terms) on floats or arrays alike: ``mx`` is
-        ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is)."""
+        ``max`` for floats, ``np.maximum`` for arrays (the one place the formula is). ``mx``
+        only meets the token terms (``tokens``, ``sampled``, ``p``); ``kv`` enters by + and /
+        alone, so scalar tokens with ``max`` and an array ``kv`` give an array (the decode
+        steps of many batches at once, :meth:`step_seconds`)."""
         bw = self.bandwidth
         dense_mem = stage.dense_weight_bytes / bw
         t = stage.fixed_s + kv / bw
@@ -164,9 +167,11 @@ class LatencyModel:
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
             mem = stage.expert_weight_bytes * touched / e / bw
             if flops:
-                # each touched expert's grouped GEMM sees M = T × k / touched rows
+                # each touched expert's grouped GEMM sees M = T × k / touched rows; a step of
+                # no tokens (a prefill-only workload's decode step) has no expert FLOPs: the
+                # efficiency is floored so that 0 / eff stays 0 instead of 0 / 0
                 m = tokens * k / mx(touched, 1e-9)
-                eff = perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M)
+                eff = mx(perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M), 1e-12)
                 fl = 2.0 * k / e * stage.expert_params * tokens / (stage.expert_flops * eff)
                 mem = mx(mem, fl)
             t = t + mem
@@ -184,14 +189,24 @@ class LatencyModel:
         tokens attend to ``prefill_ctx`` positions on average; ``kv_per_stage[s]`` = KV bytes
         the decode sequences read on stage s (any shape broadcasting with n). ``flops`` False:
         the memory terms only (what the step would be if nothing were compute-bound)."""
-        d = np.asarray(n, dtype=np.float64)
-        p = np.asarray(prefill_tokens, dtype=np.float64)
-        tokens = np.maximum(d + p, 0.0)
-        sampled = d + (p > 0)
+        if np.ndim(n) == 0 and np.ndim(prefill_tokens) == 0:
+            # one batch shape, many KV reads (BatchLatency.point): the token terms on floats,
+            # only the KV terms on arrays (the same operations in the same order)
+            d: Any = float(n)
+            p: Any = float(prefill_tokens)
+            tokens: Any = max(d + p, 0.0)
+            sampled: Any = d + (1.0 if p > 0 else 0.0)
+            mx: Callable[[Any, Any], Any] = max
+        else:
+            d = np.asarray(n, dtype=np.float64)
+            p = np.asarray(prefill_tokens, dtype=np.float64)
+            tokens = np.maximum(d + p, 0.0)
+            sampled = d + (p > 0)
+            mx = np.maximum
         gpu: FloatArray = np.zeros(np.broadcast(d, p, kv_per_stage[0]).shape)
         for s, stage in enumerate(self.stages):
             gpu = gpu + self._stage_seconds(
-                stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, np.maximum
+                stage, tokens, sampled, p, prefill_ctx, kv_per_stage[s], flops, mx
             )
         out: FloatArray = self._with_cpu(gpu, np.maximum)
         return out
@@ -649,19 +664,31 @@ class BatchLatency:
             return 0
         return int(self.count[:, -1].min())
 
-    def _column(self, a: FloatArray, n: int) -> FloatArray:
-        """``a`` at the request holding each path's n-th sequence."""
+    def _columns(self, n: int) -> Callable[[FloatArray], FloatArray]:
+        """A reader of any path array at the request holding each path's n-th sequence (the
+        request index found once for every array)."""
         if self.uniform_n:
-            out: FloatArray = a[:, -(-n // self.uniform_n) - 1]
-            return out
+            col = -(-n // self.uniform_n) - 1
+
+            def uniform(a: FloatArray) -> FloatArray:
+                out: FloatArray = a[:, col]
+                return out
+
+            return uniform
+        rows = np.arange(self.count.shape[0])
         j = np.argmax(self.count >= n, axis=1)
-        picked: FloatArray = a[np.arange(a.shape[0]), j]
+
+        def picked(a: FloatArray) -> FloatArray:
+            out: FloatArray = a[rows, j]
+            return out
+
         return picked
 
     def _kv(self, n: int) -> list[FloatArray]:
-        full = self._column(self.full, n)
-        count = self._column(self.count, n)
-        win = {w: self._column(a, n) for w, a in self.windowed.items()}
+        column = self._columns(n)
+        full = column(self.full)
+        count = column(self.count)
+        win = {w: column(a) for w, a in self.windowed.items()}
         kv = []
         for stage in self.model.stages:
             k = stage.full_bytes_per_token * full + 2.0 * stage.state_bytes * count
