@@ -498,7 +498,9 @@ def serve(
         # its own chunks: full ones of the budget the decodes leave, then the remainder (vLLM
         # V1's scheduler gives a waiting prompt min(its tokens, the budget left) per step:
         # vllm/v1/core/sched/scheduler.py, Scheduler.schedule), not ⌈I / (B − D)⌉ full ones
-        own = (chunks - 1) * step(d, cap) + step(d, prompt - (chunks - 1) * cap)
+        own = step(d, prompt - (chunks - 1) * cap)
+        if chunks > 1:  # full chunks before the remainder (none: no step to evaluate)
+            own = (chunks - 1) * step(d, cap) + own
         ttft = own + 0.5 * mean + request_s
         lam = run / (ttft + dec_steps * mean)
         per_step = lam * prompt * mean  # prefill tokens a step must carry on average
