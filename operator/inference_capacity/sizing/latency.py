@@ -654,17 +654,12 @@ class BatchLatency:
             return make
 
         self.count = sim.kept_cumsum("seqs", seqs)
+        #: the largest batch the paths are long enough to evaluate (fixed with ``count``)
+        self.max_n = int(self.count[:, -1].min()) if self.count.shape[1] else 0
         self.full = sim.kept_cumsum("ctx", ctx_seqs)
         windows = sorted({w for stage in model.stages for w, _ in stage.windowed})
         self.windowed = {w: sim.kept_cumsum(("window", w), win_seqs(w)) for w in windows}
         self._points: dict[int, LatencyPoint] = {}
-
-    @property
-    def max_n(self) -> int:
-        """Largest batch the paths are long enough to evaluate."""
-        if self.count.shape[1] == 0:
-            return 0
-        return int(self.count[:, -1].min())
 
     def _columns(self, n: int) -> Callable[[FloatArray], FloatArray]:
         """A reader of any path array at the request holding each path's n-th sequence (the
@@ -700,11 +695,11 @@ class BatchLatency:
         return kv
 
     def point(self, n: int) -> LatencyPoint:
-        if n <= 0 or n > self.max_n:
-            raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
         hit = self._points.get(n)
         if hit is not None:
             return hit
+        if n <= 0 or n > self.max_n:
+            raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
         kv = self._kv(n)
         model = self.model
         per_seq = [float(k.mean()) / n for k in kv]  # mean KV bytes per decoding sequence
