@@ -45,6 +45,7 @@ IN_SAMPLE = {
     "vllm-startup-041": "MOE_WORKSPACE, NCCL_PER_RANK, TP_INIT_* (TP4)",
     "vllm-startup-043": "NON_TORCH_TP1",
     "vllm-startup-045": "NON_TORCH_TP1, SAMPLER (check)",
+    "vllm-startup-101": "PCIE_TP_INIT_SCALE (TP4 non-torch and pre-snapshot; not replayed)",
 }
 
 #: what the logs cannot say (printed after the means)

@@ -278,6 +278,14 @@ POINT_SETUP: dict[str, PointSetup] = {
         skip="settings: DeepSeek-V4 with MTP speculative decoding is not modelled (the predictor "
         "refuses it); num_speculative_tokens, max_model_len and max_num_seqs not stated",
     ),
+    # vllm-project/vllm issue #50722 (4x H100, 0.26.0): the worker lines and the printed args are
+    # of two launches; its TP terms fitted engines/vllm.py::PCIE_TP_INIT_SCALE (in-sample)
+    "vllm-startup-101": PointSetup(
+        None,
+        skip="settings: the excerpt's non-default args are of an earlier launch than its worker "
+        "lines (runs with and without DFlash), so the flags are not known; its TP4 non-torch "
+        "(0.13 GiB) and pre-snapshot (1.55 GiB) fitted PCIE_TP_INIT_SCALE",
+    ),
     "vllm-startup-091": PointSetup(
         None,
         skip="DeepSeek-V4-Flash: version not stated and only the KV terms logged; its start "

@@ -5,6 +5,12 @@ code path and that the sizes are assumed)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from inference_capacity.engines.versions import Era
 from inference_capacity.engines.vllm import (
     NCCL_GROUP_INIT_GIB,
@@ -13,11 +19,13 @@ from inference_capacity.engines.vllm import (
     distributed_init_bytes,
     dp_ep_nccl_groups,
     non_torch,
+    pcie_only,
+    pre_snapshot_bytes,
     predict_startup,
 )
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
-from inference_capacity.units import gib
+from inference_capacity.units import GiB, gib
 
 H100 = get_gpu("H100-SXM-80GB")
 
@@ -66,3 +74,60 @@ def test_dense_dp2_pays_the_dp_group_only() -> None:
         shape, H100.total_bytes, H100.name, 1, 1, EngineSettings(version="0.25.0", data_parallel=2)
     )
     assert p.nccl_groups == 1
+
+
+# --- PCIe-only GPUs (engines/vllm.py::PCIE_TP_INIT_SCALE) ---------------------------------------
+
+LOGS = Path(__file__).resolve().parent / "data" / "vllm-startup-logs.jsonl"
+
+
+def _log(pid: str) -> dict[str, Any]:
+    for line in LOGS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and json.loads(line)["id"] == pid:
+            entry: dict[str, Any] = json.loads(line)
+            return entry
+    raise AssertionError(pid)
+
+
+def test_which_gpus_are_pcie_only() -> None:
+    assert pcie_only("RTX-4090") and pcie_only("H100-PCIe-80GB") and pcie_only("L40S")
+    assert not pcie_only("H100-SXM-80GB") and not pcie_only("B200-180GB")
+    # a GPU the catalog does not know keeps the NVLink fit (the larger terms)
+    assert not pcie_only("NO-SUCH-GPU")
+
+
+def test_pcie_tp4_terms_are_the_logged_ones() -> None:
+    # vllm-startup-101 (vLLM issue #50722, 0.26.0, TP4, H100 assumed PCIe): 79.33 - 77.78 GiB in
+    # use before the init snapshot, and a non-torch increase of 0.13 GiB in the profile
+    log = _log("vllm-startup-101")
+    lg = log["logged"]
+    used = log["total_gpu_memory_gib"] - lg["free_at_startup_gib"]
+    era = Era.V1_CG
+    assert pre_snapshot_bytes(era, 4, 1, pcie=True) == pytest.approx(used * GiB, rel=0.005)
+    # the TP = 1 figure: NCCL adds nothing measurable, the logged 0.13 is below it
+    assert non_torch(era, 4, 1, pcie=True) == non_torch(era, 1, 1)
+    assert lg["non_torch_gib"] * GiB <= non_torch(era, 4, 1, pcie=True)
+    # the NVLink (HGX H100) fit is unchanged: 2.07 GiB before the snapshot at TP4, 2.12 non-torch
+    assert pre_snapshot_bytes(era, 4, 1) == pytest.approx(gib(0.51 + 0.48 + 0.54 * 2), abs=2)
+    assert non_torch(era, 4, 1) == gib(2.02 + 0.025 * 4)
+    # the TP part keeps the fit's shape, scaled to the TP4 point (TP2 0.68, TP8 1.40 GiB)
+    for tp in (2, 8):
+        nvlink = distributed_init_bytes(era, tp, 1)
+        assert distributed_init_bytes(era, tp, 1, pcie=True) == pytest.approx(
+            nvlink * 1.04 / 1.56, abs=2
+        )
+    # before 0.11 distributed init was measured in the profile, never before the snapshot
+    assert distributed_init_bytes(Era.V1_PRE_NCCL, 4, 1, pcie=True) == 0
+
+
+def test_a_pcie_tp2_plan_frees_the_nvlink_nccl_share() -> None:
+    shape = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    settings = EngineSettings(version="0.25.0", max_model_len=8192)
+    pcie_gpu, nvlink_gpu = get_gpu("H100-PCIe-80GB"), get_gpu("H100-SXM-80GB")
+    assert pcie_gpu.total_bytes == nvlink_gpu.total_bytes  # the same 80 GB of HBM
+    pcie = predict_startup(shape, pcie_gpu.total_bytes, pcie_gpu.name, 2, 1, settings)
+    nvlink = predict_startup(shape, nvlink_gpu.total_bytes, nvlink_gpu.name, 2, 1, settings)
+    assert pcie.pcie and not nvlink.pcie
+    r_pcie, r_nvlink = pcie.ranks[0], nvlink.ranks[0]
+    assert r_pcie.non_torch == gib(0.25) and r_nvlink.non_torch == gib(2.02 + 0.05)
+    assert r_pcie.available_kv - r_nvlink.available_kv == r_nvlink.non_torch - r_pcie.non_torch

@@ -56,8 +56,11 @@ def test_the_vllm_0_20_or_newer_logs_are_counted_by_their_own_version() -> None:
     assert len(NEW) >= 20
     for pid in NEW:
         assert BY_ID[pid]["source_url"].startswith("https://"), pid
-        if pid not in BEFORE_ISSUE_21:
+        if pid in ADDED_BY_ISSUE_21:
             assert BY_ID[pid].get("retrieved") == "2026-12-02", pid
+        elif pid not in BEFORE_ISSUE_21:  # added later: a retrieval date of that pass or after
+            assert re.fullmatch(r"2026-12-\d\d", BY_ID[pid].get("retrieved", "")), pid
+            assert BY_ID[pid]["retrieved"] >= "2026-12-02", pid
 
 
 def test_a_version_taken_from_line_numbers_is_backed_by_such_lines() -> None:

@@ -95,7 +95,9 @@ def margin_items(
             "used before vLLM's init snapshot (0.51 GiB on an H100)",
         ),
     ]
-    distributed = distributed_init_bytes(pred.settings.era, pred.tp, pred.pp, pred.nccl_groups)
+    distributed = distributed_init_bytes(
+        pred.settings.era, pred.tp, pred.pp, pred.nccl_groups, pred.pcie
+    )
     if distributed > 0:
         items.append(
             LedgerItem(
@@ -106,7 +108,8 @@ def margin_items(
                 "calibrated",
                 False,
                 "communicators and all-reduce buffers created before vLLM's snapshot "
-                "(0.19 H100 logs: +1.02 GiB at TP2, +1.56 at TP4, +0.92 at PP2)",
+                "(0.19 H100 logs: +1.02 GiB at TP2, +1.56 at TP4, +0.92 at PP2; "
+                "PCIe-only GPUs 1.04/1.56 of the TP part)",
             )
         )
     if r.cuda_graph and not pred.settings.cg_in_budget:

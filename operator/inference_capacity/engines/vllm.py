@@ -65,7 +65,8 @@ NON_TORCH_TP1 = {
     Era.V1_CONSUMED: 0.27,
 }
 #: NCCL channel/proxy buffers allocated lazily at the first collective (TP ≥ 2): 2.07 GiB at
-#: TP2 and 2.17 GiB at TP4 (0.19.0 H100 logs), ~1.38 at TP2 on H200 (0.11).
+#: TP2 and 2.17 GiB at TP4 (0.19.0 H100 logs), ~1.38 at TP2 on H200 (0.11). NVLink GPUs and GPUs
+#: the catalog does not know only: see :data:`PCIE_TP_INIT_SCALE` for PCIe-only ones.
 NCCL_BASE_GIB = 2.02
 NCCL_PER_RANK_GIB = 0.025
 #: With PP only (TP = 1), the profile adds little: 0.07 GiB (0.19.0, Llama-3.1-8B PP2).
@@ -87,6 +88,24 @@ CUDA_CONTEXT_GIB = 0.51
 #: (exact at 2 and 4; TP8 = 2.10 is an extrapolation).
 TP_INIT_BASE_GIB = 0.48
 TP_INIT_PER_DOUBLING_GIB = 0.54
+#: PCIe-only GPUs (catalog ``interconnect: pcie``) at TP ≥ 2. The NCCL terms above were fitted on
+#: an NVLink/NVSwitch H100 (HGX), whose communicators open many channels over NVLink (and NVLS
+#: from 3 GPUs: vLLM issue #9699, ``nvlsPerRankSize`` 288 MiB at 8 H100s); over PCIe NCCL
+#: opens few, and vLLM's custom all-reduce is off on more than two PCIe-only GPUs
+#: (device_communicators/custom_all_reduce.py, 0.21.0/0.26.0: "not supported on more than two
+#: PCIe-only GPUs"). Logged: in the same era, the profile's non-torch grew by 1.79 GiB from TP1
+#: to TP2 on an H100 (vLLM PR #10511) and not at all on two RTX 4090s (0.25 GiB at TP2,
+#: vllm-startup-007, V0); from 0.20, 0.13 GiB at TP4 (vllm-startup-101, vLLM issue #50722,
+#: 0.26.0, H100 with custom all-reduce disabled: a PCIe card is ASSUMED, the log does not name
+#: the form factor; its 79.33 GiB total differs from the SXM H100's 79.19). So on PCIe-only GPUs
+#: the profile's non-torch at TP ≥ 2 is the TP = 1 figure (:data:`NON_TORCH_TP1`, the larger,
+#: safe side of those logs) and the TP part of the pre-snapshot memory keeps the NVLink fit's
+#: shape scaled to vllm-startup-101's TP4 point: 1.55 GiB in use before the snapshot (free
+#: 77.78 of 79.33) − :data:`CUDA_CONTEXT_GIB` = 1.04 GiB where the fit gives 1.56, so × 1.04 /
+#: 1.56 (TP2 0.68 GiB, at least the 0.62 that 2 × RTX 5090 at 0.27+ used, vllm-startup-055;
+#: TP8 1.40 GiB, an extrapolation). A PCIe card bridged by NVLink (RTX 3090 pairs, H100 PCIe
+#: pairs) is counted as PCIe. DP/EP groups keep their assumed sizes.
+PCIE_TP_INIT_SCALE = 1.04 / 1.56
 #: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
 #: are assumed additive (no log has both).
 PP_INIT_GIB = 0.92
@@ -230,6 +249,8 @@ class StartupPrediction:
     nccl_groups: int = 0
     #: the engine runs vLLM's async scheduler (:func:`async_scheduling_on`)
     async_scheduling: bool = False
+    #: a PCIe-only GPU: the NCCL terms of :data:`PCIE_TP_INIT_SCALE`
+    pcie: bool = False
 
     def to_json(self) -> dict[str, object]:
         r = self.ranks[self.binding_rank]
@@ -686,10 +707,13 @@ def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
     return int(rows * shape.vocab_size * per)
 
 
-def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
+def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False) -> int:
     """Non-torch memory at the profile; ``nccl_groups``: the DP/EP communicators
-    (:func:`dp_ep_nccl_groups`), each adding :data:`NCCL_GROUP_PROFILE_GIB` in V1."""
+    (:func:`dp_ep_nccl_groups`), each adding :data:`NCCL_GROUP_PROFILE_GIB` in V1; ``pcie``: a
+    PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`), whose TP communicators add nothing measurable."""
     extra = nccl_groups * NCCL_GROUP_PROFILE_GIB if era is not Era.V0 else 0.0
+    if tp >= 2 and pcie and era is not Era.V0:
+        return gib(NON_TORCH_TP1[era] + extra)
     if tp >= 2 and era is not Era.V0:
         return gib(NCCL_BASE_GIB + NCCL_PER_RANK_GIB * tp + extra)
     if tp >= 2:
@@ -1000,25 +1024,39 @@ def cudagraph_mode_scale(
     return cudagraph_mode_graphs(v, mode, full, piecewise, never_backend), full.graphs
 
 
-def distributed_init_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
+def distributed_init_bytes(
+    era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False
+) -> int:
     """NCCL and all-reduce memory taken before vLLM's init snapshot at TP/PP ≥ 2, from 0.11
-    (snapshot after distributed init), plus :data:`NCCL_GROUP_INIT_GIB` per DP/EP communicator.
-    Before 0.11 (and V0) distributed init came after the snapshot and is measured instead
-    (non-torch)."""
+    (snapshot after distributed init), plus :data:`NCCL_GROUP_INIT_GIB` per DP/EP communicator;
+    ``pcie``: the TP part on a PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`). Before 0.11 (and V0)
+    distributed init came after the snapshot and is measured instead (non-torch)."""
     init_gib = 0.0
     if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
         init_gib += nccl_groups * NCCL_GROUP_INIT_GIB
         if tp >= 2:
-            init_gib += TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+            tp_gib = TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+            init_gib += tp_gib * (PCIE_TP_INIT_SCALE if pcie else 1.0)
         if pp >= 2:
             init_gib += PP_INIT_GIB
     return gib(init_gib)
 
 
-def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0) -> int:
+def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False) -> int:
     """Device memory in use before vLLM's init snapshot, never in its budget: the CUDA context
     plus :func:`distributed_init_bytes`. ``free_init = total − this`` must hold ``requested``."""
-    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp, nccl_groups)
+    return gib(CUDA_CONTEXT_GIB) + distributed_init_bytes(era, tp, pp, nccl_groups, pcie)
+
+
+def pcie_only(gpu_name: str) -> bool:
+    """Whether the catalog lists ``gpu_name`` as a PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`);
+    False for NVLink GPUs and for GPUs it does not know (the NVLink fit: the larger terms)."""
+    from ..hardware import UnknownGpuError, get_gpu
+
+    try:
+        return get_gpu(gpu_name).interconnect == "pcie"
+    except UnknownGpuError:
+        return False
 
 
 def _decoder_layer_bytes(
@@ -1363,6 +1401,8 @@ class _Setup:
     #: (graphs of the requested ``cudagraph_mode``, of the default mode):
     #: :func:`cudagraph_mode_scale`
     graph_scale: tuple[int, int] = (1, 1)
+    #: a PCIe-only GPU: the NCCL terms of :data:`PCIE_TP_INIT_SCALE`
+    pcie: bool = False
 
     @property
     def R(self) -> int:
@@ -1472,6 +1512,7 @@ def _setup(
         _built_weights(shape, settings, rs.era),
         dp_ep_nccl_groups(settings.data_parallel, shape.is_moe),
         graph_scale,
+        pcie_only(gpu_name),
     )
 
 
@@ -1559,7 +1600,7 @@ def _predict_stage(
     prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
     mm = prof.extra_over(act) if prof is not None else 0
     act += mm
-    nt = non_torch(era, tp, pp, su.nccl_groups)
+    nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     cg = _cuda_graph(shape, su, settings, len(stage_range), last)
     avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0)
     rank_requested = su.requested
@@ -1657,13 +1698,19 @@ def _kv_error(
 
 
 def _free_memory_error(
-    rs: ResolvedSettings, requested: int, total_bytes: int, tp: int, pp: int, nccl_groups: int
+    rs: ResolvedSettings,
+    requested: int,
+    total_bytes: int,
+    tp: int,
+    pp: int,
+    nccl_groups: int,
+    pcie: bool,
 ) -> str | None:
     """v1/worker/utils.py::request_memory (0.11–0.33; raises since 0.9): the free memory at
     startup must hold the requested share; GiB printed as round(x, 2)."""
     if rs.era in (Era.V0, Era.V1_EARLY):
         return None
-    free = total_bytes - pre_snapshot_bytes(rs.era, tp, pp, nccl_groups)
+    free = total_bytes - pre_snapshot_bytes(rs.era, tp, pp, nccl_groups, pcie)
     if requested <= free:
         return None
     return (
@@ -1721,7 +1768,7 @@ def predict_startup(
             fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)
             return replace(p, notes=(f"--max-model-len -1: fitted to {est_len:,}",) + p.notes)
-    msg = _free_memory_error(rs, su.requested, total_bytes, tp, pp, su.nccl_groups)
+    msg = _free_memory_error(rs, su.requested, total_bytes, tp, pp, su.nccl_groups, su.pcie)
     if msg is not None:
         if error is None:
             error = msg
@@ -1742,6 +1789,7 @@ def predict_startup(
         tuple(notes),
         nccl_groups,
         async_scheduling_on(rs.version, pp, settings),
+        su.pcie,
     )
 
 
