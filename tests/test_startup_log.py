@@ -127,3 +127,31 @@ def test_prediction_errors_per_term() -> None:
     predicted = {"weights_gib": 12.56 * 1.01, "kv_cache_tokens": 126256 * 0.9}
     err = prediction_errors(got, predicted)
     assert err == {"weights": pytest.approx(1.0), "kvCacheTokens": pytest.approx(-10.0)}
+
+
+@pytest.mark.parametrize("point", ["vllm-startup-101", "vllm-startup-053", "vllm-startup-055"])
+def test_the_workers_summary_line_gives_the_logged_terms(point: str) -> None:
+    # 0.26.0 prints weight, peak activation, non-torch, CUDA graphs and the KV in use in one line;
+    # from 0.27 weights and non-torch are one "consumed" figure, which is no term of its own
+    logged: dict[str, Any] = POINTS[point]["logged"]
+    got = parse(_log(point))
+    assert got.rejected is None and got.failure is None
+    assert got.activation_peak_gib == logged["activation_peak_gib"]
+    assert got.cuda_graph_gib == logged["cuda_graph_gib"]
+    assert got.available_kv_cache_gib == logged["kv_cache_gib"]
+    assert got.weights_gib == logged["weights_gib"]
+    assert got.non_torch_gib == logged["non_torch_gib"]
+
+
+def test_an_absurd_summary_line_rejects_the_log() -> None:
+    line = (
+        "(Worker_TP0 pid=1) INFO 08-14 09:28:01 [gpu_worker.py:857] Free memory on device "
+        "(77.78/79.33 GiB) on startup. Desired GPU memory utilization is (0.85, 67.43 GiB). "
+        "Actual usage is 99999.0 GiB for weight, 5.66 GiB for peak activation, 0.13 GiB for "
+        "non-torch memory, and 1.34 GiB for CUDAGraph memory. Replace gpu_memory_utilization "
+        "config with `--kv-cache-memory=1` (0.0 GiB) to fit into requested memory. Current kv "
+        "cache memory in use is 43.4 GiB.\n"
+    )
+    got = parse(line)
+    assert got.rejected is not None and "weights_gib" in got.rejected
+    assert got.weights_gib is None and got.available_kv_cache_gib is None

@@ -14,6 +14,11 @@ through ``pods/log`` and hands the bytes here. The formats are vLLM's, per versi
   ::compile_or_warm_up_model``, 0.18+); ``Graph capturing finished in T secs, took X GiB``
   (``gpu_model_runner.py::capture_model`` and V0);
 * ``Available KV cache memory: X GiB`` (``gpu_worker.py::determine_available_memory``);
+* the worker's summary ``Free memory on device (F/T GiB) on startup. Desired GPU memory
+  utilization is (U, R GiB). Actual usage is W GiB for weight, A GiB for peak activation, N GiB
+  for non-torch memory, and C GiB for CUDAGraph memory. ... Current kv cache memory in use is K
+  GiB.`` (``gpu_worker.py::compile_or_warm_up_model``: DEBUG 0.19-0.22, INFO in 0.26.0; from
+  0.27 ``X GiB for consumed memory (weights + non-torch)`` replaces the first and third terms);
 * ``GPU KV cache size: N tokens`` and ``Maximum concurrency for L tokens per request: Cx``
   (``v1/core/kv_cache_utils.py::_report_kv_cache_config``; thousands separated by commas from
   0.10); V0: ``# GPU blocks: N, # CPU blocks: M``;
@@ -172,6 +177,31 @@ _RULES: tuple[_Rule, ...] = tuple(
             ("cuda_graph_gib",),
         ),
         (rf"^Available KV cache memory: ({_NUM}) GiB", ("available_kv_cache_gib",)),
+        # the worker's summary after capturing its graphs (gpu_worker.py::
+        # compile_or_warm_up_model, DEBUG through 0.22, INFO by 0.26): every term at once
+        (
+            rf"^Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory "
+            rf"utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is ({_NUM}) GiB for weight, "
+            rf"({_NUM}) GiB for peak activation, ({_NUM}) GiB for non-torch memory, and ({_NUM}) "
+            rf"GiB for CUDAGraph memory\.[^\n]{{0,600}}?Current kv cache memory in use is "
+            rf"({_NUM}) GiB",
+            (
+                "weights_gib",
+                "activation_peak_gib",
+                "non_torch_gib",
+                "cuda_graph_gib",
+                "available_kv_cache_gib",
+            ),
+        ),
+        # its 0.27+ form: weights and non-torch as one "consumed" figure (not a term here)
+        (
+            rf"^Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory "
+            rf"utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is {_NUM} GiB for consumed "
+            rf"memory \(weights \+ non-torch\), ({_NUM}) GiB for peak activation, and ({_NUM}) "
+            rf"GiB for CUDAGraph memory\.[^\n]{{0,600}}?Current kv cache memory in use is "
+            rf"({_NUM}) GiB",
+            ("activation_peak_gib", "cuda_graph_gib", "available_kv_cache_gib"),
+        ),
         (rf"^GPU KV cache size: ({_INT}) tokens", ("kv_cache_tokens",)),
         (
             rf"^Maximum concurrency for ({_INT}) tokens per request: ({_NUM})x",
