@@ -317,3 +317,14 @@ def test_a_catalog_entry_without_a_field_or_twice_is_refused() -> None:
         hardware._parse_catalog(doc)
     with pytest.raises(hardware.GpuCatalogError, match="a 'gpus' list"):
         hardware._parse_catalog([])
+
+
+def test_find_gpu_is_get_gpu_without_the_error() -> None:
+    from inference_capacity.hardware import find_gpu
+
+    for spelling in ("H100-SXM-80GB", "nvidia geforce rtx 5090", "NVIDIA-H100-80GB-HBM3"):
+        assert find_gpu(spelling) is get_gpu(spelling)
+    # a name the catalog does not know: None, where get_gpu raises with close names
+    assert find_gpu("H100-SXM-81GB") is None
+    with pytest.raises(UnknownGpuError):
+        get_gpu("H100-SXM-81GB")

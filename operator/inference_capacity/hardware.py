@@ -324,13 +324,19 @@ def list_gpus() -> tuple[Gpu, ...]:
     return _CATALOG
 
 
+def find_gpu(name: str) -> Gpu | None:
+    """:func:`get_gpu` without the error (and without its close-match search): None for a GPU
+    the catalog does not know."""
+    return _INDEX.get(_key(name))
+
+
 def get_gpu(name: str) -> Gpu:
     """Look a GPU up by its name, an alias or a GFD product label value.
 
     Case-insensitive; spaces, underscores and dashes are equivalent and a leading
     "NVIDIA"/"Tesla"/"GeForce"/"AMD"/"Instinct" is ignored.
     """
-    gpu = _INDEX.get(_key(name))
+    gpu = find_gpu(name)
     if gpu is not None:
         return gpu
     matches = difflib.get_close_matches(_key(name), list(_INDEX), n=8, cutoff=0.6)

@@ -325,12 +325,10 @@ def lora_graph_cases(v: Version, max_loras: int) -> int:
 
 def _compute_capability(gpu_name: str) -> tuple[int, int] | None:
     """The catalogued CUDA compute capability of ``gpu_name`` (None: unknown or not CUDA)."""
-    from ..hardware import UnknownGpuError, get_gpu
+    from ..hardware import find_gpu
 
-    try:
-        return get_gpu(gpu_name).compute_capability
-    except UnknownGpuError:
-        return None
+    gpu = find_gpu(gpu_name)
+    return gpu.compute_capability if gpu is not None else None
 
 
 def mxfp4_moe_backend(v: Version, gpu_name: str) -> str:
@@ -1051,12 +1049,10 @@ def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: b
 def pcie_only(gpu_name: str) -> bool:
     """Whether the catalog lists ``gpu_name`` as a PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`);
     False for NVLink GPUs and for GPUs it does not know (the NVLink fit: the larger terms)."""
-    from ..hardware import UnknownGpuError, get_gpu
+    from ..hardware import find_gpu
 
-    try:
-        return get_gpu(gpu_name).interconnect == "pcie"
-    except UnknownGpuError:
-        return False
+    gpu = find_gpu(gpu_name)
+    return gpu is not None and gpu.interconnect == "pcie"
 
 
 def _decoder_layer_bytes(
