@@ -253,3 +253,27 @@ def test_the_weight_memo_is_keyed_on_the_shape_not_its_identity() -> None:
     assert a == weights._weight_breakdown(shape, 2, 1, 0, 2, None, 0, 16, 1, 2)
     assert c == weights._weight_breakdown(other, 2, 1, 0, 2, None, 0, 16, 1, 2)
     assert c != a
+
+
+def test_a_v2_runner_sampler_peak_is_assumed_not_calibrated() -> None:
+    # engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT has no startup log in the data: where the V2
+    # runner's sampler sets the activation peak, the ledger says "assumed"
+    from inference_capacity.budget import build_ledger
+    from inference_capacity.engines.vllm import EngineSettings, predict_startup
+    from inference_capacity.hardware import get_gpu
+    from inference_capacity.model import load_model
+
+    h100 = get_gpu("H100-SXM-80GB")
+    shape = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    lines = {}
+    for version in ("0.19.0", "0.29.0"):  # V1 runner / V2 runner for a dense Llama
+        p = predict_startup(
+            shape, h100.total_bytes, h100.name, 1, 1, EngineSettings(version=version)
+        )
+        item = next(i for i in build_ledger(p, 0.0)[0].items if i.name == "activation_peak")
+        lines[version] = (p.settings.v2_runner, p.ranks[0].sampler_peak, item)
+    v1, v2 = lines["0.19.0"], lines["0.29.0"]
+    assert not v1[0] and v2[0]
+    assert v1[2].provenance == "calibrated"
+    assert v2[1] >= p.ranks[0].forward_peak  # the sampler sets it
+    assert v2[2].provenance == "assumed" and "V2 runner" in v2[2].note

@@ -198,17 +198,22 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     the budget."""
     s = pred.settings
     items: list[LedgerItem] = []
-    which = "sampler logits" if r.sampler_peak >= r.forward_peak else "forward activations"
+    sampler = r.sampler_peak >= r.forward_peak
+    which = "sampler logits" if sampler else "forward activations"
+    # the V2 runner's sampler constant has no startup log in the data (engines/vllm.py::
+    # V2_SAMPLER_BYTES_PER_LOGIT): an activation peak it sets is assumed, not calibrated
+    v2_sampler = sampler and s.v2_runner
     items.append(
         LedgerItem(
             "activation_peak",
             max(r.forward_peak, r.sampler_peak),
             "iteration",
             "profile run",
-            "calibrated",
+            "assumed" if v2_sampler else "calibrated",
             True,
             f"{which} at {s.max_num_batched_tokens} tokens / "
-            f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences",
+            f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences"
+            + (" (V2 runner sampler: no log in the data)" if v2_sampler else ""),
         )
     )
     if r.moe_workspace:

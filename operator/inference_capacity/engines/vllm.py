@@ -51,8 +51,11 @@ MOE_WORKSPACE_HIDDEN_COPIES = 16.0
 #: Llama-3.2-1B, 0.6.4.post1, T = 512 (chunked), R = 256: 7.52 − 2.32 − 0.44 − 3.60 = 1.17 GiB
 #: = 256 × 128256 × 38 B; Llama-3-8B at T = 8192 then gives 1.16 against 1.19–1.26 logged.
 V0_SAMPLER_BYTES_PER_LOGIT = 38.0
-#: V2 model runner (≥ 0.29, and Llama/Mistral/Qwen3 dense from 0.22): fp32 logits pipeline;
-#: ~0.31 log: 1.44 GiB "peak activation" incl. a ~0.3 GiB CG estimate for Llama-3.1-8B.
+#: V2 model runner (≥ 0.29, and Llama/Mistral/Qwen3 dense from 0.22): fp32 logits pipeline.
+#: ASSUMED, not calibrated: derived from a figure of research/vllm-memory.md (a ~0.31 V2-runner
+#: Llama-3.1-8B start, 1.44 GiB "peak activation" incl. a ~0.3 GiB CG estimate) whose log is not
+#: in tests/data, so no startup log in the data backs it; the ledger labels an activation peak
+#: set by it "assumed" (budget.py).
 V2_SAMPLER_BYTES_PER_LOGIT = 9.3
 #: Non-torch memory growth during profiling at TP = 1 (cuBLAS workspaces, modules): 0.25 GiB in
 #: every 0.19.0 H100 log; 0.07 in a 0.11 log; 0.35 in a 0.9/0.10 log; V0 logs 0.12–0.44.
@@ -136,7 +139,9 @@ def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
 
 
 #: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
-#: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB (0.31 log).
+#: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB. ASSUMED, not calibrated: the
+#: same research/vllm-memory.md figure (a ~0.31 start whose log is not in tests/data); 0.02 GiB
+#: is below the logs' two-decimal GiB precision either way.
 PERSISTENT_MISC_GIB = 0.02
 
 
