@@ -277,3 +277,53 @@ def test_largest_meeting_finds_what_a_scan_finds() -> None:
         assert got == want, (case, top, upper, itl_t, ttft_t)
         # never more points than a bisection over the range plus the powers of two
         assert len(fake.seen) <= 2 * max(top, 2).bit_length() + 2
+
+
+def _curve_probabilities_are_the_sizings(plan: Any, cache: Any) -> None:
+    d = cache.sizing  # the plan's own (last) sizing
+    assert plan.latency is not None and d is not None
+    points = [*plan.latency.curve, plan.latency.at_max_num_seqs, plan.latency.at_peak]
+    for pt in points:
+        if pt is not None:
+            assert pt.preemption_probability == d.probability(pt.max_num_seqs), pt.max_num_seqs
+
+
+def test_the_curves_preemption_probability_is_the_plans_own_sizing() -> None:
+    # the planner sizes again after choosing the utilization (another KV budget on the same
+    # paths); the batch latency it reuses must report the last budget's probabilities, not the
+    # first step's (Llama-3.1-8B, H100, an ITL target: 7.8 % shown at N = 273 where the plan's
+    # sizing gives 0.78 %)
+    from inference_capacity.planner import PlanCache
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    cache = PlanCache()
+    wl = Workload((chat,), peak_concurrency=256, itl_target_ms=30.0)
+    plan = make_plan(PlanInput(LLAMA8B, H100, engine=ENGINE, workload=wl), cache)
+    _curve_probabilities_are_the_sizings(plan, cache)
+
+
+def test_plans_in_a_row_on_one_cache_keep_their_own_probabilities() -> None:
+    # a sweep's plans share one PlanCache: another utilization is another budget on the same
+    # simulation, so the latency terms are shared and the probabilities are not
+    from inference_capacity.planner import PlanCache
+
+    chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
+    wl = Workload((chat,), peak_concurrency=256, itl_target_ms=40.0, ttft_target_ms=3000.0)
+    model = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    shared = PlanCache()
+    for u in (0.80, 0.85, 0.90):
+        engine = replace(ENGINE, gpu_memory_utilization=u)
+        inp = PlanInput(
+            model,
+            H100,
+            tp=4,
+            engine=engine,
+            workload=wl,
+            choose_utilization=False,
+            choose_max_num_seqs=False,
+        )
+        plan = make_plan(inp, shared)
+        _curve_probabilities_are_the_sizings(plan, shared)
+        alone = make_plan(inp)
+        assert alone.latency is not None and plan.latency is not None
+        assert alone.latency.curve == plan.latency.curve

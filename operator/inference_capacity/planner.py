@@ -236,9 +236,11 @@ class PlanCache:
         sim = d.binding.paths.simulation
         key = (model, sim, sim.length, d.binding_mix)
         hit = self.batches.get(key)
-        if hit is not None:
+        if hit is not None and hit.sizing is d:
             return hit
-        batches = BatchLatency(model, d)
+        # another sizing of the same paths (a budget of another step or utilization): the
+        # latency terms are the same, the preemption probabilities are d's
+        batches = hit.with_sizing(d) if hit is not None else BatchLatency(model, d)
         self.batches[key] = batches
         while len(self.batches) > self.keep:
             del self.batches[next(iter(self.batches))]

@@ -48,6 +48,7 @@ and data-parallel attention, PP micro-batch overlap (stages add up: an upper bou
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -659,7 +660,22 @@ class BatchLatency:
         self.full = sim.kept_cumsum("ctx", ctx_seqs)
         windows = sorted({w for stage in model.stages for w, _ in stage.windowed})
         self.windowed = {w: sim.kept_cumsum(("window", w), win_seqs(w)) for w in windows}
+        #: the points by N without their preemption probability (what the simulation's paths
+        #: and the model give, whatever the budget): shared by :meth:`with_sizing` views
         self._points: dict[int, LatencyPoint] = {}
+        #: the points with this view's sizing's preemption probability
+        self._bound: dict[int, LatencyPoint] = {}
+
+    def with_sizing(self, sizing: DistributionSizing) -> BatchLatency:
+        """These batches for another sizing of the same simulation and mix (another KV budget:
+        another utilization, a later step of the planner's loop): the latency terms are shared,
+        the preemption probability is ``sizing``'s. ``sizing`` must read the same paths."""
+        if sizing.binding.paths.simulation is not self.sizing.binding.paths.simulation:
+            raise ValueError("with_sizing: another simulation's sizing")
+        view = copy.copy(self)
+        view.sizing = sizing
+        view._bound = {}
+        return view
 
     def _columns(self, n: int) -> Callable[[FloatArray], FloatArray]:
         """A reader of any path array at the request holding each path's n-th sequence (the
@@ -695,9 +711,18 @@ class BatchLatency:
         return kv
 
     def point(self, n: int) -> LatencyPoint:
-        hit = self._points.get(n)
-        if hit is not None:
-            return hit
+        bound = self._bound.get(n)
+        if bound is not None:
+            return bound
+        raw = self._points.get(n)
+        if raw is None:
+            raw = self._points[n] = self._compute(n)
+        out = replace(raw, preemption_probability=self.sizing.probability(n))
+        self._bound[n] = out
+        return out
+
+    def _compute(self, n: int) -> LatencyPoint:
+        """The point at N without its preemption probability (0: set by :meth:`point`)."""
         if n <= 0 or n > self.max_n:
             raise ValueError(f"batch {n} outside the simulated range 1..{self.max_n}")
         kv = self._kv(n)
@@ -731,7 +756,7 @@ class BatchLatency:
             itl_ms_p50=p50 * 1e3,
             itl_ms_p95=p95 * 1e3,
             output_tokens_per_s=tput,
-            preemption_probability=self.sizing.probability(n),
+            preemption_probability=0.0,
             decode_only_ms_p50=d50 * 1e3,
             bound=bound,
             itl_ms_p99=p99 * 1e3,
@@ -741,7 +766,6 @@ class BatchLatency:
             output_tokens_per_s_per_gpu=tput / max(model.gpus, 1),
             saturated=sv.saturated,
         )
-        self._points[n] = pt
         return pt
 
     def largest_meeting(
