@@ -5,11 +5,10 @@ code path and that the sizes are assumed)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from benchmarks.helpers import load_points
 
 from inference_capacity.engines.versions import Era
 from inference_capacity.engines.vllm import (
@@ -81,14 +80,6 @@ def test_dense_dp2_pays_the_dp_group_only() -> None:
 LOGS = Path(__file__).resolve().parent / "data" / "vllm-startup-logs.jsonl"
 
 
-def _log(pid: str) -> dict[str, Any]:
-    for line in LOGS.read_text(encoding="utf-8").splitlines():
-        if line.strip() and json.loads(line)["id"] == pid:
-            entry: dict[str, Any] = json.loads(line)
-            return entry
-    raise AssertionError(pid)
-
-
 def test_which_gpus_are_pcie_only() -> None:
     assert pcie_only("RTX-4090") and pcie_only("H100-PCIe-80GB") and pcie_only("L40S")
     assert not pcie_only("H100-SXM-80GB") and not pcie_only("B200-180GB")
@@ -99,9 +90,10 @@ def test_which_gpus_are_pcie_only() -> None:
 def test_pcie_tp4_terms_are_the_logged_ones() -> None:
     # vllm-startup-101 (vLLM issue #50722, 0.26.0, TP4, H100 assumed PCIe): 79.33 - 77.78 GiB in
     # use before the init snapshot, and a non-torch increase of 0.13 GiB in the profile
-    log = _log("vllm-startup-101")
-    lg = log["logged"]
-    used = log["total_gpu_memory_gib"] - lg["free_at_startup_gib"]
+    log = next(p for p in load_points(LOGS) if p.id == "vllm-startup-101")
+    lg = log.logged
+    assert log.total_gpu_memory_gib is not None
+    used = log.total_gpu_memory_gib - lg["free_at_startup_gib"]
     era = Era.V1_CG
     assert pre_snapshot_bytes(era, 4, 1, pcie=True) == pytest.approx(used * GiB, rel=0.005)
     # the TP = 1 figure: NCCL adds nothing measurable, the logged 0.13 is below it

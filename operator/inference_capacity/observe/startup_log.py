@@ -154,6 +154,14 @@ def _num(text: str, key: str) -> float:
     return value
 
 
+#: the worker's startup summary (both forms): free/total and utilization/requested, then the
+#: terms; after them the KV pool it holds ("Current kv cache memory in use", the available KV)
+_SUMMARY_HEAD = (
+    rf"^Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory "
+    rf"utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is "
+)
+_SUMMARY_TAIL = rf"[^\n]{{0,600}}?Current kv cache memory in use is ({_NUM}) GiB"
+
 #: (pattern, the terms its groups fill, in order)
 _Rule = tuple[re.Pattern[str], tuple[str, ...]]
 _RULES: tuple[_Rule, ...] = tuple(
@@ -180,11 +188,9 @@ _RULES: tuple[_Rule, ...] = tuple(
         # the worker's summary after capturing its graphs (gpu_worker.py::
         # compile_or_warm_up_model, DEBUG through 0.22, INFO by 0.26): every term at once
         (
-            rf"^Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory "
-            rf"utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is ({_NUM}) GiB for weight, "
-            rf"({_NUM}) GiB for peak activation, ({_NUM}) GiB for non-torch memory, and ({_NUM}) "
-            rf"GiB for CUDAGraph memory\.[^\n]{{0,600}}?Current kv cache memory in use is "
-            rf"({_NUM}) GiB",
+            _SUMMARY_HEAD + rf"({_NUM}) GiB for weight, ({_NUM}) GiB for peak activation, "
+            rf"({_NUM}) GiB for non-torch memory, and ({_NUM}) GiB for CUDAGraph memory\."
+            + _SUMMARY_TAIL,
             (
                 "weights_gib",
                 "activation_peak_gib",
@@ -195,11 +201,9 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),
         # its 0.27+ form: weights and non-torch as one "consumed" figure (not a term here)
         (
-            rf"^Free memory on device \({_NUM}/{_NUM} GiB\) on startup\. Desired GPU memory "
-            rf"utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is {_NUM} GiB for consumed "
-            rf"memory \(weights \+ non-torch\), ({_NUM}) GiB for peak activation, and ({_NUM}) "
-            rf"GiB for CUDAGraph memory\.[^\n]{{0,600}}?Current kv cache memory in use is "
-            rf"({_NUM}) GiB",
+            _SUMMARY_HEAD + rf"{_NUM} GiB for consumed memory \(weights \+ non-torch\), "
+            rf"({_NUM}) GiB for peak activation, and ({_NUM}) GiB for CUDAGraph memory\."
+            + _SUMMARY_TAIL,
             ("activation_peak_gib", "cuda_graph_gib", "available_kv_cache_gib"),
         ),
         (rf"^GPU KV cache size: ({_INT}) tokens", ("kv_cache_tokens",)),

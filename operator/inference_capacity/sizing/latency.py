@@ -677,31 +677,18 @@ class BatchLatency:
         view._bound = {}
         return view
 
-    def _columns(self, n: int) -> Callable[[FloatArray], FloatArray]:
-        """A reader of any path array at the request holding each path's n-th sequence (the
-        request index found once for every array)."""
+    def _column_index(self, n: int) -> tuple[Any, Any]:
+        """The index, into any (paths × requests) array, of the request holding each path's n-th
+        sequence (found once for every array)."""
         if self.uniform_n:
-            col = -(-n // self.uniform_n) - 1
-
-            def uniform(a: FloatArray) -> FloatArray:
-                out: FloatArray = a[:, col]
-                return out
-
-            return uniform
-        rows = np.arange(self.count.shape[0])
-        j = np.argmax(self.count >= n, axis=1)
-
-        def picked(a: FloatArray) -> FloatArray:
-            out: FloatArray = a[rows, j]
-            return out
-
-        return picked
+            return slice(None), -(-n // self.uniform_n) - 1
+        return np.arange(self.count.shape[0]), np.argmax(self.count >= n, axis=1)
 
     def _kv(self, n: int) -> list[FloatArray]:
-        column = self._columns(n)
-        full = column(self.full)
-        count = column(self.count)
-        win = {w: column(a) for w, a in self.windowed.items()}
+        at = self._column_index(n)
+        full = self.full[at]
+        count = self.count[at]
+        win = {w: a[at] for w, a in self.windowed.items()}
         kv = []
         for stage in self.model.stages:
             k = stage.full_bytes_per_token * full + 2.0 * stage.state_bytes * count
