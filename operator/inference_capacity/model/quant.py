@@ -393,6 +393,9 @@ _MODULE_RENAMES = (
     # Qwen2-MoE / Qwen3-Next / Qwen3.5-MoE's one shared expert (``self.shared_expert``,
     # models/qwen3_next.py and qwen3_5.py, 0.24.0): the ledger's shared-expert MLP
     ("mlp.shared_expert.", "mlp.shared_experts."),
+    # Mixtral / MiniMax-M2's MoE block (``block_sparse_moe``): the ledger's ``mlp.gate`` and
+    # ``mlp.experts``
+    ("block_sparse_moe.", "mlp."),
 )
 #: Qwen3.5's unfused Gated DeltaNet projections to the fused tensors the ledger (and vLLM) holds
 #: (models/qwen3_5.py packed_modules_mapping, 0.24.0: in_proj_qkvz <- in_proj_qkv + in_proj_z,

@@ -46,6 +46,7 @@ class _Decoder:
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
+    qk_norm_tp: bool = False  # MiniMax-M2: q/k RMSNorm over all heads, sharded like q and k
     attn_sinks: bool = False  # gpt-oss: one learned sink per head
     gated_mlp: bool = True
     mlp_bias: bool = False
@@ -66,6 +67,7 @@ class _Decoder:
     moe_layers: Pattern[bool] | None = None  # None: no layer
     expert_bias: bool = False
     router_bias: bool = False
+    router_fp32: bool = False  # MiniMax-M2: router weight and routing bias in float32
     # MLA
     mla: bool = False
     q_lora_rank: int = 0
@@ -166,6 +168,20 @@ def _attention(d: _Decoder, ls: LayerSet, kind: AttnKind = AttnKind.FULL) -> lis
         t += [
             Tensor("attn.q_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layers=ls),
             Tensor("attn.k_norm", Group.NORM, head_dim, 1, Split.REPLICATED, layers=ls),
+        ]
+    if d.qk_norm_tp:
+        # MiniMaxText01RMSNormTP(head_dim * total heads): weight of hidden / tp per rank
+        t += [
+            Tensor("attn.q_norm", Group.NORM, q_out, 1, Split.COLUMN, layers=ls),
+            Tensor(
+                "attn.k_norm",
+                Group.NORM,
+                kv_out,
+                1,
+                Split.KV_HEADS,
+                layers=ls,
+                kv_heads=kv_heads,
+            ),
         ]
     if d.attn_sinks:
         t.append(Tensor("attn.sinks", Group.ATTENTION, d.heads, 1, Split.COLUMN, layers=ls))
@@ -268,7 +284,7 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     h, e, ie = d.hidden, d.experts, d.expert_intermediate
     rows13 = 2 * ie if d.gated_mlp else ie
     t = [
-        Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layers=ls),
+        Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layers=ls, fp32=d.router_fp32),
         Tensor(
             "mlp.experts.w13",
             Group.EXPERTS,
@@ -291,7 +307,11 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
         ),
     ]
     if d.router_bias:
-        t.append(Tensor("mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layers=ls))
+        t.append(
+            Tensor(
+                "mlp.gate_bias", Group.ROUTER, e, 1, Split.REPLICATED, layers=ls, fp32=d.router_fp32
+            )
+        )
     if d.router_scale:
         # Gemma4Router.scale and Gemma4MoE.per_expert_scale (models/gemma4.py)
         t += [

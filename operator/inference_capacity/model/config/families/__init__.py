@@ -16,6 +16,7 @@ from .gemma import _gemma, _gemma4
 from .gpt_oss import _gpt_oss
 from .hybrid import _nemotron_h, _qwen3_5
 from .llama import _llama, _llama4, _mistral, _mixtral
+from .minimax import _minimax_m2
 from .phi_opt import _opt, _phi
 from .qwen import _qwen2, _qwen3, _qwen_moe
 
@@ -47,6 +48,7 @@ FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
     "qwen3_5_moe_text": lambda c: _qwen3_5(c, moe=True),
     "qwen3_5_text": lambda c: _qwen3_5(c, moe=False),
     "gemma4_text": _gemma4,
+    "minimax_m2": _minimax_m2,
 }
 
 
