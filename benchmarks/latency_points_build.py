@@ -8,7 +8,7 @@
 ``silicon_sample.csv`` (Apache-2.0, NVIDIA) holds end-to-end ``vllm bench serve``-style runs:
 mean TTFT and mean TPOT at a fixed concurrency and fixed input/output lengths. Kept: vLLM,
 aggregated serving, pure tensor parallelism (no attention-DP, no expert parallelism), H100/H200/
-B200, models whose config is in the catalog and whose weight format the ledger models. Every
+B200/B300, models whose config is in the catalog and whose weight format the ledger models. Every
 point keeps its row id, so it can be found again in the CSV.
 
 Every point is "set": "validation": silicon_sample.csv is end-to-end data, validation only
@@ -38,7 +38,12 @@ SOURCE = (
     "aiconfigurator_core/systems/silicon_sample.csv"
 )
 
-GPUS = {"h100_sxm": "H100-SXM-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-180GB"}
+GPUS = {
+    "h100_sxm": "H100-SXM-80GB",
+    "h200_sxm": "H200-SXM-141GB",
+    "b200_sxm": "B200-180GB",
+    "b300_sxm": "B300-288GB",
+}
 #: (model_path, precision) -> (catalog model, vLLM --quantization or None)
 MODELS = {
     ("meta-llama/Llama-3.1-70B", "fp8"): ("meta-llama/Meta-Llama-3.1-70B", "fp8"),
@@ -47,6 +52,10 @@ MODELS = {
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): ("Qwen/Qwen3-235B-A22B-FP8", None),
     ("nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"): ("meta-llama/Llama-3.1-8B-Instruct", "fp8"),
     ("openai/gpt-oss-120b", "fp4"): ("openai/gpt-oss-120b", None),
+    ("MiniMaxAI/MiniMax-M2.5", "fp8"): ("MiniMaxAI/MiniMax-M2.5", None),
+    # the CSV names the base model with precision fp4 (gemm and MoE "nvfp4"): planned on
+    # NVIDIA's NVFP4 checkpoint, the wheel's only NVFP4 MiniMax-M2.5 config (an assumption)
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): ("nvidia/MiniMax-M2.5-NVFP4", None),
 }
 
 
@@ -85,6 +94,8 @@ def main(argv: list[str]) -> int:
         if not ver:
             src = r["silicon_data_source"]
             ver = src.split("/vllm/")[1].split("/")[0] if "/vllm/" in src else ""
+        if ver.startswith("nightly-"):  # a nightly build by commit: no release number
+            ver = ""
         out.append(
             {
                 "id": r["id"],

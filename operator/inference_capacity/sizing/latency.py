@@ -293,40 +293,19 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     return out
 
 
-def linear_launch_seconds(shape: ModelShape, gpu: Gpu) -> float:
-    """Fixed latency of one of the layer's quantizable linears (qkv, o, gate_up, down): vLLM's
-    block-FP8 linear where the checkpoint is block-quantized FP8 and the GPU runs it on DeepGEMM
-    (:data:`perf.BLOCK_FP8_GEMM_LAUNCH_S`), else a plain GEMM's (:data:`perf.GEMM_LAUNCH_S`;
-    on other GPUs vLLM runs a CUTLASS or Triton block-FP8 kernel no per-op table measures)."""
-    q = shape.quantization
-    cc = gpu.compute_capability
-    if q is None or q.method != "fp8" or q.block is None or cc is None:
-        return perf.GEMM_LAUNCH_S
-    return perf.BLOCK_FP8_GEMM_LAUNCH_S.get(cc[0], perf.GEMM_LAUNCH_S)
-
-
-def launch_seconds(
-    layers: int, moe: bool, head: bool, fp8: bool, linear_s: float = perf.GEMM_LAUNCH_S
-) -> float:
+def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
     """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
     per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
     elementwise kernels (and the FP8 activation quantization that stands alone), an attention
     (or Mamba/GDN state) kernel; the lm_head GEMM on the last stage. What the bytes/FLOPs
     bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
-    dense layers or Llama 4's interleaved dense ones are an approximation). ``linear_s``: the
-    fixed latency of each quantizable linear (:func:`linear_launch_seconds`); a MoE layer's
-    router is a plain GEMM."""
+    dense layers or Llama 4's interleaved dense ones are an approximation). A block-FP8 linear
+    costs a plain GEMM's fixed latency (sizing/perf.py says why)."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
-    router = 1 if moe else 0  # not quantized (its launch is a plain GEMM's)
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
     small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
-    per_layer = (
-        (gemms - router) * linear_s
-        + router * perf.GEMM_LAUNCH_S
-        + small * perf.SMALL_KERNEL_S
-        + perf.ATTENTION_LAUNCH_S
-    )
+    per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
     if moe:
         per_layer += perf.MOE_LAUNCH_S
     return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
@@ -415,11 +394,7 @@ def build_latency_model(
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,
                 fixed_s=launch_seconds(
-                    layers,
-                    bool(experts),
-                    has_head,
-                    gemm_dtype(shape, False) == "fp8",
-                    linear_launch_seconds(shape, gpu),
+                    layers, bool(experts), has_head, gemm_dtype(shape, False) == "fp8"
                 ),
             )
         )

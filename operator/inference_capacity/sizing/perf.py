@@ -42,17 +42,19 @@ GEMM_EFFICIENCY = 0.697
 #: The M (rows: tokens, or tokens per expert) at which a GEMM reaches half that plateau
 #: (*per-op*, the same fit).
 GEMM_HALF_M = 64.7
-#: Fixed latency of vLLM's block-FP8 linear (a checkpoint with ``weight_block_size``, e.g.
-#: Qwen3-235B-A22B-FP8) where it runs DeepGEMM, by the GPU's compute-capability major, seconds
-#: (*per-op*: gemm/vllm/0.24.0/gemm_perf.parquet, ``fp8_block`` DeepGemmFp8BlockScaledMMKernel
-#: rows, M ≤ 16384, N, K ≥ 1024; the GEMM formula above with its efficiency and M½, only the
-#: launch fitted: h100+h200 |log err| 0.14, b200 0.17). The kernel's floor is an order above a
-#: per-tensor FP8 GEMM's (at M ≤ 1024 it is flat: 83–87 µs on H200 for 4096 × 4096). vLLM
-#: 0.12.0–0.18.0 (model_executor/layers/quantization/utils/fp8_utils.py,
-#: ``W8A8BlockFp8LinearOp.apply``; utils/deep_gemm.py, ``should_use_deepgemm_for_fp8_linear``,
-#: ``is_deep_gemm_supported``: ``VLLM_USE_DEEP_GEMM`` default 1, SM 9.0 or 10.0, N % 64 and
-#: K % 128) runs DeepGEMM for every such linear, at any M.
-BLOCK_FP8_GEMM_LAUNCH_S = {9: 76.8e-6, 10: 189.5e-6}
+#: vLLM's block-FP8 linear (a checkpoint with ``weight_block_size``: Qwen3-235B-A22B-FP8,
+#: MiniMax-M2.5) is costed as a per-tensor FP8 GEMM: ``GEMM_LAUNCH_S`` plus the FP8 activation
+#: quantization ``launch_seconds`` counts. The per-op table's ``fp8_block`` rows
+#: (gemm/vllm/0.24.0/gemm_perf.parquet) are not used for its fixed latency: at small M they are
+#: flat across sizes a GPU cannot run in the same time (H200, M = 1: 57–62 µs for N × K from
+#: 1024 × 1024 to 64 × 65,536 and 16,384 × 4,096, 1 to 64 MB of weights; B200: 155–270 µs,
+#: where a per-tensor FP8 GEMM of 4096 × 4096 takes 9–25 µs) and meet the per-tensor FP8 rows
+#: once the GPU time exceeds that floor (4096 × 4096 at M = 4096: block 147 / 144 µs, per-tensor
+#: 154 / 136 µs on H100 / H200), so the floor is the timing loop's host time per call, which a
+#: CUDA-graph replay (vLLM's decode step) does not pay per kernel; vLLM 0.12–0.19 run DeepGEMM
+#: as a registered custom op inside the piecewise graphs (fp8_utils.py ``fp8_gemm_nt_op``). A
+#: fit of that floor (76.8 µs on SM 9.0, 189.5 µs on SM 10.0, until 2026-12-06) put MiniMax-M2.5
+#: FP8 at 2–3× its measured TPOT on H200, B200 and B300.
 #: The plateau of the fused-MoE expert GEMMs (*per-op*: moe/vllm/0.24.0/moe_perf.parquet, FP8
 #: block and gpt-oss MXFP4 kernels, balanced routing, MoE-TP 1..8, no EP; experts touched by
 #: the table's balanced routing, M = tokens × k / touched, the model's peaks; |log err| 0.18).
