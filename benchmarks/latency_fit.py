@@ -19,7 +19,8 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
 * ``moe/vllm/0.24.0/moe_perf.parquet``: the fused-MoE kernel (balanced routing, no EP, MoE-TP
   1..8) of the two MoE checkpoints' formats: FP8 block (Qwen3-235B-A22B-FP8: Triton on Hopper,
   FlashInfer-TRTLLM on B200) and MXFP4 (gpt-oss: ``vllm_gptossmxfp4moe_*``) → ``MOE_EFFICIENCY``,
-  ``MOE_LAUNCH_S``.
+  ``MOE_LAUNCH_S``; its weight-only INT4 rows (``int4_wo``, Marlin, h200/b200: the Kimi-K2
+  shape) → ``MOE_WO_BANDWIDTH``, ``MOE_WO_EFFICIENCY``, ``MOE_WO_LAUNCH_S``.
 * ``attention/vllm/0.24.0/context_attention_perf.parquet``: prefill attention (FA3 on Hopper,
   FlashInfer-TRTLLM prefill on B200), BF16 KV, no window, head_dim 64/128, prompts ≥ 1024 →
   ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
@@ -214,6 +215,50 @@ def fit_moe(root: Path, half_m: float) -> dict[str, float]:
     return x
 
 
+#: the weight-only integer MoE kernel (Marlin) by system: (moe_dtype, kernel), weight bytes per
+#: element (INT4 + a 2-byte scale per group of 32, the table's compressed-tensors WNA16 layout)
+MOE_WO_KERNEL = ("int4_wo", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts")
+MOE_WO_BYTES = 0.5 + 2 / 32
+MOE_WO_SYSTEMS = ("h200_sxm", "b200_sxm")  # the systems whose table has the kernel
+
+
+def fit_moe_weight_only(root: Path) -> dict[str, float]:
+    """t = launch + max(touched experts' bytes / (BW × share), FLOPs / (BF16 peak × eff)), eff
+    flat in M (Marlin dequantizes in the kernel: a small M is bound by the weight reads), on the
+    Marlin rows (balanced routing, MoE-TP 1..8)."""
+    parts: list[tuple[Any, ...]] = []
+    for system in MOE_WO_SYSTEMS:
+        gname = SYSTEMS[system]
+        bw, top = _hbm(gname), tensor_flops(get_gpu(gname), "bf16") or 0.0
+        d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
+        d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
+        s = d[(d.num_tokens <= 8192) & (d.moe_dtype == MOE_WO_KERNEL[0])]
+        s = s[s.kernel_source.str.startswith(MOE_WO_KERNEL[1])]
+        t, h, i, kk, e, tp = (
+            s[c].to_numpy(np.float64)
+            for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
+            + ("moe_tp_size",)
+        )
+        per_expert = 3 * h * i / tp
+        touched = np.minimum(e, t * kk)
+        mem = touched * per_expert * MOE_WO_BYTES / bw
+        fl = 2 * per_expert * kk * t / top
+        parts.append((mem, fl, s.latency.to_numpy(np.float64) * 1e-3))
+    mem, fl, meas = (np.concatenate([p[i] for p in parts]) for i in range(3))
+
+    def loss(x: dict[str, float]) -> float:
+        bound = np.maximum(mem / x["MOE_WO_BANDWIDTH"], fl / x["MOE_WO_EFFICIENCY"])
+        return _logerr(x["MOE_WO_LAUNCH_S"] + bound, meas)
+
+    x = descend(
+        loss,
+        {"MOE_WO_BANDWIDTH": 0.8, "MOE_WO_EFFICIENCY": 0.2, "MOE_WO_LAUNCH_S": 20e-6},
+        {"MOE_WO_BANDWIDTH": 1.0, "MOE_WO_EFFICIENCY": 1.0},
+    )
+    print(f"weight-only MoE (Marlin): {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    return x
+
+
 def fit_attention(root: Path) -> dict[str, float]:
     """Prefill: t = 4 × heads × head_dim × (isl / 2) × isl × batch / (BF16 peak × eff) (the
     model's FLOPs: every prompt token attends to its mean causal position); decode floor."""
@@ -304,6 +349,7 @@ def main(argv: Sequence[str]) -> int:
     out.update(fit_gemm(root))
     block_fp8_floors(root)
     out.update(fit_moe(root, out["GEMM_HALF_M"]))
+    out.update(fit_moe_weight_only(root))
     out.update(fit_attention(root))
     out.update(fit_allreduce(root))
     out.update(fit_small_kernel(root))

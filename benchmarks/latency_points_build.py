@@ -56,6 +56,10 @@ MODELS = {
     # the CSV names the base model with precision fp4 (gemm and MoE "nvfp4"): planned on
     # NVIDIA's NVFP4 checkpoint, the wheel's only NVFP4 MiniMax-M2.5 config (an assumption)
     ("MiniMaxAI/MiniMax-M2.5", "fp4"): ("nvidia/MiniMax-M2.5-NVFP4", None),
+    # Kimi-K2.5: Moonshot's checkpoint (INT4 weight-only experts, compressed-tensors) and, for
+    # the fp4 rows, NVIDIA's NVFP4 one (the wheel's config; the same assumption as above)
+    ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", None),
+    ("moonshotai/Kimi-K2.5", "fp4"): ("nvidia/Kimi-K2.5-NVFP4", None),
 }
 
 

@@ -19,6 +19,8 @@ from inference_capacity.sizing.latency import (
     build_latency_model,
     decode_step_seconds,
     experts_touched,
+    experts_weight_only,
+    launch_seconds,
 )
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
@@ -126,6 +128,50 @@ def test_moe_reads_the_experts_a_step_touches() -> None:
     dense = stage.dense_weight_bytes + stage.lm_head_bytes
     assert one == pytest.approx(dense + stage.expert_weight_bytes * 8 / 128)
     assert float(model.weight_bytes(stage, 4096)) == pytest.approx(resident)
+
+
+def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
+    # Kimi-K2.5's routed experts are compressed-tensors INT4 (W4A16): vLLM's Marlin MoE, whose
+    # per-op rows the FP8/MXFP4 kernels' constants miss (perf.MOE_WO_*); NVFP4, MXFP4, FP8-block
+    # and BF16 experts keep the fused-MoE constants
+    kimi = load_model("moonshotai/Kimi-K2.5")
+    assert experts_weight_only(kimi)
+    for other in ("nvidia/Kimi-K2.5-NVFP4", "openai/gpt-oss-120b", "Qwen/Qwen3-235B-A22B-FP8"):
+        assert not experts_weight_only(load_model(other)), other
+    assert not experts_weight_only(load_model("meta-llama/Llama-3.1-8B-Instruct"))  # no MoE
+    h200 = get_gpu("H200-SXM-141GB")
+    pred = predict_startup(kimi, h200.total_bytes, h200.name, 8, 1, ENGINE)
+    model = build_latency_model(kimi, h200, pred)
+    assert model is not None
+    [stage] = model.stages
+    assert stage.experts_weight_only
+    assert stage.fixed_s == pytest.approx(
+        launch_seconds(kimi.num_layers, True, True, False, perf.MOE_WO_LAUNCH_S)
+    )
+    # the experts' term of a decode step of T tokens, by hand: touched experts' bytes at the
+    # kernel's share of the bandwidth, or 2 k/E × expert parameters × T at its share of BF16
+    e, k = kimi.num_experts, kimi.experts_per_token
+    bf16 = 989e12
+    assert stage.expert_flops == bf16
+    kv = np.zeros((1,))
+
+    def experts_term(t: float) -> float:
+        with_experts = float(model.step_seconds(t, [kv], 0.0, 0.0)[0])
+        bare = replace(stage, expert_weight_bytes=0)
+        without = float(replace(model, stages=(bare,)).step_seconds(t, [kv], 0.0, 0.0)[0])
+        return with_experts - without
+
+    for t in (1.0, 64.0, 4096.0):
+        touched = e * (1 - (1 - k / e) ** t)
+        mem = stage.expert_weight_bytes * touched / e / (model.bandwidth * perf.MOE_WO_BANDWIDTH)
+        fl = 2 * k / e * stage.expert_params * t / (bf16 * perf.MOE_WO_EFFICIENCY)
+        assert experts_term(t) == pytest.approx(max(mem, fl), rel=1e-9)
+    # at 64 tokens the weight reads bind (the M-dependent fused-MoE efficiency made the FLOPs
+    # bind there, at 3.3 × the reads); at 4,096 the FLOPs do
+    touched64 = e * (1 - (1 - k / e) ** 64)
+    assert 2 * k / e * stage.expert_params * 64 / (bf16 * perf.MOE_WO_EFFICIENCY) < (
+        stage.expert_weight_bytes * touched64 / e / (model.bandwidth * perf.MOE_WO_BANDWIDTH)
+    )
 
 
 def test_itl_target_caps_max_num_seqs_by_the_latency_p95() -> None:

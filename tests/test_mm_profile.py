@@ -260,6 +260,7 @@ def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
         "google/gemma-4-26B-A4B": ProfileSizing.UNKNOWN,
         "meta-llama/Llama-3.2-90B-Vision-Instruct": ProfileSizing.UNKNOWN,
         "moonshotai/Kimi-K2.5": ProfileSizing.UNKNOWN,
+        "nvidia/Kimi-K2.5-NVFP4": ProfileSizing.UNKNOWN,
         "nvidia/Qwen3.6-27B-NVFP4": ProfileSizing.UNKNOWN,
         "nvidia/Qwen3.6-35B-A3B-NVFP4": ProfileSizing.UNKNOWN,
     }

@@ -10,7 +10,9 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
   ``peak[dtype]``: the catalog's dense FP8/FP4 tensor peak where the checkpoint's weights are
   FP8/FP4 and the GPU has one, else BF16 (weight-only kernels dequantize to BF16).
 * **MoE experts**: a step touches ``E × (1 − (1 − k/E)^T)`` distinct experts (uniform routing);
-  ``max(touched bytes / BW, 2 × k/E × expert parameters × T / (peak × MOE_EFFICIENCY))``.
+  ``max(touched bytes / BW, 2 × k/E × expert parameters × T / (peak × MOE_EFFICIENCY))``;
+  weight-only integer experts (Marlin's MoE kernel, :func:`experts_weight_only`) at their own
+  per-op share of the bandwidth and flat share of the BF16 peak (``perf.MOE_WO_*``).
 * **attention**: decode reads each sequence's KV (full/MLA layers ``c × bytes/token``, sliding
   and chunked layers ``min(c, window) ×``, Mamba/GDN ``2 × state``) at BW; a prefill chunk's
   ``4 × heads × head_dim × context`` FLOPs per token and full layer at the BF16 peak ×
@@ -62,6 +64,7 @@ from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
 from ..memo import ValueMemo
 from ..model import AttnKind, ModelShape
+from ..model.quant import tensor_format
 from . import perf
 from .distribution import DistributionSizing, MixSizing
 
@@ -104,6 +107,8 @@ class StageModel:
     allreduce_s: float  # fixed all-reduce cost per step (latency × count)
     allreduce_s_per_token: float  # bytes-over-link cost per token per step
     fixed_s: float = 0.0  # the stage's kernels' fixed latencies per step (launch_seconds)
+    #: the routed experts are weight-only integers (Marlin's MoE kernel: perf.MOE_WO_*)
+    experts_weight_only: bool = False
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -163,7 +168,15 @@ class LatencyModel:
             t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
         else:
             t = t + dense_mem + stage.lm_head_bytes / bw
-        if stage.expert_weight_bytes:
+        if stage.expert_weight_bytes and stage.experts_weight_only:
+            e, k = self.num_experts, self.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)
+            mem = stage.expert_weight_bytes * touched / e / (bw * perf.MOE_WO_BANDWIDTH)
+            if flops:
+                fl = 2.0 * k / e * stage.expert_params * tokens
+                mem = mx(mem, fl / (stage.expert_flops * perf.MOE_WO_EFFICIENCY))
+            t = t + mem
+        elif stage.expert_weight_bytes:
             e, k = self.num_experts, self.experts_per_token
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
             mem = stage.expert_weight_bytes * touched / e / bw
@@ -293,7 +306,9 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
     return out
 
 
-def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
+def launch_seconds(
+    layers: int, moe: bool, head: bool, fp8: bool, moe_launch_s: float = perf.MOE_LAUNCH_S
+) -> float:
     """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
     per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
     elementwise kernels (and the FP8 activation quantization that stands alone), an attention
@@ -301,13 +316,14 @@ def launch_seconds(layers: int, moe: bool, head: bool, fp8: bool) -> float:
     bounds do not see: at TP8 or a small batch they are most of the step. ``moe``: the stage
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
     dense layers or Llama 4's interleaved dense ones are an approximation). A block-FP8 linear
-    costs a plain GEMM's fixed latency (sizing/perf.py says why)."""
+    costs a plain GEMM's fixed latency (sizing/perf.py says why); ``moe_launch_s``: the fused-MoE
+    kernel's (:func:`experts_weight_only` ones: ``perf.MOE_WO_LAUNCH_S``)."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
     small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
     per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
     if moe:
-        per_layer += perf.MOE_LAUNCH_S
+        per_layer += moe_launch_s
     return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
 
 
@@ -320,6 +336,24 @@ def gemm_dtype(shape: ModelShape, experts: bool) -> str:
     if q.scope == "experts" and not experts:
         return "bf16"
     return "fp8" if q.weight_bits == 8 else "fp4" if q.weight_bits == 4 else "bf16"
+
+
+#: weight-only integer formats vLLM runs on a Marlin-style MoE kernel (model/quant.py methods)
+_WEIGHT_ONLY_METHODS = frozenset({"compressed-tensors", "gptq", "awq", "auto-round"})
+
+
+def experts_weight_only(shape: ModelShape) -> bool:
+    """Whether the routed experts are weight-only integers (INT4/INT8 weights, BF16
+    activations): the compressed-tensors WNA16, GPTQ, AWQ or AutoRound format of the experts'
+    tensor, which vLLM's MoE runs on Marlin (``perf.MOE_WO_*``)."""
+    q = shape.quantization
+    if q is None or not shape.is_moe:
+        return False
+    experts = next((t for t in shape.tensors if t.experts > 1 and t.quantizable), None)
+    fmt = tensor_format(q, experts) if experts is not None else None
+    if fmt is None or fmt.float_format or fmt.weight_bits not in (4, 8):
+        return False
+    return fmt.method in _WEIGHT_ONLY_METHODS
 
 
 def build_latency_model(
@@ -344,6 +378,7 @@ def build_latency_model(
     dense_peak = tensor_flops(gpu, gemm_dtype(shape, False)) or bf16
     expert_peak = tensor_flops(gpu, gemm_dtype(shape, True)) or bf16
     link = gpu.interconnect_bandwidth_bytes_per_s
+    weight_only = experts_weight_only(shape)
     stages: list[StageModel] = []
     dense_total = sum(v for g, v in params.items() if g not in ("embedding", "experts", "lm_head"))
     for stage in range(pp):
@@ -394,8 +429,13 @@ def build_latency_model(
                 allreduce_s=ar_fixed,
                 allreduce_s_per_token=ar_token,
                 fixed_s=launch_seconds(
-                    layers, bool(experts), has_head, gemm_dtype(shape, False) == "fp8"
+                    layers,
+                    bool(experts),
+                    has_head,
+                    gemm_dtype(shape, False) == "fp8",
+                    perf.MOE_WO_LAUNCH_S if weight_only else perf.MOE_LAUNCH_S,
                 ),
+                experts_weight_only=weight_only,
             )
         )
     return LatencyModel(

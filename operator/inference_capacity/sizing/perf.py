@@ -62,6 +62,18 @@ MOE_EFFICIENCY = 0.279
 #: Fixed latency of one fused-MoE layer (routing, token permutation, the kernel), seconds
 #: (*per-op*, the same fit).
 MOE_LAUNCH_S = 32.9e-6
+#: The fused-MoE kernel of weight-only integer experts (INT4/INT8 weights, BF16 activations:
+#: compressed-tensors WNA16, GPTQ, AWQ, AutoRound; vLLM runs them on Marlin's MoE kernel), whose
+#: shape the two constants above do not fit (|log err| 0.53 on its rows): a share of the
+#: achievable HBM bandwidth its weight reads reach, the fraction of the BF16 tensor peak its
+#: GEMMs sustain (flat in M: Marlin dequantizes in the kernel, so small M is bound by the weight
+#: reads, not by idle tensor cores) and its fixed latency per layer (*per-op*:
+#: moe/vllm/0.24.0/moe_perf.parquet, ``int4_wo`` ``vllm_compressedtensorswna16marlinmoe_marlin``
+#: rows of h200_sxm and b200_sxm, balanced routing, MoE-TP 1..8: the Kimi-K2 shape, 200 rows;
+#: |log err| 0.23).
+MOE_WO_BANDWIDTH = 0.672
+MOE_WO_EFFICIENCY = 0.125
+MOE_WO_LAUNCH_S = 39.9e-6
 #: Fraction of the BF16 tensor peak prefill attention sustains (*per-op*:
 #: attention/vllm/0.24.0/context_attention_perf.parquet, FA3 on Hopper, FlashInfer-TRTLLM on
 #: B200, BF16 KV, prompts ≥ 1024; causal FLOPs 4 × heads × head_dim × isl²/2; |log err| 0.43).
