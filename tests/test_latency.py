@@ -174,6 +174,45 @@ def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
     )
 
 
+def test_an_itl_target_holds_the_mean_tpot_too() -> None:
+    # 8,192-token prompts, 1,024-token outputs (Llama-3.1-70B FP8, H200, TP8): the prefill-chunk
+    # steps are ~3 % of a request's steps and ~25 × a decode step, so the p95 of the steps
+    # misses them while a request's mean TPOT carries them; a target holds both
+    from benchmarks.latency_accuracy import plan_input
+
+    from inference_capacity.planner import PlanCache
+
+    base = {
+        "model": "meta-llama/Meta-Llama-3.1-70B",
+        "quantization": "fp8",
+        "gpu": "H200-SXM-141GB",
+        "tp": 8,
+        "vllm_version": "0.19.0",
+        "prompt_tokens": 8192,
+        "output_tokens": 1024,
+    }
+    inp = plan_input(base)
+    cache = PlanCache()
+    plan = make_plan(inp, cache)
+    model = build_latency_model(inp.model, inp.gpu, plan.prediction)
+    assert model is not None and cache.sizing is not None
+    batches = cache.batch_latency(model, cache.sizing)
+    pt = batches.point(32)
+    assert pt.itl_ms_p95 < 0.7 * pt.tpot_ms_mean  # the chunk steps are not in the p95
+    assert pt.itl_target_ms("p95") == pt.tpot_ms_mean
+    assert pt.itl_target_ms("p99") == pt.itl_ms_p99  # the p99 has them
+    target = 15.0
+    n = batches.largest_meeting(target, batches.max_n)
+    assert batches.point(n).tpot_ms_mean <= target < batches.point(n + 1).tpot_ms_mean
+    by_p95 = max(m for m in range(1, 2 * n + 1) if batches.point(m).itl_ms_p95 <= target)
+    assert by_p95 > n  # the p95 alone would have taken a larger batch
+    # the sizing with --itl-target-ms 15 stops at n and says the ITL target binds
+    wl = replace(inp.workload, itl_target_ms=target)
+    capped = make_plan(replace(inp, workload=wl, choose_max_num_seqs=True))
+    assert capped.seqs is not None and capped.seqs.limited_by == "itl"
+    assert capped.seqs.max_num_seqs == n
+
+
 def test_itl_target_caps_max_num_seqs_by_the_latency_p95() -> None:
     chat = Cohort("chat", 1.0, Quantiles(1000, 2000, 4000), Quantiles(200, 500, 1000))
     free = make_plan(PlanInput(LLAMA8B, H100, engine=ENGINE, workload=Workload((chat,))))
@@ -289,7 +328,7 @@ class _FakeBatches:
             ttft_ms_p95 = ttft
 
             @staticmethod
-            def itl_ms(quantile: str) -> float:
+            def itl_target_ms(quantile: str) -> float:
                 return itl
 
         return _P()

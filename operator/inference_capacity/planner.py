@@ -663,7 +663,7 @@ def latency_binds(
     batches = (cache if cache is not None else PlanCache()).batch_latency(model, d)
     nxt = batches.point(min(n + 1, batches.max_n))
     if wl.ttft_target_ms and nxt.ttft_ms_p95 > wl.ttft_target_ms:
-        if not wl.itl_target_ms or nxt.itl_ms(wl.itl_quantile) <= wl.itl_target_ms:
+        if not wl.itl_target_ms or nxt.itl_target_ms(wl.itl_quantile) <= wl.itl_target_ms:
             return "ttft"
     return "itl"
 

@@ -373,7 +373,7 @@ def option(plan: Plan, price: float | None) -> Option:
         at = lat.at_max_num_seqs if lat is not None else None
         meets = at is not None
         if at is not None and wl.itl_target_ms is not None:
-            meets = meets and at.itl_ms(wl.itl_quantile) <= wl.itl_target_ms
+            meets = meets and at.itl_target_ms(wl.itl_quantile) <= wl.itl_target_ms
         if at is not None and wl.ttft_target_ms is not None:
             meets = meets and at.ttft_ms_p95 <= wl.ttft_target_ms
         limited = plan.seqs.limited_by if plan.seqs is not None else None

@@ -590,8 +590,9 @@ class WorkloadSpec(_Spec):
         gt=0,
         description=(
             "Target inter-token latency in milliseconds; caps max-num-seqs at the largest batch "
-            "whose ITL (at itlQuantile) meets it under the Distribution rule (the bandwidth "
-            "lower bound under Conservative). null: no latency cap."
+            "whose ITL (at itlQuantile, and the mean TPOT where that is longer: the rare long "
+            "prefill-chunk steps of long prompts) meets it under the Distribution rule (the "
+            "bandwidth lower bound under Conservative). null: no latency cap."
         ),
     )
     itl_quantile: Literal["p95", "p99"] = Field(

@@ -212,7 +212,9 @@ def _add_plan(sub: Any) -> None:
         help="sequences in flight at the peak, fleet-wide (sizes replicas)",
     )
     w.add_argument(
-        "--itl-target-ms", type=float, help="inter-token latency target: caps max-num-seqs"
+        "--itl-target-ms",
+        type=float,
+        help="inter-token latency target: caps max-num-seqs (its quantile and the mean TPOT)",
     )
     w.add_argument(
         "--itl-quantile",
