@@ -178,6 +178,24 @@ def block_fp8_floors(root: Path) -> None:
             )
 
 
+def _moe_table(root: Path, system: str) -> Any:
+    """The system's fused-MoE rows the fits read: balanced routing, no EP, MoE-TP ≤ 8,
+    ≤ 8,192 tokens."""
+    d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
+    d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
+    return d[d.num_tokens <= 8192]
+
+
+def _moe_terms(s: Any) -> tuple[Any, Any, Any, Any]:
+    """(tokens, top-k, parameters of one expert on a rank, experts touched) of MoE rows; the
+    table's "balanced" routing spreads T × k picks evenly: min(E, T k) experts."""
+    t, h, i, kk, e, tp = (
+        s[c].to_numpy(np.float64)
+        for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")
+    )
+    return t, kk, 3 * h * i / tp, np.minimum(e, t * kk)
+
+
 def fit_moe(root: Path, half_m: float) -> dict[str, float]:
     """t = launch + max(touched experts' bytes / BW, 2·3·H·I·k·T / (peak × eff(T k / touched))),
     touched = min(E, T k) (the table's balanced routing; the model's uniform-random routing
@@ -186,19 +204,10 @@ def fit_moe(root: Path, half_m: float) -> dict[str, float]:
     for system, gname in SYSTEMS.items():
         gpu = get_gpu(gname)
         bw = _hbm(gname)
-        d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
-        d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
-        d = d[d.num_tokens <= 8192]
+        d = _moe_table(root, system)
         for (dtype, kernel), (wb, mdt) in MOE_KERNELS[system].items():
             s = d[(d.moe_dtype == dtype) & (d.kernel_source == kernel)]
-            t, h, i, kk, e, tp = (
-                s[c].to_numpy(np.float64)
-                for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
-                + ("moe_tp_size",)
-            )
-            per_expert = 3 * h * i / tp
-            # the table's "balanced" routing spreads T × k picks evenly: min(E, T k) experts
-            touched = np.minimum(e, t * kk)
+            t, kk, per_expert, touched = _moe_terms(s)
             mem = touched * per_expert * wb / bw
             fl = 2 * per_expert * kk * t
             mm = t * kk / np.maximum(touched, 1e-9)
@@ -230,17 +239,9 @@ def fit_moe_weight_only(root: Path) -> dict[str, float]:
     for system in MOE_WO_SYSTEMS:
         gname = SYSTEMS[system]
         bw, top = _hbm(gname), tensor_flops(get_gpu(gname), "bf16") or 0.0
-        d = _read(root / system / "moe/vllm/0.24.0/moe_perf.parquet")
-        d = d[(d.moe_ep_size == 1) & (d.distribution == "balanced") & (d.moe_tp_size <= 8)]
-        s = d[(d.num_tokens <= 8192) & (d.moe_dtype == MOE_WO_KERNEL[0])]
-        s = s[s.kernel_source.str.startswith(MOE_WO_KERNEL[1])]
-        t, h, i, kk, e, tp = (
-            s[c].to_numpy(np.float64)
-            for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
-            + ("moe_tp_size",)
-        )
-        per_expert = 3 * h * i / tp
-        touched = np.minimum(e, t * kk)
+        d = _moe_table(root, system)
+        s = d[(d.moe_dtype == MOE_WO_KERNEL[0]) & d.kernel_source.str.startswith(MOE_WO_KERNEL[1])]
+        t, kk, per_expert, touched = _moe_terms(s)
         mem = touched * per_expert * MOE_WO_BYTES / bw
         fl = 2 * per_expert * kk * t / top
         parts.append((mem, fl, s.latency.to_numpy(np.float64) * 1e-3))
