@@ -168,24 +168,22 @@ class LatencyModel:
             t = t + stage.attn_flops_per_ctx * prefill_ctx * p / stage.attn_flops
         else:
             t = t + dense_mem + stage.lm_head_bytes / bw
-        if stage.expert_weight_bytes and stage.experts_weight_only:
+        if stage.expert_weight_bytes:
             e, k = self.num_experts, self.experts_per_token
+            wo = stage.experts_weight_only
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
-            mem = stage.expert_weight_bytes * touched / e / (bw * perf.MOE_WO_BANDWIDTH)
+            mem = (
+                stage.expert_weight_bytes * touched / e / (bw * perf.MOE_WO_BANDWIDTH if wo else bw)
+            )
             if flops:
-                fl = 2.0 * k / e * stage.expert_params * tokens
-                mem = mx(mem, fl / (stage.expert_flops * perf.MOE_WO_EFFICIENCY))
-            t = t + mem
-        elif stage.expert_weight_bytes:
-            e, k = self.num_experts, self.experts_per_token
-            touched = e * (1.0 - (1.0 - k / e) ** tokens)
-            mem = stage.expert_weight_bytes * touched / e / bw
-            if flops:
-                # each touched expert's grouped GEMM sees M = T × k / touched rows; a step of
-                # no tokens (a prefill-only workload's decode step) has no expert FLOPs: the
-                # efficiency is floored so that 0 / eff stays 0 instead of 0 / 0
-                m = tokens * k / mx(touched, 1e-9)
-                eff = mx(perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M), 1e-12)
+                if wo:  # Marlin dequantizes in the kernel: a share of the BF16 peak, flat in M
+                    eff = perf.MOE_WO_EFFICIENCY
+                else:
+                    # each touched expert's grouped GEMM sees M = T × k / touched rows; a step
+                    # of no tokens (a prefill-only workload's decode step) has no expert FLOPs:
+                    # the efficiency is floored so that 0 / eff stays 0 instead of 0 / 0
+                    m = tokens * k / mx(touched, 1e-9)
+                    eff = mx(perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M), 1e-12)
                 fl = 2.0 * k / e * stage.expert_params * tokens / (stage.expert_flops * eff)
                 mem = mx(mem, fl)
             t = t + mem
