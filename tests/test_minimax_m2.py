@@ -1,4 +1,4 @@
-"""MiniMax-M2 (``minimax_m2``): the tensors vLLM's ``models/minimax_m2.py`` (0.19.0, 0.20.0,
+"""MiniMax-M2 (``minimax_m2``): the tensors vLLM's ``models/minimax_m2.py`` (0.12.0, 0.19.0, 0.20.0,
 0.26.0) creates, counted by hand from the config, in the FP8 checkpoint and in NVIDIA's NVFP4
 one (both configs from aiconfigurator-core 0.12.0; catalog/models/SOURCES.md)."""
 

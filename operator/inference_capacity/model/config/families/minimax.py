@@ -1,4 +1,4 @@
-"""MiniMax-M2 (``minimax_m2``; vLLM ``models/minimax_m2.py``, 0.19.0-0.26.0): full attention
+"""MiniMax-M2 (``minimax_m2``; vLLM ``models/minimax_m2.py``, 0.12.0-0.26.0): full attention
 with partial rotary, q/k RMSNorms over all heads that are tensor-parallel sharded
 (``MiniMaxText01RMSNormTP``), and a MoE block of routed experts only, with a float32 router
 (``ReplicatedLinear(..., params_dtype=torch.float32)``, ``GateLinear(out_dtype=float32)`` from
