@@ -337,15 +337,26 @@ def aic_err(s: Scored, aic: dict[str, float] | None, key: str) -> float | None:
     return aic[key] / float(s.point[want]) - 1.0
 
 
-#: aiconfigurator's name for each GPU and model of the points: (model path, GEMM quant mode)
-AIC_SYSTEMS = {"H100-SXM-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm", "B200-180GB": "b200_sxm"}
-AIC_MODELS = {
-    ("Qwen/Qwen3-235B-A22B-FP8", None): ("Qwen/Qwen3-235B-A22B-FP8", None),
-    ("Qwen/Qwen3-32B", None): ("Qwen/Qwen3-32B", None),
-    ("Qwen/Qwen3-32B", "fp8"): ("Qwen/Qwen3-32B", "fp8"),
-    ("meta-llama/Llama-3.1-8B-Instruct", "fp8"): ("meta-llama/Meta-Llama-3.1-8B", "fp8"),
-    ("meta-llama/Meta-Llama-3.1-70B", "fp8"): ("meta-llama/Meta-Llama-3.1-70B", "fp8"),
-    ("openai/gpt-oss-120b", None): ("openai/gpt-oss-120b", None),
+#: aiconfigurator's name for each GPU and model of the points: (model path, GEMM quant mode,
+#: MoE quant mode); the MiniMax-M2.5 and Kimi-K2.5 modes are the CSV rows' own
+#: (``gemm_quant_mode``, ``moe_quant_mode``)
+AIC_SYSTEMS = {
+    "H100-SXM-80GB": "h100_sxm",
+    "H200-SXM-141GB": "h200_sxm",
+    "B200-180GB": "b200_sxm",
+    "B300-288GB": "b300_sxm",
+}
+AIC_MODELS: dict[tuple[str, str | None], tuple[str, str | None, str | None]] = {
+    ("Qwen/Qwen3-235B-A22B-FP8", None): ("Qwen/Qwen3-235B-A22B-FP8", None, None),
+    ("Qwen/Qwen3-32B", None): ("Qwen/Qwen3-32B", None, None),
+    ("Qwen/Qwen3-32B", "fp8"): ("Qwen/Qwen3-32B", "fp8", None),
+    ("meta-llama/Llama-3.1-8B-Instruct", "fp8"): ("meta-llama/Meta-Llama-3.1-8B", "fp8", None),
+    ("meta-llama/Meta-Llama-3.1-70B", "fp8"): ("meta-llama/Meta-Llama-3.1-70B", "fp8", None),
+    ("openai/gpt-oss-120b", None): ("openai/gpt-oss-120b", None, None),
+    ("MiniMaxAI/MiniMax-M2.5", None): ("MiniMaxAI/MiniMax-M2.5", "fp8_block", "fp8_block"),
+    ("nvidia/MiniMax-M2.5-NVFP4", None): ("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4"),
+    ("moonshotai/Kimi-K2.5", None): ("moonshotai/Kimi-K2.5", "int4_wo", "int4_wo"),
+    ("nvidia/Kimi-K2.5-NVFP4", None): ("nvidia/Kimi-K2.5-NVFP4", "nvfp4", "nvfp4"),
 }
 AIC_VERSION = "0.24.0"
 
@@ -377,7 +388,7 @@ def aic_estimate(p: dict[str, Any], ctx_tokens: int) -> dict[str, float] | None:
             gemm_quant_mode=spec[1],
             kvcache_quant_mode=None,
             fmha_quant_mode=None,
-            moe_quant_mode=None,
+            moe_quant_mode=spec[2],
             comm_quant_mode=None,
             forward_model=None,
             attention_backend=None,
