@@ -692,7 +692,9 @@ def _size_distribution(
             n, limited = lat.itl_limit, latency_binds(inp, p, d, lat.itl_limit, cache)
             targets = []
             if workload.itl_target_ms:
-                targets.append(f"an ITL {workload.itl_quantile} of {workload.itl_target_ms} ms")
+                targets.append(
+                    f"an ITL {workload.itl_quantile} (and mean TPOT) of {workload.itl_target_ms} ms"
+                )
             if workload.ttft_target_ms:
                 targets.append(f"a TTFT p95 of {workload.ttft_target_ms} ms")
             msg += f"; {' and '.join(targets)} allow {n} ({limited} binds)"

@@ -180,7 +180,8 @@ def _sizing_lines(plan: Plan) -> list[str]:
         at = lat.at_max_num_seqs
         lines.append(
             f"  latency: ITL p50 {at.itl_ms_p50:.1f} ms, p95 {at.itl_ms_p95:.1f} ms, "
-            f"p99 {at.itl_ms_p99:.1f} ms; TTFT p50 {at.ttft_ms_p50:,.0f} ms, p95 "
+            f"p99 {at.itl_ms_p99:.1f} ms, TPOT mean {at.tpot_ms_mean:.1f} ms; TTFT p50 "
+            f"{at.ttft_ms_p50:,.0f} ms, p95 "
             f"{at.ttft_ms_p95:,.0f} ms; {at.output_tokens_per_s:,.0f} output tokens/s per "
             f"replica (HBM at {lat.hbm_efficiency:.0%} of peak)"
             + (" — SATURATED: prefill demand exceeds the step budget" if at.saturated else "")
