@@ -45,7 +45,12 @@ from inference_capacity.hardware import get_gpu
 from inference_capacity.model.source import resolve_model_ref
 from inference_capacity.planner import Plan, PlanCache, PlanInput, make_plan
 from inference_capacity.sizing import LatencyPoint
-from inference_capacity.sizing.latency import LatencyModel, build_latency_model, queued
+from inference_capacity.sizing.latency import (
+    BatchLatency,
+    LatencyModel,
+    build_latency_model,
+    queued,
+)
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +199,9 @@ def peak_share(p: dict[str, Any], plan: Plan) -> float | None:
     return share
 
 
-def _setup(p: dict[str, Any]) -> tuple[object, ...]:
+def setup(p: dict[str, Any]) -> tuple[object, ...]:
+    """A run's setup (all but its concurrency): served model, precision, GPU, TP, vLLM
+    version, prompt and output lengths."""
     return tuple(
         p[k]
         for k in (
@@ -219,7 +226,7 @@ def inverted(p: dict[str, Any], peers: list[dict[str, Any]]) -> str | None:
     faster = [
         q
         for q in peers
-        if _setup(q) == _setup(p)
+        if setup(q) == setup(p)
         and int(q["concurrency"]) > int(p["concurrency"])
         and float(q["tpot_ms"]) < float(p["tpot_ms"])
     ]
@@ -307,22 +314,31 @@ def not_comparable(p: dict[str, Any], plan: Plan) -> str | None:
     return None
 
 
-def predict(p: dict[str, Any]) -> Scored:
-    """The model's point for one measured run."""
+def batches_for(p: dict[str, Any]) -> tuple[Plan, BatchLatency] | str:
+    """The plan of a measured run's setup and its batch latencies (the replica's curve), or
+    why there are none."""
     inp = plan_input(p)
-    osl, n = int(p["output_tokens"]), int(p["concurrency"])
     cache = PlanCache()  # the plan's latency batches, read again below
     try:
         plan = make_plan(inp, cache)
     except (ValueError, KeyError) as exc:
-        return Scored(p, None, f"plan: {exc}")
+        return f"plan: {exc}"
     if not plan.fits or plan.distribution is None:
-        return Scored(p, None, f"plan: {plan.reason}")
+        return f"plan: {plan.reason}"
     model = build_latency_model(inp.model, inp.gpu, plan.prediction, inp.hbm_efficiency)
     if model is None:
-        return Scored(p, None, "no latency model")
+        return "no latency model"
     assert cache.sizing is not None  # the plan's sizing, with its simulation
-    batches = cache.batch_latency(model, cache.sizing)
+    return plan, cache.batch_latency(model, cache.sizing)
+
+
+def predict(p: dict[str, Any]) -> Scored:
+    """The model's point for one measured run."""
+    got = batches_for(p)
+    if isinstance(got, str):
+        return Scored(p, None, got)
+    plan, batches = got
+    osl, n = int(p["output_tokens"]), int(p["concurrency"])
     # the replica runs at most max-num-seqs and what its KV pool holds; the rest queue
     run = max(1, min(admitted(p, plan), batches.max_n))
     pt = queued(batches.point(run), n, float(osl))

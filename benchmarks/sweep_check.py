@@ -18,25 +18,10 @@ import argparse
 from collections import defaultdict
 from typing import Any
 
-from benchmarks.latency_accuracy import admitted, load_points, plan_input
-from inference_capacity.planner import PlanCache, make_plan
-from inference_capacity.sizing.latency import build_latency_model
+from benchmarks.latency_accuracy import admitted, batches_for, load_points, setup
 
 #: the issue's bound on a pick's measured ITL over its target
 BOUND = 0.25
-
-
-def _setup(p: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        p["model"],
-        p.get("served_model"),
-        p["precision"],
-        p["gpu"],
-        p["tp"],
-        p["vllm_version"],
-        p["prompt_tokens"],
-        p["output_tokens"],
-    )
 
 
 def measured_at(runs: list[tuple[int, float]], n: int) -> float:
@@ -54,7 +39,7 @@ def check(quantile: str) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for p in load_points():
         if not p.get("not_comparable"):
-            groups[_setup(p)].append(p)
+            groups[setup(p)].append(p)
     out = []
     for key, pts in sorted(groups.items(), key=lambda kv: str(kv[0])):
         by_n: dict[int, list[float]] = defaultdict(list)
@@ -63,18 +48,10 @@ def check(quantile: str) -> list[dict[str, Any]]:
         runs = sorted((n, sum(v) / len(v)) for n, v in by_n.items())
         if len(runs) < 3:
             continue
-        inp = plan_input(pts[0])
-        cache = PlanCache()
-        try:
-            plan = make_plan(inp, cache)
-        except (ValueError, KeyError):
+        got_batches = batches_for(pts[0])
+        if isinstance(got_batches, str):
             continue
-        if not plan.fits or cache.sizing is None:
-            continue
-        model = build_latency_model(inp.model, inp.gpu, plan.prediction, inp.hbm_efficiency)
-        if model is None:
-            continue
-        batches = cache.batch_latency(model, cache.sizing)
+        plan, batches = got_batches
         cap = max(1, min(admitted(pts[0] | {"concurrency": 10**6}, plan), batches.max_n))
         for _, target in runs:
             n = batches.largest_meeting(target, cap, quantile)
@@ -109,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  measured ITL within {lim:.0%} of the target: {share:.1%}")
     print(f"  beyond {BOUND:.0%}: {len(misses)}")
     for r in misses:
-        m, _, prec, gpu, tp, ver, isl, osl = r["setup"]
+        m, prec, gpu, tp, ver, isl, osl = r["setup"]
         print(
             f"    {m} ({prec}) {gpu} TP{tp} v{ver} {isl}/{osl}: target {r['target_ms']:.2f} ms, "
             f"picked N = {r['picked_n']}{' (beyond the measured)' if r['beyond_measured'] else ''}"

@@ -178,9 +178,7 @@ def test_an_itl_target_holds_the_mean_tpot_too() -> None:
     # 8,192-token prompts, 1,024-token outputs (Llama-3.1-70B FP8, H200, TP8): the prefill-chunk
     # steps are ~3 % of a request's steps and ~25 × a decode step, so the p95 of the steps
     # misses them while a request's mean TPOT carries them; a target holds both
-    from benchmarks.latency_accuracy import plan_input
-
-    from inference_capacity.planner import PlanCache
+    from benchmarks.latency_accuracy import batches_for, plan_input
 
     base = {
         "model": "meta-llama/Meta-Llama-3.1-70B",
@@ -192,11 +190,9 @@ def test_an_itl_target_holds_the_mean_tpot_too() -> None:
         "output_tokens": 1024,
     }
     inp = plan_input(base)
-    cache = PlanCache()
-    plan = make_plan(inp, cache)
-    model = build_latency_model(inp.model, inp.gpu, plan.prediction)
-    assert model is not None and cache.sizing is not None
-    batches = cache.batch_latency(model, cache.sizing)
+    got = batches_for(base)
+    assert not isinstance(got, str), got
+    _, batches = got
     pt = batches.point(32)
     assert pt.itl_ms_p95 < 0.7 * pt.tpot_ms_mean  # the chunk steps are not in the p95
     assert pt.itl_target_ms("p95") == pt.tpot_ms_mean

@@ -347,11 +347,16 @@ def experts_weight_only(shape: ModelShape) -> bool:
     q = shape.quantization
     if q is None or not shape.is_moe:
         return False
-    experts = next((t for t in shape.tensors if t.experts > 1 and t.quantizable), None)
-    fmt = tensor_format(q, experts) if experts is not None else None
-    if fmt is None or fmt.float_format or fmt.weight_bits not in (4, 8):
-        return False
-    return fmt.method in _WEIGHT_ONLY_METHODS
+
+    def make() -> bool:  # once per model shape (a sweep plans one shape many times)
+        assert q is not None
+        experts = next((t for t in shape.tensors if t.experts > 1 and t.quantizable), None)
+        fmt = tensor_format(q, experts) if experts is not None else None
+        if fmt is None or fmt.float_format or fmt.weight_bits not in (4, 8):
+            return False
+        return fmt.method in _WEIGHT_ONLY_METHODS
+
+    return _memo(shape, "experts-weight-only", make)
 
 
 def build_latency_model(
