@@ -44,7 +44,7 @@ from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model.source import resolve_model_ref
 from inference_capacity.planner import Plan, PlanCache, PlanInput, make_plan
-from inference_capacity.sizing import LatencyPoint
+from inference_capacity.sizing import LatencyPoint, perf
 from inference_capacity.sizing.latency import (
     BatchLatency,
     LatencyModel,
@@ -74,6 +74,10 @@ class Scored:
     pred: LatencyPoint | None
     error: str = ""
     budget: int = 0  # the plan's --max-num-batched-tokens
+    #: where the run's N prompts fit one step together (N × prompt ≤ the step budget): the model's
+    #: step prefilling all of them at once, plus the request overhead (ms): the TTFT of a closed
+    #: loop of identical requests that stays in lock step (a diagnostic, not the plan's TTFT)
+    one_wave_ttft_ms: float | None = None
 
     def err(self, key: str) -> float | None:
         if self.pred is None:
@@ -342,7 +346,39 @@ def predict(p: dict[str, Any]) -> Scored:
     # the replica runs at most max-num-seqs and what its KV pool holds; the rest queue
     run = max(1, min(admitted(p, plan), batches.max_n))
     pt = queued(batches.point(run), n, float(osl))
-    return Scored(p, pt, budget=plan.prediction.settings.max_num_batched_tokens)
+    budget = plan.prediction.settings.max_num_batched_tokens
+    isl = int(p["prompt_tokens"])
+    wave = None
+    if n * isl <= budget:
+        m = batches.model
+        step = m.step_scalar(0.0, [0.0] * len(m.stages), float(n * isl), batches.prefill_ctx)
+        wave = 1e3 * (step + perf.REQUEST_OVERHEAD_S + perf.TOKENIZE_S_PER_TOKEN * isl)
+    return Scored(p, pt, budget=budget, one_wave_ttft_ms=wave)
+
+
+def wave_steps(s: Scored) -> float:
+    """The run's N prompts in step budgets: how many chunked-prefill steps all of them take."""
+    return int(s.point["concurrency"]) * int(s.point["prompt_tokens"]) / max(s.budget, 1)
+
+
+def print_ttft_by_wave(scored: list[Scored]) -> None:
+    """Measured / predicted TTFT by N × prompt / step budget. These runs send N identical
+    requests at once and a new one as each ends: where all N prompts fit one step, they prefill
+    together and decode in lock step, wave after wave; the plan's steady state spreads arrivals
+    evenly (one request's chunk per step), which is what varied lengths give."""
+    rows = [s for s in scored if s.pred is not None and not s.point.get("not_comparable")]
+    print("TTFT against the wave of N prompts (N x prompt / --max-num-batched-tokens):")
+    print(f"  {'steps':<9} {'n':>4} {'measured/ours':>13} {'measured/one-step wave':>22}")
+    for lo, hi, name in ((0.0, 1.0, "<= 1"), (1.0, 4.0, "1-4"), (4.0, 16.0, "4-16")) + (
+        (16.0, float("inf"), "> 16"),
+    ):
+        sub = [s for s in rows if lo < wave_steps(s) <= hi]
+        if not sub:
+            continue
+        ours = _med([float(s.point["ttft_ms"]) / s.pred.ttft_ms_p50 for s in sub if s.pred])
+        waves = [float(s.point["ttft_ms"]) / s.one_wave_ttft_ms for s in sub if s.one_wave_ttft_ms]
+        wave = f"{_med(waves):>22.2f}" if waves else f"{'':>22}"
+        print(f"  {name:<9} {len(sub):>4} {ours:>13.2f} {wave}")
 
 
 def aic_err(s: Scored, aic: dict[str, float] | None, key: str) -> float | None:
@@ -551,6 +587,7 @@ def main() -> int:
         "  goals: median |TPOT| and |tput| <= 15 %, no TP class beyond 25 %, no point beyond"
         f" {OVER:.0%} of TPOT or throughput ('any>60%' counts those points)"
     )
+    print_ttft_by_wave(scored)
     apart = [s for s in scored if s.pred is not None and s.point.get("not_comparable")]
     if apart:
         print(

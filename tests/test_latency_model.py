@@ -321,6 +321,31 @@ def test_out_of_sample_medians_meet_the_goals() -> None:
         assert summ[cls][key] <= bound, (cls, key, summ[cls][key], bound)
 
 
+def test_one_step_wave_ttft_is_all_prompts_in_one_step() -> None:
+    # benchmarks.latency_accuracy's wave diagnostic: where a run's N prompts fit one step
+    # (MiniMax-M2.5 FP8 on B200 TP2, 4 x 1,024 tokens against 8,192), the TTFT of N identical
+    # requests in lock step is the model's step prefilling all N with no decode, plus the request
+    # overhead: longer than the plan's steady state (one prompt's chunk beside the decodes);
+    # where they need more than one step, there is none
+    from benchmarks.latency_accuracy import wave_steps
+
+    small = next(
+        p
+        for p in load_points()
+        if p["model"] == "MiniMaxAI/MiniMax-M2.5" and p["concurrency"] == 4 and p["tp"] == 2
+    )
+    s = predict(small)
+    assert s.pred is not None and s.one_wave_ttft_ms is not None and wave_steps(s) <= 1.0
+    assert s.one_wave_ttft_ms > s.pred.ttft_ms_p50
+    big = next(
+        p
+        for p in load_points()
+        if int(p["concurrency"]) * int(p["prompt_tokens"]) > 8192 and p["tp"] == 2
+    )
+    b = predict(big)
+    assert b.pred is not None and b.one_wave_ttft_ms is None and wave_steps(b) > 1.0
+
+
 def test_no_end_to_end_point_is_marked_as_fitted_on() -> None:
     # silicon_sample.csv is end-to-end data: validation only (issue 19); the scorer refuses
     # a point marked otherwise
