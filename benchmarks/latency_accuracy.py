@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,9 +370,8 @@ def print_ttft_by_wave(scored: list[Scored]) -> None:
     rows = [s for s in scored if s.pred is not None and not s.point.get("not_comparable")]
     print("TTFT against the wave of N prompts (N x prompt / --max-num-batched-tokens):")
     print(f"  {'steps':<9} {'n':>4} {'measured/ours':>13} {'measured/one-step wave':>22}")
-    for lo, hi, name in ((0.0, 1.0, "<= 1"), (1.0, 4.0, "1-4"), (4.0, 16.0, "4-16")) + (
-        (16.0, float("inf"), "> 16"),
-    ):
+    bins = ((0.0, 1.0, "<= 1"), (1.0, 4.0, "1-4"), (4.0, 16.0, "4-16"), (16.0, math.inf, "> 16"))
+    for lo, hi, name in bins:
         sub = [s for s in rows if lo < wave_steps(s) <= hi]
         if not sub:
             continue
