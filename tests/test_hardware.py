@@ -60,16 +60,39 @@ EXPECTED_GIB = {
     "B300-288GB": 267.69,
     "GB200-186GB": 184.31,
     "GB300-288GB": 267.69,
+    # workstation, data-centre and consumer cards that public vLLM logs run on (sources in
+    # catalog/gpus.json)
+    "RTX-A6000": 47.54,
+    "RTX-6000-Ada": 47.50,  # ECC off (44.43 with ECC on: --gpu-memory-gib)
+    "L40": 44.40,
+    "A40": 44.34,
+    "A10": 21.99,
+    "A30": 23.53,
+    "L20": 44.53,
+    "H800-SXM-80GB": 79.19,  # inferred from the H100 SXM (the same NVML total, 81559 MiB)
+    "A800-SXM-80GB": 79.33,
+    "RTX-A4000": 15.61,
+    "RTX-4000-Ada": 19.67,
+    "RTX-3060": 11.63,
+    "RTX-3080": 9.78,
+    "RTX-2080-Ti": 10.76,
 }
 
 # Data-centre GDDR cards ship with ECC on, which reserves ~1/16 of the memory.
-ECC_GDDR = {"A10G", "L4", "L40S", "T4"}
+ECC_GDDR = {"A10G", "L4", "L40S", "T4", "L40", "A40", "A10", "L20"}
 # Cards whose logged total sits below the 0.97 bound for a stated reason (issue 21):
 # * 16 GB GeForce Blackwell (15.47 GiB logged): the driver's ~0.5 GiB reservation, the same
 #   absolute amount as on the 32 GB RTX 5090 (31.40 GiB), is a larger share of 16 GiB;
 # * Blackwell Ultra, "288 GB": three independent public B300 logs agree on 267.69 GiB (93 %
 #   of 288 GiB, 99.8 % of 288e9 B); the figure is what CUDA reports, whatever the reason.
-LOWER_BOUND = {"RTX-5080": 0.96, "RTX-5070-Ti": 0.96, "B300-288GB": 0.92, "GB300-288GB": 0.92}
+# * the RTX 3060 on a 580 driver (11.63 GiB of 12): the same ~0.37 GiB reservation as above;
+LOWER_BOUND = {
+    "RTX-5080": 0.96,
+    "RTX-5070-Ti": 0.96,
+    "B300-288GB": 0.92,
+    "GB300-288GB": 0.92,
+    "RTX-3060": 0.96,
+}
 
 
 def test_catalog_covers_the_required_cards() -> None:
