@@ -257,6 +257,8 @@ def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
         MAVERICK: ProfileSizing.CALIBRATED,
         "Qwen/Qwen2.5-VL-7B-Instruct": ProfileSizing.UNKNOWN,
         "Qwen/Qwen3.5-35B-A3B": ProfileSizing.UNKNOWN,
+        "Qwen/Qwen3-VL-8B-Instruct": ProfileSizing.UNKNOWN,
+        "Qwen/Qwen3-VL-30B-A3B-Instruct": ProfileSizing.UNKNOWN,
         "google/gemma-4-26B-A4B": ProfileSizing.UNKNOWN,
         "meta-llama/Llama-3.2-90B-Vision-Instruct": ProfileSizing.UNKNOWN,
         "moonshotai/Kimi-K2.5": ProfileSizing.UNKNOWN,

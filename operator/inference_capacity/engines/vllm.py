@@ -1374,6 +1374,23 @@ def _built_weights(shape: ModelShape, settings: EngineSettings, era: Era) -> Mod
     return replace(shape, tensors=tuple(t for t in shape.tensors if t.group is not Group.VISION))
 
 
+def deepstack_buffer_bytes(
+    shape: ModelShape, settings: EngineSettings, era: Era, max_num_batched_tokens: int, dtype: int
+) -> int:
+    """Qwen3-VL's deepstack buffers on a rank (:attr:`ModelShape.deepstack_levels`): one
+    ``max_num_batched_tokens × hidden_size`` tensor in the model dtype per level, allocated by
+    the model's ``__init__`` on every rank while the model loads, so vLLM counts them in its
+    weights ("Model loading took"), where the tower is built (models/qwen3_vl.py and
+    qwen3_vl_moe.py: 0.12.0 ``if self.use_deepstack and self.visual is not None``; 0.21.0 inside
+    ``_mark_tower_model``, whose meta device leaves them unallocated when every modality is 0)."""
+    if not shape.deepstack_levels:
+        return 0
+    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    if not tower_built(shape, limits, era):
+        return 0
+    return shape.deepstack_levels * max_num_batched_tokens * shape.hidden_size * dtype
+
+
 def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
@@ -1597,6 +1614,9 @@ def _predict_stage(
         samp += (su.k_spec + R) * shape.vocab_size * SPEC_LOGIT_BYTES
     if last and su.draft_weights:
         w = replace(w, by_group={**w.by_group, "drafter": su.draft_weights})
+    buffers = deepstack_buffer_bytes(shape, settings, era, T, rs.dtype_bytes)
+    if buffers:
+        w = replace(w, by_group={**w.by_group, "deepstack": buffers})
     act = max(fwd, samp) + moe
     prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
     mm = prof.extra_over(act) if prof is not None else 0

@@ -506,7 +506,11 @@ def image_options(text: str | None) -> dict[str, Any]:
 #: ``no_init_weights`` swaps the children for ``StageMissingLayer`` when every limit is 0,
 #: models/interfaces.py). From 0.15 most other wrappers use _mark_tower_model too; those are
 #: not modelled here (their weights stay counted: over-predicted, the safe side).
-TOWER_SKIPPED_AT_ZERO: Final = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+#: Qwen3-VL's shapes carry their text model's type (``qwen3_vl_text`` / ``qwen3_vl_moe_text``:
+#: model/config/dispatch.py names a wrapper's shape after its text model).
+TOWER_SKIPPED_AT_ZERO: Final = frozenset(
+    {"qwen2_vl", "qwen2_5_vl", "qwen3_vl_text", "qwen3_vl_moe_text"}
+)
 
 
 def tower_built(shape: ModelShape, limits: Mapping[str, int] | None, era: Era) -> bool:

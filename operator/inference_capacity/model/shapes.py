@@ -370,6 +370,10 @@ class ModelShape:
     #: the modalities vLLM's processor accepts (``get_supported_mm_limits``); every one must be
     #: at 0 for a text-only profile (an unnamed modality defaults to 999 items)
     mm_modalities: tuple[str, ...] = ()
+    #: Qwen3-VL's deepstack levels (``len(vision_config.deepstack_visual_indexes)``): with its
+    #: tower built the model allocates one ``max_num_batched_tokens × hidden_size`` buffer per
+    #: level at load (``Qwen3VLForConditionalGeneration.deepstack_input_embeds``)
+    deepstack_levels: int = 0
     #: the hash of the fields above, made on first use (memo keys hash a shape often:
     #: :mod:`inference_capacity.memo`); 0 until then
     _hash: int = field(default=0, init=False, repr=False, compare=False, hash=False)

@@ -23,7 +23,13 @@ from .families import (
     SUPPORTED_MODEL_TYPES,
     deepseek_v4_shape,
 )
-from .vision import _vision_for, _vision_tensors, encoder_tower, mm_modalities
+from .vision import (
+    _vision_for,
+    _vision_tensors,
+    deepstack_levels,
+    encoder_tower,
+    mm_modalities,
+)
 
 #: wrappers whose config class builds a fixed text config when ``text_config`` has no
 #: model_type: KimiVLConfig (vLLM transformers_utils/configs/kimi_vl.py) makes it a
@@ -118,4 +124,5 @@ def shape_from_config(
         model_type=model_type if model_type not in _WRAPPERS else family_type,
         vision_tower=tower,
         mm_modalities=mm_modalities(model_type, config) if multimodal else (),
+        deepstack_levels=deepstack_levels(model_type, config) if multimodal else 0,
     )

@@ -115,7 +115,7 @@ def _gemma4_vision(vc: Mapping[str, Any], text_hidden: int) -> list[Tensor]:
 def _vision_for(model_type: str, vc: Any, text: _Cfg) -> list[Tensor]:
     if not isinstance(vc, Mapping) or not vc:
         return []
-    if model_type in ("qwen3_5", "qwen3_5_moe"):
+    if model_type in ("qwen3_5", "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe"):
         return _qwen3_vl_vision(vc)
     if model_type in ("qwen2_vl", "qwen2_5_vl"):
         return _qwen_vl_vision(model_type, vc)
@@ -171,6 +171,21 @@ def encoder_tower(
     if model_type in QWEN_DYNAMIC_TOWERS and isinstance(vc, Mapping):
         return _qwen_vl_tower(model_type, arch, vc, text_hidden)
     return None
+
+
+def deepstack_levels(model_type: str, config: Mapping[str, Any]) -> int:
+    """Qwen3-VL's deepstack levels: ``Qwen3VLForConditionalGeneration.__init__`` (and
+    ``Qwen3VLMoeForConditionalGeneration``'s; models/qwen3_vl.py and qwen3_vl_moe.py, 0.12.0
+    and 0.21.0) sets ``deepstack_num_level = len(vision_config.deepstack_visual_indexes)``
+    and, with the tower built, allocates one zeroed ``(max_num_batched_tokens,
+    text hidden_size)`` tensor per level (the model dtype, on the device). Qwen3.5's wrappers
+    have their own ``__init__`` without them (qwen3_5.py, 0.21.0; their configs list no
+    deepstack index either): 0."""
+    if model_type not in ("qwen3_vl", "qwen3_vl_moe"):
+        return 0
+    vc = config.get("vision_config")
+    indexes = vc.get("deepstack_visual_indexes") if isinstance(vc, Mapping) else None
+    return len(indexes) if isinstance(indexes, list) else 0
 
 
 #: the Qwen3-VL-style wrappers (their towers keep ``encoder_metadata`` through the blocks)
