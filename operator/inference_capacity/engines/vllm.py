@@ -1473,6 +1473,12 @@ def _setup(
 ) -> _Setup:
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
     check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
+    if shape.moe_latent_size and not rs.rules.nemotron_latent_moe:
+        raise SettingsError(
+            f"moe_latent_size {shape.moe_latent_size} (Nemotron-H LatentMoE) needs vLLM 0.13 or "
+            f"newer: vLLM {rs.version} builds the experts at the hidden size "
+            "(models/nemotron_h.py has no latent projections before 0.13.0)"
+        )
     rules = rs.rules
     ep = tp * settings.data_parallel if settings.expert_parallel else 1
     # without EP the experts are TP-sharded over tp × dp (FusedMoEParallelConfig.make)

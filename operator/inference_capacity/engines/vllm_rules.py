@@ -261,6 +261,10 @@ class VllmRules:
     #: the embedding/lm_head LoRA slots (ledger/weights.py::vocab_lora_bytes) as read in the
     #: 0.20.0–0.33.0 sources; earlier releases (``lora_extra_vocab_size`` era) were not read
     vocab_lora: bool
+    #: Nemotron-H LatentMoE (``moe_latent_size``: ``NemotronHMoE.use_latent_moe``,
+    #: models/nemotron_h.py) from 0.13.0; 0.12.0 builds the experts at the hidden size, which
+    #: the checkpoint's latent-width experts do not load into
+    nemotron_latent_moe: bool
     #: vllm/model_executor/models/deepseek_v4.py ships from 0.20.0 (0.19.x has no DeepSeek-V4)
     deepseek_v4_exists: bool
     #: DeepSeek-V4's KV planning was read (ledger/kv_dsv4.py) for 0.24.0, 0.25.0 and 0.26.0
@@ -366,6 +370,7 @@ def _rules(v: Version) -> VllmRules:
         mm_limit_options=at((0, 11, 1)),
         mm_factorised_dummy=at((0, 13, 0)),
         vocab_lora=at((0, 20, 0)),
+        nemotron_latent_moe=at((0, 13, 0)),
         deepseek_v4_exists=at((0, 20, 0)),
         deepseek_v4_read=between((0, 24, 0), (0, 27, 0)),
         qwen3_video_dummy_read=between((0, 20, 0), (0, 29, 0)),

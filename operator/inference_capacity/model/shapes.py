@@ -374,6 +374,8 @@ class ModelShape:
     #: tower built the model allocates one ``max_num_batched_tokens × hidden_size`` buffer per
     #: level at load (``Qwen3VLForConditionalGeneration.deepstack_input_embeds``)
     deepstack_levels: int = 0
+    #: Nemotron-H LatentMoE's expert width (``moe_latent_size``; 0: the hidden size)
+    moe_latent_size: int = 0
     #: the hash of the fields above, made on first use (memo keys hash a shape often:
     #: :mod:`inference_capacity.memo`); 0 until then
     _hash: int = field(default=0, init=False, repr=False, compare=False, hash=False)

@@ -68,6 +68,9 @@ class _Decoder:
     expert_bias: bool = False
     router_bias: bool = False
     router_fp32: bool = False  # MiniMax-M2: router weight and routing bias in float32
+    #: Nemotron-H LatentMoE (``moe_latent_size``): the routed experts work in this latent width
+    #: instead of the hidden size, between a hidden → latent and a latent → hidden projection
+    moe_latent: int = 0
     # MLA
     mla: bool = False
     q_lora_rank: int = 0
@@ -282,6 +285,7 @@ def _mlp(d: _Decoder, ls: LayerSet, inter: int, group: Group, prefix: str) -> li
 
 def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     h, e, ie = d.hidden, d.experts, d.expert_intermediate
+    eh = d.moe_latent or h  # the experts' width (FusedMoE hidden_size)
     rows13 = 2 * ie if d.gated_mlp else ie
     t = [
         Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layers=ls, fp32=d.router_fp32),
@@ -289,7 +293,7 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
             "mlp.experts.w13",
             Group.EXPERTS,
             rows13,
-            h,
+            eh,
             Split.COLUMN,
             layers=ls,
             experts=e,
@@ -298,7 +302,7 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
         Tensor(
             "mlp.experts.w2",
             Group.EXPERTS,
-            h,
+            eh,
             ie,
             Split.ROW,
             layers=ls,
@@ -306,6 +310,21 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
             quantizable=True,
         ),
     ]
+    if d.moe_latent:
+        # NemotronHMoE (models/nemotron_h.py, 0.14.0–0.21.0): fc1_latent_proj / fc2_latent_proj
+        # are ReplicatedLinear (every TP rank holds both; 0.13.0's fc1 was column-parallel, so
+        # there this over-counts by (1 − 1/tp) of it), bias per mlp_bias
+        lat = d.moe_latent
+        rep = Split.REPLICATED
+        t += [
+            Tensor("mlp.fc1_latent_proj", Group.MLP, lat, h, rep, layers=ls, quantizable=True),
+            Tensor("mlp.fc2_latent_proj", Group.MLP, h, lat, rep, layers=ls, quantizable=True),
+        ]
+        if d.mlp_bias:
+            t += [
+                Tensor("mlp.fc1_latent_proj_bias", Group.MLP, lat, 1, rep, layers=ls),
+                Tensor("mlp.fc2_latent_proj_bias", Group.MLP, h, 1, rep, layers=ls),
+            ]
     if d.router_bias:
         t.append(
             Tensor(
@@ -542,6 +561,7 @@ def _build(
         num_shared_experts=1 if d.shared_intermediate else 0,
         experts_per_token=d.experts_per_token,
         expert_intermediate_size=d.expert_intermediate,
+        moe_latent_size=d.moe_latent,
         dense_layers=dense,
         quantization=quant,
         is_multimodal=multimodal,

@@ -60,6 +60,8 @@ def _nemotron_h(c: _Cfg) -> _Decoder:
         d.experts_per_token = c.pos("num_experts_per_tok")
         d.shared_intermediate = c.integer("moe_shared_expert_intermediate_size", 0)
         d.router_bias = True
+        # LatentMoE (Nemotron-3 Super): models/nemotron_h.py NemotronHMoE, 0.13.0 on
+        d.moe_latent = c.integer("moe_latent_size", 0)
     d.rotary_dim = 0  # Nemotron-H attention layers use no RoPE
     return d
 
