@@ -265,6 +265,13 @@ def test_every_multimodal_catalog_model_has_its_profile_class() -> None:
         "nvidia/Kimi-K2.5-NVFP4": ProfileSizing.UNKNOWN,
         "nvidia/Qwen3.6-27B-NVFP4": ProfileSizing.UNKNOWN,
         "nvidia/Qwen3.6-35B-A3B-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Qwen3.5-397B-A17B-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Qwen3.5-122B-A10B-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Gemma-4-31B-IT-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Gemma-4-26B-A4B-NVFP4": ProfileSizing.UNKNOWN,
+        "nvidia/Kimi-K2.6-NVFP4": ProfileSizing.UNKNOWN,
+        "Qwen/Qwen3.5-27B": ProfileSizing.UNKNOWN,
+        "Qwen/Qwen3.5-397B-A17B": ProfileSizing.UNKNOWN,
     }
     assert profile_sizing(load_model("meta-llama/Llama-3.1-8B-Instruct")) is None
 

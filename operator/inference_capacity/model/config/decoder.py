@@ -287,10 +287,15 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     h, e, ie = d.hidden, d.experts, d.expert_intermediate
     eh = d.moe_latent or h  # the experts' width (FusedMoE hidden_size)
     rows13 = 2 * ie if d.gated_mlp else ie
+    # the experts' module: under the MLP (Qwen/DeepSeek/Mixtral ``mlp.experts``), or beside a
+    # dense MLP (Gemma 4: ``layers.N.moe.experts`` in vLLM's gemma4.py, ``layers.N.experts`` in
+    # the checkpoint, 0.26.0), where an exclusion of ``layers.N.mlp*`` names the dense MLP only
+    # (nvidia/Gemma-4-26B-A4B-NVFP4 keeps its MLP, router and attention in bf16, experts NVFP4)
+    ex = "moe.experts" if d.dense_and_moe else "mlp.experts"
     t = [
         Tensor("mlp.gate", Group.ROUTER, e, h, Split.REPLICATED, layers=ls, fp32=d.router_fp32),
         Tensor(
-            "mlp.experts.w13",
+            f"{ex}.w13",
             Group.EXPERTS,
             rows13,
             eh,
@@ -300,7 +305,7 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
             quantizable=True,
         ),
         Tensor(
-            "mlp.experts.w2",
+            f"{ex}.w2",
             Group.EXPERTS,
             eh,
             ie,
@@ -339,12 +344,8 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
         ]
     if d.expert_bias:
         t += [
-            Tensor(
-                "mlp.experts.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layers=ls, experts=e
-            ),
-            Tensor(
-                "mlp.experts.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layers=ls, experts=e
-            ),
+            Tensor(f"{ex}.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layers=ls, experts=e),
+            Tensor(f"{ex}.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layers=ls, experts=e),
         ]
     if d.shared_intermediate:
         t += _mlp(d, ls, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
