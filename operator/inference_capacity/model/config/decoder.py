@@ -345,7 +345,7 @@ def _moe(d: _Decoder, ls: LayerSet) -> list[Tensor]:
     if d.expert_bias:
         t += [
             Tensor(f"{ex}.w13_bias", Group.EXPERTS, rows13, 1, Split.COLUMN, layers=ls, experts=e),
-            Tensor(f"{ex}.w2_bias", Group.EXPERTS, h, 1, Split.REPLICATED, layers=ls, experts=e),
+            Tensor(f"{ex}.w2_bias", Group.EXPERTS, eh, 1, Split.REPLICATED, layers=ls, experts=e),
         ]
     if d.shared_intermediate:
         t += _mlp(d, ls, d.shared_intermediate, Group.SHARED_EXPERTS, "mlp.shared_experts")
