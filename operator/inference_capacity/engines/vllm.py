@@ -1343,6 +1343,11 @@ def _cached_layers(
 # --- the prediction --------------------------------------------------------------------------
 
 
+def _mm_limits(settings: EngineSettings) -> dict[str, int] | None:
+    """``--limit-mm-per-prompt`` as a mapping (None: unset, every modality at vLLM's 999)."""
+    return dict(settings.mm_limits) if settings.mm_limits is not None else None
+
+
 def _mm_profile(
     shape: ModelShape, settings: EngineSettings, rs: ResolvedSettings, tp: int
 ) -> EncoderProfile | None:
@@ -1351,7 +1356,7 @@ def _mm_profile(
     0.11 (resolve.py refuses a multimodal plan in the last two cases)."""
     if settings.skip_mm_profiling or rs.era not in MM_PROFILE_ERAS:
         return None
-    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    limits = _mm_limits(settings)
     return encoder_profile(
         shape,
         limits,
@@ -1368,7 +1373,7 @@ def _built_weights(shape: ModelShape, settings: EngineSettings, era: Era) -> Mod
     """``shape`` less its vision tensors where vLLM builds no tower (every modality at 0,
     vllm_mm.tower_built). With safetensors headers the tower stays counted (the headers'
     loaded bytes hold it; over-predicted, the safe side)."""
-    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    limits = _mm_limits(settings)
     if shape.header is not None or tower_built(shape, limits, era):
         return shape
     return replace(shape, tensors=tuple(t for t in shape.tensors if t.group is not Group.VISION))
@@ -1385,7 +1390,7 @@ def deepstack_buffer_bytes(
     ``_mark_tower_model``, whose meta device leaves them unallocated when every modality is 0)."""
     if not shape.deepstack_levels:
         return 0
-    limits = dict(settings.mm_limits) if settings.mm_limits is not None else None
+    limits = _mm_limits(settings)
     if not tower_built(shape, limits, era):
         return 0
     return shape.deepstack_levels * max_num_batched_tokens * shape.hidden_size * dtype
