@@ -71,6 +71,8 @@ class _Decoder:
     #: Nemotron-H LatentMoE (``moe_latent_size``): the routed experts work in this latent width
     #: instead of the hidden size, between a hidden → latent and a latent → hidden projection
     moe_latent: int = 0
+    #: each layer's MLP intermediate size where the layers differ (Nemotron-NAS); None: one size
+    ffn_sizes: Pattern[int] | None = None
     # MLA
     mla: bool = False
     q_lora_rank: int = 0
@@ -427,10 +429,13 @@ def _layer_tensors(
     mlp_only: bool,
     moe_only: bool,
     ls: LayerSet,
+    ffn: int = 0,
 ) -> tuple[list[Tensor], LayerAttention]:
     """The tensors of the layers ``ls`` (one distinct kind of layer: its mixer, its MLP or
-    experts, its norms) and their attention."""
+    experts, its norms) and their attention; ``ffn``: their MLP's intermediate size where the
+    layers differ (0: the model's)."""
     h = d.hidden
+    inter = ffn or d.intermediate
     tensors: list[Tensor] = []
     mixer_only = mamba and not d.gdn  # Nemotron-H "M": no MLP in the layer
     if mamba:
@@ -458,12 +463,12 @@ def _layer_tensors(
     if kind is AttnKind.NONE and moe_only:
         tensors += _moe(d, ls)
     elif kind is AttnKind.NONE and mlp_only:
-        tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
+        tensors += _mlp(d, ls, inter, Group.MLP, "mlp")
     elif not mixer_only and not d.attn_only:
         if moe:
             tensors += _moe(d, ls)
-        if d.intermediate and (not moe or d.dense_and_moe):
-            tensors += _mlp(d, ls, d.intermediate, Group.MLP, "mlp")
+        if inter and (not moe or d.dense_and_moe):
+            tensors += _mlp(d, ls, inter, Group.MLP, "mlp")
     if d.layer_scalar:
         tensors.append(Tensor("layer_scalar", Group.NORM, 1, 1, Split.REPLICATED, layers=ls))
     for k in range(n_norms):
@@ -508,13 +513,14 @@ def _build(
             d.moe_layers or off,
             d.mlp_only_layers or off,
             d.moe_only_layers or off,
+            d.ffn_sizes or Pattern.constant(0, n),
         ]
     )
     specs: dict[LayerAttention, LayerSet] = {}
     dense = LayerSet()
     # one pass per distinct layer (kind and flags), its tensors standing for every such layer
-    for (kind, mamba, moe, mlp_only, moe_only), ls in per_layer.groups().items():
-        layer, spec = _layer_tensors(d, kind, mamba, moe, mlp_only, moe_only, ls)
+    for (kind, mamba, moe, mlp_only, moe_only, ffn), ls in per_layer.groups().items():
+        layer, spec = _layer_tensors(d, kind, mamba, moe, mlp_only, moe_only, ls, ffn)
         tensors += layer
         specs[spec] = specs[spec].union(ls) if spec in specs else ls
         if d.experts and not moe and not mamba:

@@ -15,7 +15,7 @@ from .deepseek_v4 import deepseek_v4_shape
 from .gemma import _gemma, _gemma4
 from .gpt_oss import _gpt_oss
 from .hybrid import _nemotron_h, _qwen3_5
-from .llama import _llama, _llama4, _mistral, _mixtral
+from .llama import _llama, _llama4, _mistral, _mixtral, _nemotron_nas
 from .minimax import _minimax_m2
 from .phi_opt import _opt, _phi
 from .qwen import _qwen2, _qwen3, _qwen_moe
@@ -51,6 +51,7 @@ FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
     "minimax_m2": _minimax_m2,
     # Qwen3-VL's language models (vllm models/qwen3_vl.py ``Qwen3LLMModel(Qwen3Model)``,
     # qwen3_vl_moe.py ``Qwen3MoeLLMModel(Qwen3MoeModel)``, 0.12.0/0.21.0): Qwen3's
+    "nemotron-nas": _nemotron_nas,
     "qwen3_vl_text": _qwen3,
     "qwen3_vl_moe_text": lambda c: _qwen_moe(c, qwen3=True),
 }
