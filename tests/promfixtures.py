@@ -320,6 +320,7 @@ class SlowServer:
                     server.open += 1
                     server.total += 1
                     server.peak = max(server.peak, server.open)
+                held = True
                 try:
                     body = server.head + EMPTY_VECTOR
                     if server.head:
@@ -334,12 +335,19 @@ class SlowServer:
                         self.send_response(200)
                         self.send_header("Content-Length", str(len(body)))
                         self.end_headers()
+                    # no longer held before the last bytes go out: a client that reuses its
+                    # connection slot as soon as it has them must not find this one counted
+                    # (it was, until the handler thread got back: 7 open of a 6-slot client)
+                    with server._lock:
+                        server.open -= 1
+                    held = False
                     self.wfile.write(body[len(server.head) :])
                 except OSError:  # the client gave up (its timeout, a cancelled observation)
                     pass
                 finally:
-                    with server._lock:
-                        server.open -= 1
+                    if held:
+                        with server._lock:
+                            server.open -= 1
 
             def _client_left(self, seconds: float) -> bool:
                 """Wait ``seconds``; True as soon as the client closes the connection."""
