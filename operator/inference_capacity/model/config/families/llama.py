@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from ...errors import ModelConfigError
 from ...layerset import Pattern
-from ...shapes import AttnKind
+from ...shapes import AttnKind, cdiv
 from ..access import _Cfg
 from ..decoder import _base, _Decoder, every
 
@@ -108,7 +108,7 @@ def _nemotron_nas(c: _Cfg) -> _Decoder:
         mult = ffn.get("ffn_mult")
         if isinstance(mult, int | float) and mult > 0:
             inter = int(2 * mult * hidden / 3)
-            sizes.append(inter if inter % 256 == 0 else inter + 256 - inter % 256)
+            sizes.append(cdiv(inter, 256) * 256)  # _find_multiple(n, 256)
         elif isinstance(ffn.get("intermediate_size"), int) and ffn["intermediate_size"] > 0:
             sizes.append(int(ffn["intermediate_size"]))
         else:
