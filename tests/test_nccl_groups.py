@@ -102,12 +102,15 @@ def test_pcie_tp4_terms_are_the_logged_ones() -> None:
     # the NVLink (HGX H100) fit is unchanged: 2.07 GiB before the snapshot at TP4, 2.12 non-torch
     assert pre_snapshot_bytes(era, 4, 1) == pytest.approx(gib(0.51 + 0.48 + 0.54 * 2), abs=2)
     assert non_torch(era, 4, 1) == gib(2.02 + 0.025 * 4)
-    # the TP part keeps the fit's shape, scaled to the TP4 point (TP2 0.68, TP8 1.40 GiB)
-    for tp in (2, 8):
-        nvlink = distributed_init_bytes(era, tp, 1)
-        assert distributed_init_bytes(era, tp, 1, pcie=True) == pytest.approx(
-            nvlink * 1.04 / 1.56, abs=2
-        )
+    # the TP part keeps the fit's shape up to the TP4 point, scaled to it (TP2 0.68 GiB) ...
+    nvlink = distributed_init_bytes(era, 2, 1)
+    assert distributed_init_bytes(era, 2, 1, pcie=True) == pytest.approx(
+        nvlink * 1.04 / 1.56, abs=2
+    )
+    # ... and stays there beyond four ranks (no custom all-reduce, the same NCCL peers a rank)
+    tp4 = distributed_init_bytes(era, 4, 1, pcie=True)
+    assert distributed_init_bytes(era, 8, 1, pcie=True) == tp4
+    assert distributed_init_bytes(era, 8, 1) > distributed_init_bytes(era, 4, 1)  # NVLink grows
     # before 0.11 distributed init was measured in the profile, never before the snapshot
     assert distributed_init_bytes(Era.V1_PRE_NCCL, 4, 1, pcie=True) == 0
 
@@ -123,3 +126,24 @@ def test_a_pcie_tp2_plan_frees_the_nvlink_nccl_share() -> None:
     r_pcie, r_nvlink = pcie.ranks[0], nvlink.ranks[0]
     assert r_pcie.non_torch == gib(0.25) and r_nvlink.non_torch == gib(2.02 + 0.05)
     assert r_pcie.available_kv - r_nvlink.available_kv == r_nvlink.non_torch - r_pcie.non_torch
+
+
+def test_eight_pcie_gpus_pass_the_start_check_vllm_passed() -> None:
+    # vllm-startup-047 (vLLM PR #51590, 0.28.0): gpt-oss-120b on 8 x RTX PRO 4500 Blackwell
+    # (31.38 GiB, PCIe-only) at --gpu-memory-utilization 0.95 started, so at most
+    # 31.38 x 0.05 = 1.57 GiB was in use before the init snapshot. The TP part at 8 PCIe ranks is
+    # the TP4 one (custom all-reduce off, the same NCCL peers): 0.51 + 1.04 GiB fits
+    gpu = get_gpu("RTX-PRO-4500-Blackwell")
+    assert pcie_only(gpu.name)
+    settings = EngineSettings(version="0.28.0", gpu_memory_utilization=0.95, max_num_seqs=256)
+    p = predict_startup(
+        load_model("openai/gpt-oss-120b"), gpu.total_bytes, gpu.name, 8, 1, settings
+    )
+    assert p.starts, p.error
+    used = pre_snapshot_bytes(Era.V1_CONSUMED, 8, 1, pcie=True)
+    assert used <= gpu.total_bytes * 0.05
+    assert used == pre_snapshot_bytes(Era.V1_CONSUMED, 4, 1, pcie=True)
+    # at 0.96 it no longer fits: 31.38 x 0.04 = 1.26 GiB < 1.55
+    tight = EngineSettings(version="0.28.0", gpu_memory_utilization=0.96, max_num_seqs=256)
+    q = predict_startup(load_model("openai/gpt-oss-120b"), gpu.total_bytes, gpu.name, 8, 1, tight)
+    assert not q.starts and q.error is not None and "Free memory" in q.error

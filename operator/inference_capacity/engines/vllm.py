@@ -105,10 +105,17 @@ TP_INIT_PER_DOUBLING_GIB = 0.54
 #: safe side of those logs) and the TP part of the pre-snapshot memory keeps the NVLink fit's
 #: shape scaled to vllm-startup-101's TP4 point: 1.55 GiB in use before the snapshot (free
 #: 77.78 of 79.33) − :data:`CUDA_CONTEXT_GIB` = 1.04 GiB where the fit gives 1.56, so × 1.04 /
-#: 1.56 (TP2 0.68 GiB, at least the 0.62 that 2 × RTX 5090 at 0.27+ used, vllm-startup-055;
-#: TP8 1.40 GiB, an extrapolation). A PCIe card bridged by NVLink (RTX 3090 pairs, H100 PCIe
-#: pairs) is counted as PCIe. DP/EP groups keep their assumed sizes.
+#: 1.56 (TP2 0.68 GiB, at least the 0.62 that 2 × RTX 5090 at 0.27+ used, vllm-startup-055).
+#: Beyond four ranks the PCIe TP part stays at its TP4 figure (:data:`PCIE_TP_INIT_FLAT_FROM`):
+#: custom all-reduce is already off at 3+ PCIe-only GPUs, and NCCL's ring and tree connect each
+#: rank to the same 2–3 peers at 4 and at 8 ranks (no NVLS/CollNet over PCIe), so nothing left
+#: grows with the group. (The NVLink fit's log2 extrapolation gave 1.40 GiB at TP8, and with it
+#: 8 × RTX PRO 4500 at 0.95 failed the start check that vllm-startup-047 passed: 0.28.0, 31.38
+#: GiB, so at most 1.57 GiB in use before the snapshot; that log is out of sample and no figure
+#: is fitted on it.) A PCIe card bridged by NVLink (RTX 3090 pairs, H100 PCIe pairs) is counted
+#: as PCIe. DP/EP groups keep their assumed sizes.
 PCIE_TP_INIT_SCALE = 1.04 / 1.56
+PCIE_TP_INIT_FLAT_FROM = 4
 #: The same at PP ≥ 2 with TP = 1: 1.43 − 0.51 = 0.92 GiB (0.19.0 H100, PP2). TP and PP together
 #: are assumed additive (no log has both).
 PP_INIT_GIB = 0.92
@@ -1038,7 +1045,8 @@ def distributed_init_bytes(
     if era in (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED):
         init_gib += nccl_groups * NCCL_GROUP_INIT_GIB
         if tp >= 2:
-            tp_gib = TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(tp)
+            ranks = min(tp, PCIE_TP_INIT_FLAT_FROM) if pcie else tp
+            tp_gib = TP_INIT_BASE_GIB + TP_INIT_PER_DOUBLING_GIB * math.log2(ranks)
             init_gib += tp_gib * (PCIE_TP_INIT_SCALE if pcie else 1.0)
         if pp >= 2:
             init_gib += PP_INIT_GIB
