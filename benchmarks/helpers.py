@@ -246,7 +246,10 @@ POINT_SETUP: dict[str, PointSetup] = {
         gpu="RTX-A5000",
         settings={"kv_transfer": True, "kv_connector": "LMCacheConnectorV1"},
         note="LMCache CPU-offload example; the RTX A5000's total memory is not logged (the "
-        "catalog's 23.52 GiB is inferred from the RTX 4090's, the same NVML total)",
+        "catalog's 23.52 GiB is inferred from the RTX 4090's, the same NVML total). The example "
+        "runs vLLM's LLM class, whose default --max-num-batched-tokens on a GPU under 70 GiB is "
+        "8192 (engine/arg_utils.py::get_batch_defaults, 0.21.0), not the server's 2048 kept "
+        "here: the script's own value is not in the excerpt (at 8192 this replay gives -8.7 %)",
     ),
     "vllm-startup-093": PointSetup(
         "deepseek-ai/DeepSeek-V4-Flash",
