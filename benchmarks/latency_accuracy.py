@@ -365,8 +365,9 @@ def wave_steps(s: Scored) -> float:
 def print_ttft_by_wave(scored: list[Scored]) -> None:
     """Measured / predicted TTFT by N × prompt / step budget. These runs send N identical
     requests at once and a new one as each ends: where all N prompts fit one step, they prefill
-    together and decode in lock step, wave after wave; the plan's steady state spreads arrivals
-    evenly (one request's chunk per step), which is what varied lengths give."""
+    together and decode in lock step, wave after wave. The plan's lock step (identical
+    requests: sizing/latency.py) groups as many prompts as one step holds; the one-step wave
+    (all N prefilled with no decode) is printed beside it where it exists."""
     rows = [s for s in scored if s.pred is not None and not s.point.get("not_comparable")]
     print("TTFT against the wave of N prompts (N x prompt / --max-num-batched-tokens):")
     print(f"  {'steps':<9} {'n':>4} {'measured/ours':>13} {'measured/one-step wave':>22}")

