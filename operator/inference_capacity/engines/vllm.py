@@ -1706,10 +1706,14 @@ def _kv_error(
     total_bytes: int,
     in_flight: int,
     mamba_blocks: Callable[[int], int],
+    layout: KvLayout,
+    available: int,
 ) -> str | None:
-    """vLLM's startup error when the binding rank's KV budget holds no block, or not one
-    request of ``max_model_len`` tokens (the messages of v1/core/kv_cache_utils.py)."""
-    layout, L = br.layout, rs.max_model_len
+    """vLLM's startup error when the binding rank's KV budget holds no block, or when
+    ``available`` bytes do not hold one request of ``max_model_len`` tokens of ``layout``
+    (the binding rank's, or the whole model's: :func:`_start_check`) (the messages of
+    v1/core/kv_cache_utils.py)."""
+    L = rs.max_model_len
     if br.available_kv <= 0 or br.num_blocks <= 0:
         return (
             f"No available memory for the cache blocks: available KV cache memory is "
@@ -1722,19 +1726,50 @@ def _kv_error(
         )
     needed = layout.bytes_for_request(L, in_flight, mamba_blocks(L))
     if rs.era is Era.V0:
-        fits = br.num_blocks * layout.block_size >= L
+        fits = br.num_blocks * br.layout.block_size >= L
     else:
-        fits = needed <= br.available_kv
+        fits = needed <= available
     if fits:
         return None
-    est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
+    est_len = _max_len_that_fits(layout, available, L, in_flight, mamba_blocks)
     return (
         f"To serve at least one request with the model's max seq len ({L}), "
         f"({_fmt_gib(needed)} GiB KV cache is needed, which is larger than the "
-        f"available KV cache memory ({_fmt_gib(br.available_kv)} GiB). Based on the "
+        f"available KV cache memory ({_fmt_gib(available)} GiB). Based on the "
         f"available memory, the estimated maximum model length is {est_len}. Try "
         "increasing `gpu_memory_utilization` or decreasing `max_model_len`."
     )
+
+
+def _start_check(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    settings: EngineSettings,
+    su: _Setup,
+    ranks: list[RankPrediction],
+    br: RankPrediction,
+) -> tuple[KvLayout, int]:
+    """The layout and KV memory vLLM's start check weighs one request of max_model_len
+    against: the binding rank's, or at PP ≥ 2 on 0.14–0.16 (:attr:`VllmRules.
+    pp_start_check_whole_model`) every layer of the model against the smallest rank's."""
+    rs = su.rs
+    if pp < 2 or not rs.rules.pp_start_check_whole_model:
+        return br.layout, br.available_kv
+    layers = [
+        x for stage in range(pp) for x in _cached_layers(shape, pp, stage, rs.version, settings)
+    ]
+    whole = kv_layout(
+        layers + su.draft_layers,
+        tp,
+        rs.kv_bytes,
+        rs.dtype_bytes,
+        rs.block_size,
+        hybrid_manager=su.hybrid_manager,
+        align=su.align,
+        kv_format=kv_token_format(rs.kv_cache_dtype),
+    )
+    return whole, min(r.available_kv for r in ranks)
 
 
 def _free_memory_error(
@@ -1785,7 +1820,8 @@ def predict_startup(
 
     need = layout.blocks_per_request(L, in_flight, mamba_blocks(L))
     conc, tokens = _capacity(rs, layout, br.num_blocks, need)
-    error = _kv_error(rs, br, total_bytes, in_flight, mamba_blocks)
+    check_layout, check_avail = _start_check(shape, tp, pp, settings, su, ranks, br)
+    error = _kv_error(rs, br, total_bytes, in_flight, mamba_blocks, check_layout, check_avail)
     notes: list[str] = []
     nccl_groups = su.nccl_groups
     if nccl_groups and rs.era is not Era.V0:
@@ -1803,7 +1839,7 @@ def predict_startup(
         )
     if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
         # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
-        est_len = _max_len_that_fits(layout, br.available_kv, L, in_flight, mamba_blocks)
+        est_len = _max_len_that_fits(check_layout, check_avail, L, in_flight, mamba_blocks)
         if est_len > 0:
             fitted = replace(settings, max_model_len=est_len, auto_max_model_len=False)
             p = predict_startup(shape, total_bytes, gpu_name, tp, pp, fitted)

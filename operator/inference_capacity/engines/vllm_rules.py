@@ -179,6 +179,14 @@ class VllmRules:
     #: (v1/core/kv_cache_utils.py::get_kv_cache_capacity): from 0.21; 0.9–0.20
     #: ``num_blocks // groups × block size`` (the same function in those releases)
     tokens_from_concurrency: bool
+    #: at PP ≥ 2 the start check (and the ``--max-model-len -1`` fit) weighs one request of
+    #: max_model_len over the whole model's layers against the smallest worker's KV memory:
+    #: v1/core/kv_cache_utils.py::get_kv_cache_configs calls ``_check_enough_kv_cache_memory``
+    #: with ``min(available_memory)`` and ``_max_memory_usage_bytes_from_groups`` of the global
+    #: groups (0.14.0, 0.16.0; 0.15 is not on PyPI, between them). 0.13.0 checks each worker's
+    #: own layers; 0.17.0 on projects the groups to each worker
+    #: (``_project_kv_cache_groups_to_worker``)
+    pp_start_check_whole_model: bool
     #: ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T`` (config/vllm.py) for
     #: sliding/chunked layers, and async scheduling on by default: from 0.26; before, T
     in_flight_batches: bool
@@ -347,6 +355,7 @@ def _rules(v: Version) -> VllmRules:
         nvfp4_kv_dtype=at((0, 20, 0)),
         hma_with_connector=at((0, 22, 0)),
         tokens_from_concurrency=at((0, 21, 0)),
+        pp_start_check_whole_model=between((0, 14, 0), (0, 17, 0)),
         in_flight_batches=at((0, 26, 0)),
         async_scheduling_default=at((0, 14, 0)),
         chunked_local_as_full=between((0, 11, 0), (0, 14, 0)),
