@@ -1650,16 +1650,7 @@ def _predict_stage(
         # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
         rank_requested = su.requested - avail + settings.kv_cache_memory_bytes
         avail = settings.kv_cache_memory_bytes
-    layout = kv_layout(
-        _cached_layers(shape, pp, stage, rs.version, settings) + (su.draft_layers if last else []),
-        tp,
-        rs.kv_bytes,
-        rs.dtype_bytes,
-        rs.block_size,
-        hybrid_manager=su.hybrid_manager,
-        align=su.align,
-        kv_format=kv_token_format(rs.kv_cache_dtype),
-    )
+    layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     blocks = layout.num_blocks(avail)
     return [
         RankPrediction(
@@ -1753,14 +1744,28 @@ def _start_check(
     """The layout and KV memory vLLM's start check weighs one request of max_model_len
     against: the binding rank's, or at PP ≥ 2 on 0.14–0.16 (:attr:`VllmRules.
     pp_start_check_whole_model`) every layer of the model against the smallest rank's."""
-    rs = su.rs
-    if pp < 2 or not rs.rules.pp_start_check_whole_model:
+    if pp < 2 or not su.rs.rules.pp_start_check_whole_model:
         return br.layout, br.available_kv
-    layers = [
-        x for stage in range(pp) for x in _cached_layers(shape, pp, stage, rs.version, settings)
-    ]
-    whole = kv_layout(
-        layers + su.draft_layers,
+    whole = _stages_layout(shape, tp, pp, tuple(range(pp)), settings, su)
+    return whole, min(r.available_kv for r in ranks)
+
+
+def _stages_layout(
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stages: tuple[int, ...],
+    settings: EngineSettings,
+    su: _Setup,
+) -> KvLayout:
+    """The KV layout of the layers of ``stages`` as vLLM caches them (the drafter's with the
+    last stage's)."""
+    rs = su.rs
+    layers = [x for s in stages for x in _cached_layers(shape, pp, s, rs.version, settings)]
+    if pp - 1 in stages:
+        layers += su.draft_layers
+    return kv_layout(
+        layers,
         tp,
         rs.kv_bytes,
         rs.dtype_bytes,
@@ -1769,7 +1774,6 @@ def _start_check(
         align=su.align,
         kv_format=kv_token_format(rs.kv_cache_dtype),
     )
-    return whole, min(r.available_kv for r in ranks)
 
 
 def _free_memory_error(
