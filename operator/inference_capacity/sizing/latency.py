@@ -43,8 +43,9 @@ step's budget holds, g = min(N, ⌊(B − D) / I⌋), so those g end together an
 arrive together, cycle after cycle: a request's first token then waits for the step prefilling
 all g prompts (step(D, g × I), not step(D, I)). Measured (``benchmarks.latency_accuracy``, out
 of sample): where N prompts fit one step, median measured / predicted TTFT 1.01 with it, 2.26
-with spread arrivals. Varied lengths break the groups up, so any spread keeps the spread
-arrivals. ITL p50/p95/p99 are quantiles of the step mix: the Monte Carlo
+with spread arrivals (by the data's series 0.39–2.1: some clients' runs were not in lock step,
+and there it over-predicts, the safe side). Varied lengths break the groups up, so any spread
+keeps the spread arrivals. ITL p50/p95/p99 are quantiles of the step mix: the Monte Carlo
 batches of :mod:`.distribution` (each sequence at a uniform point of its decode) as decode-only
 steps with weight 1 − f and the same batches with the chunk with weight f. TTFT p95 adds the
 spread of prompt lengths (a chunk step per B − D tokens of the p95 prompt).
