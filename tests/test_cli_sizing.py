@@ -52,6 +52,7 @@ def test_flags_form_workload_json_contract() -> None:
         assert lat[key] > 0
     assert lat["itl_ms_p95"] <= 60
     assert lat["itl_ms_p50"] <= lat["itl_ms_p95"]
+    assert lat["arrivals"] == "spread"  # lengths vary: no lock step
     assert {"name", "plan"} <= set(out["levers"][0])
     names = [x["name"] for x in out["levers"]]
     assert "fp8-kv-cache" in names and "max-model-len-p99" in names
@@ -230,3 +231,23 @@ def test_manifest_with_samples_burst_and_policy(tmp_path: Path) -> None:
     r = run("plan", str(path))
     assert r.returncode == 2 and "burst.weights names 'batch'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_fixed_lengths_say_they_run_in_lock_step() -> None:
+    # identical requests: the plan's TTFT is the lock step's (sizing/latency.py), and says so
+    fixed = [
+        *WORKLOAD[: WORKLOAD.index("--prompt-tokens")],
+        "--prompt-tokens",
+        "1000,1000,1000",
+        "--output-tokens",
+        "200,200,200",
+        "--peak-concurrency",
+        "64",
+    ]
+    r = run(*fixed, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["latency"]["arrivals"] == "lockstep"
+    t = run(*fixed)
+    assert t.returncode == 0, t.stderr
+    assert "runs in lock step" in t.stdout
+    assert "runs in lock step" not in run(*WORKLOAD).stdout

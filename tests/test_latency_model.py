@@ -390,6 +390,8 @@ def test_plan_ttft_locksteps_only_identical_requests() -> None:
             )
         )
         assert plan.latency is not None
+        fixed = prompts.p50 == prompts.p99 and outputs.p50 == outputs.p99
+        assert plan.latency.arrivals == ("lockstep" if fixed else "spread")
         pt = next(p for p in plan.latency.curve if p.max_num_seqs >= 32)
         return pt.ttft_ms_p50
 

@@ -148,6 +148,9 @@ class LatencyReport:
     curve: tuple[LatencyPoint, ...]
     hbm_efficiency: float
     bandwidth_bytes_per_s: float
+    #: "lockstep": every request alike, so arrivals come in groups and TTFT waits for the
+    #: group's prefill step (sizing/latency.py::lockstep_group); "spread": one prompt a step
+    arrivals: str = "spread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -634,8 +637,9 @@ def _latency(
         limit = batches.largest_meeting(
             target or None, max(d.max_num_seqs, chosen, 1), wl.itl_quantile, ttft or None
         )
+    arrivals = "lockstep" if batches.lockstep else "spread"
     if not full:
-        return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth)
+        return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth, arrivals)
     at = batches.point(chosen) if 0 < chosen <= batches.max_n else None
     peak = inp.workload.peak_concurrency if inp.workload is not None else None
     at_peak = None
@@ -644,7 +648,7 @@ def _latency(
         at_peak = batches.point(share) if share <= batches.max_n else None
     extra = tuple(n for n in (chosen, d.max_num_seqs, limit or 0, d.default_max_num_seqs))
     curve = batches.curve(extra) if inp.latency_curve else ()
-    return LatencyReport(at, at_peak, limit, curve, model.hbm_efficiency, model.bandwidth)
+    return LatencyReport(at, at_peak, limit, curve, model.hbm_efficiency, model.bandwidth, arrivals)
 
 
 def latency_binds(

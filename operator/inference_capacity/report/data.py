@@ -132,6 +132,7 @@ def latency_json(plan: Plan) -> dict[str, Any]:
         out.update({k: pt[k] for k in _AT_KEYS})
         out["bound"] = pt["bound"]
     out["itl_limit"] = lat.itl_limit
+    out["arrivals"] = lat.arrivals
     out["hbm_efficiency"] = lat.hbm_efficiency
     out["achievable_bandwidth_bytes_per_s"] = lat.bandwidth_bytes_per_s
     out["curve"] = [_point_json(pt) for pt in lat.curve]

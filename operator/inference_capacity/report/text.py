@@ -207,6 +207,12 @@ def _sizing_lines(plan: Plan) -> list[str]:
         "carrying a prefill chunk; decode-only: without one; saturated: prefill demand exceeds "
         "--max-num-batched-tokens, so throughput stays flat and TTFT grows with N)"
     )
+    if lat.arrivals == "lockstep":
+        lines.append(
+            "  (every request has the same prompt and output: a closed loop of them runs in lock "
+            "step, so TTFT waits for the step prefilling a whole group of prompts; lengths "
+            "that vary spread the arrivals and shorten it)"
+        )
     return lines
 
 
