@@ -382,7 +382,7 @@ observed.at sizing.rule sizing.maxNumSeqs sizing.preemptionProbability
 sizing.preemptionProbabilityAtDefault sizing.defaultMaxNumSeqs sizing.preemptionTarget
 sizing.limitedBy sizing.bindingMix latency.itlMsP50 latency.itlMsP95 latency.outputTokensPerS
 latency.itlLimit latency.hbmEfficiency latency.itlMsP99 latency.ttftMsP50 latency.ttftMsP95
-latency.saturated
+latency.saturated latency.arrivals
 observed.startup[].templateHash observed.startup[].pod observed.startup[].reason
 observed.startup[].vllmVersion observed.startup[].weightsGib
 observed.startup[].activationPeakGib observed.startup[].nonTorchGib

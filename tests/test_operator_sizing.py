@@ -32,3 +32,5 @@ def test_status_has_sizing_and_latency(cluster: Cluster) -> None:  # noqa: F811
     assert lat["itlMsP95"] <= lat["itlMsP99"]
     assert 0 < lat["ttftMsP50"] <= lat["ttftMsP95"]
     assert lat["saturated"] in (True, False)
+    # the example's cohorts have length spreads: its TTFT assumes spread arrivals
+    assert lat["arrivals"] == "spread"

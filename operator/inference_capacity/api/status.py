@@ -253,6 +253,11 @@ class Latency(_Status):
         ge=0,
         description="Largest batch meeting workload.itlTargetMs and ttftTargetMs. null: no target.",
     )
+    arrivals: Literal["lockstep", "spread"] | None = Field(
+        None,
+        description="The arrivals the TTFT assumes: lockstep where every request has the same "
+        "prompt and output (a group of prompts shares one prefill step), else spread.",
+    )
     hbm_efficiency: float = Field(gt=0, le=1, description="HBM bandwidth fraction assumed.")
 
 

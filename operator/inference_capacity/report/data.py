@@ -172,6 +172,7 @@ def latency_status(plan: Plan) -> dict[str, Any] | None:
         "saturated": at.saturated if at else None,
         "outputTokensPerS": round(at.output_tokens_per_s, 1) if at else None,
         "itlLimit": lat.itl_limit,
+        "arrivals": lat.arrivals,
         "hbmEfficiency": lat.hbm_efficiency,
     }
 
