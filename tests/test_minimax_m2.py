@@ -83,3 +83,31 @@ def test_minimax_m2_shared_expert_refused() -> None:
     _, cfg = load_config("MiniMaxAI/MiniMax-M2.5")
     with pytest.raises(ModelConfigError, match="shared_intermediate_size"):
         model_from_dict({**cfg, "shared_intermediate_size": 1536}, "mm")
+
+
+@pytest.mark.parametrize(("version", "norm"), [("0.13.0", 2), ("0.14.0", 1), ("0.19.0", 1)])
+def test_minimax_m2_step_pays_the_qk_norm_all_reduce(version: str, norm: int) -> None:
+    # MiniMaxText01RMSNormTP (the q/k norm over every head) all-reduces its variance at TP > 1:
+    # q and k each in vLLM 0.12-0.13 (models/minimax_m2.py: self.q_norm(q), self.k_norm(k)),
+    # one concatenated from 0.14 (forward_qk); the step model adds their latency beside the
+    # two all-reduces of every layer (attention and MoE outputs)
+    from inference_capacity.sizing import perf
+    from inference_capacity.sizing.latency import build_latency_model
+
+    gpu = get_gpu("H200-SXM-141GB")
+    m = load_model("MiniMaxAI/MiniMax-M2.5")
+    assert m.qk_norm_tp and not load_model("Qwen/Qwen3-30B-A3B").qk_norm_tp
+    settings = EngineSettings(version=version, max_model_len=8192)
+    pred = predict_startup(m, gpu.total_bytes, gpu.name, 4, 1, settings)
+    lm = build_latency_model(m, gpu, pred)
+    assert lm is not None
+    (stage,) = lm.stages
+    assert stage.allreduce_s == pytest.approx((2 + norm) * 62 * perf.ALLREDUCE_LATENCY_S)
+    # one rank: no collective at all
+    one = build_latency_model(m, gpu, predict_startup(m, gpu.total_bytes, gpu.name, 1, 1, settings))
+    assert one is not None and one.stages[0].allreduce_s == 0.0
+    # a model whose q/k norms are per head keeps the two
+    q = load_model("Qwen/Qwen3-30B-A3B")
+    lq = build_latency_model(q, gpu, predict_startup(q, gpu.total_bytes, gpu.name, 4, 1, settings))
+    assert lq is not None
+    assert lq.stages[0].allreduce_s == pytest.approx(2 * 48 * perf.ALLREDUCE_LATENCY_S)

@@ -187,6 +187,12 @@ class VllmRules:
     #: own layers; 0.17.0 on projects the groups to each worker
     #: (``_project_kv_cache_groups_to_worker``)
     pp_start_check_whole_model: bool
+    #: all-reduces per layer of a q/k norm over every head at TP > 1 (MiniMax-M2's
+    #: ``MiniMaxText01RMSNormTP``, ``ModelShape.qk_norm_tp``): its q and k norms each all-reduce
+    #: their variance in 0.12.0–0.13.0 (models/minimax_m2.py calls ``self.q_norm(q)`` and
+    #: ``self.k_norm(k)``); from 0.14.0 ``forward_qk`` all-reduces the two concatenated (0.26.0:
+    #: ``forward_qkv``'s fused all-reduce + RMSNorm kernel, still one collective)
+    qk_norm_allreduces: int
     #: ``VllmConfig.max_in_flight_tokens = max_concurrent_batches × T`` (config/vllm.py) for
     #: sliding/chunked layers, and async scheduling on by default: from 0.26; before, T
     in_flight_batches: bool
@@ -356,6 +362,7 @@ def _rules(v: Version) -> VllmRules:
         hma_with_connector=at((0, 22, 0)),
         tokens_from_concurrency=at((0, 21, 0)),
         pp_start_check_whole_model=between((0, 14, 0), (0, 17, 0)),
+        qk_norm_allreduces=1 if at((0, 14, 0)) else 2,
         in_flight_batches=at((0, 26, 0)),
         async_scheduling_default=at((0, 14, 0)),
         chunked_local_as_full=between((0, 11, 0), (0, 14, 0)),

@@ -376,6 +376,10 @@ class ModelShape:
     deepstack_levels: int = 0
     #: Nemotron-H LatentMoE's expert width (``moe_latent_size``; 0: the hidden size)
     moe_latent_size: int = 0
+    #: the q/k RMSNorm spans every head (MiniMax-M2's ``MiniMaxText01RMSNormTP``): at TP > 1 its
+    #: variance is all-reduced across the ranks in every layer (the step model's extra
+    #: collective, :attr:`~inference_capacity.engines.vllm_rules.VllmRules.qk_norm_allreduces`)
+    qk_norm_tp: bool = False
     #: the hash of the fields above, made on first use (memo keys hash a shape often:
     #: :mod:`inference_capacity.memo`); 0 until then
     _hash: int = field(default=0, init=False, repr=False, compare=False, hash=False)

@@ -18,7 +18,9 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
   ``4 × heads × head_dim × context`` FLOPs per token and full layer at the BF16 peak ×
   ATTENTION_EFFICIENCY (context: the mean causal position of a prompt token, windows capped).
 * **TP all-reduce**: two per layer, each ``ALLREDUCE_LATENCY_S + 2 (tp − 1)/tp × T × hidden ×
-  2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``).
+  2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``); a q/k norm
+  over every head (MiniMax-M2) adds its variance's all-reduce, ``ALLREDUCE_LATENCY_S`` each
+  (``VllmRules.qk_norm_allreduces``: two per layer before vLLM 0.14, one from 0.14).
 * **fixed kernel latencies** (:func:`launch_seconds`): per layer its GEMMs, small elementwise
   kernels, the attention and the fused-MoE kernel at their measured floors, plus
   ``STEP_OVERHEAD_S`` (the engine's CPU time) per step.
@@ -406,7 +408,10 @@ def build_latency_model(
         )
         ar_fixed = ar_token = 0.0
         if tp > 1:
-            ar_fixed = 2 * layers * perf.ALLREDUCE_LATENCY_S
+            # two per layer (attention out, MLP/MoE out), plus a q/k norm over every head's
+            # variance (MiniMax-M2: a few floats a token, so its latency alone)
+            norm = rs.rules.qk_norm_allreduces if shape.qk_norm_tp else 0
+            ar_fixed = (2 + norm) * layers * perf.ALLREDUCE_LATENCY_S
             if link:
                 one_way = link / perf.LINK_DIRECTIONS * perf.LINK_EFFICIENCY
                 ar_token = (

@@ -569,6 +569,7 @@ def _build(
         experts_per_token=d.experts_per_token,
         expert_intermediate_size=d.expert_intermediate,
         moe_latent_size=d.moe_latent,
+        qk_norm_tp=d.qk_norm_tp,
         dense_layers=dense,
         quantization=quant,
         is_multimodal=multimodal,
