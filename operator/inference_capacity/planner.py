@@ -20,7 +20,6 @@ import functools
 import math
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from .budget import RankLedger, build_ledger, max_utilization
 from .engines import (
@@ -37,6 +36,7 @@ from .model import ModelShape
 from .sizing import (
     DEFAULT_PREEMPTION_TARGET,
     MAX_REQUESTS,
+    Arrivals,
     BatchLatency,
     DistributionSizing,
     LatencyModel,
@@ -151,7 +151,7 @@ class LatencyReport:
     bandwidth_bytes_per_s: float
     #: "lockstep": every request alike, so arrivals come in groups and TTFT waits for the
     #: group's prefill step (sizing/latency.py::lockstep_group); "spread": one prompt a step
-    arrivals: Literal["lockstep", "spread"] = "spread"
+    arrivals: Arrivals = "spread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -638,7 +638,7 @@ def _latency(
         limit = batches.largest_meeting(
             target or None, max(d.max_num_seqs, chosen, 1), wl.itl_quantile, ttft or None
         )
-    arrivals: Literal["lockstep", "spread"] = "lockstep" if batches.lockstep else "spread"
+    arrivals = batches.arrivals
     if not full:
         return LatencyReport(None, None, limit, (), model.hbm_efficiency, model.bandwidth, arrivals)
     at = batches.point(chosen) if 0 < chosen <= batches.max_n else None

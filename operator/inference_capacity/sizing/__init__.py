@@ -14,7 +14,7 @@ from .distribution import (
     size_by_distribution,
 )
 from .gpus import container_gpu_request, spare_after_scale_up, spare_gpus
-from .latency import BatchLatency, LatencyModel, LatencyPoint, build_latency_model
+from .latency import Arrivals, BatchLatency, LatencyModel, LatencyPoint, build_latency_model
 from .rollout import RolloutPlan, plan_rollout
 from .workload import (
     Cohort,
@@ -31,6 +31,7 @@ __all__ = [
     "PATHS",
     "Z95",
     "Z99",
+    "Arrivals",
     "BatchLatency",
     "Cohort",
     "DistributionSizing",

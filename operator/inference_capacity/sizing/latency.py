@@ -64,7 +64,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +80,8 @@ from .distribution import DistributionSizing, MixSizing
 
 FloatArray = npt.NDArray[np.float64]
 T = TypeVar("T")
+#: the arrivals a TTFT assumes (:func:`serve`'s ``lockstep``)
+Arrivals = Literal["lockstep", "spread"]
 
 
 def decode_step_seconds(weight_bytes: float, kv_bytes: float, bandwidth: float) -> float:
@@ -697,6 +699,7 @@ class BatchLatency:
         f = sim.kept("latency-features", features)
         self.mean_ctx, self.prompt, self.prompt_p95, self.output, self.prefill_ctx = f[:5]
         self.lockstep = f[5]
+        self.arrivals: Arrivals = "lockstep" if self.lockstep else "spread"
         self.uniform_n = sim.uniform_n
 
         def seqs() -> FloatArray:
