@@ -49,9 +49,9 @@ FAMILIES: dict[str, Callable[[_Cfg], _Decoder]] = {
     "qwen3_5_text": lambda c: _qwen3_5(c, moe=False),
     "gemma4_text": _gemma4,
     "minimax_m2": _minimax_m2,
+    "nemotron-nas": _nemotron_nas,
     # Qwen3-VL's language models (vllm models/qwen3_vl.py ``Qwen3LLMModel(Qwen3Model)``,
     # qwen3_vl_moe.py ``Qwen3MoeLLMModel(Qwen3MoeModel)``, 0.12.0/0.21.0): Qwen3's
-    "nemotron-nas": _nemotron_nas,
     "qwen3_vl_text": _qwen3,
     "qwen3_vl_moe_text": lambda c: _qwen_moe(c, qwen3=True),
 }
