@@ -196,37 +196,16 @@ def draw_pool(
 
 #: Paths grow by whole chunks of requests drawn in a fixed order, so the first k chunks are the
 #: same whatever was asked before (a simulation of k chunks reads the same draws whoever drew
-#: them; how far it grows is its plan's own: :class:`Simulations`). A power of two:
-#: :meth:`Simulation.fit` halves a chunk.
+#: them; how far it grows is its plan's own: :class:`Simulations`).
 CHUNK = 64
 #: Paths whose request indices the latency model reads (its ITL quantiles).
 KEPT_PATHS = 512
 #: Longest path simulated (requests): bounds memory (PATHS × this × 2 B of pool indices = 8 MiB,
-#: and 12 B per request drawn while a growth step gathers its blocks). A batch larger than this
-#: is far beyond vLLM's defaults (256/1,024); paths that still fit there count as fitting
+#: 2 B (4 B for requests of over 1,023 blocks) of blocks summed inside its chunk = 8 MiB, and
+#: 12 B per request drawn while a growth step gathers its blocks). A batch larger than this is
+#: far beyond vLLM's defaults (256/1,024); paths that still fit there count as fitting
 #: MAX_REQUESTS requests, so a larger N is reported as that (a lower bound).
 MAX_REQUESTS = 2048
-
-
-def _fitting_in_chunk(blocks: npt.NDArray[np.int32], base: IntArray, budget: float) -> IntArray:
-    """Per row: how many of its first requests fit ``budget`` after ``base`` blocks, the whole
-    row (CHUNK requests, all ≥ 1 block) not fitting: a descent of the row's pairwise sums, which
-    takes a half whenever it fits (int32 sums, as the prefix sums at the chunk ends)."""
-    levels = [blocks]
-    while levels[-1].shape[1] > 2:
-        x = levels[-1]
-        levels.append(x[:, 0::2] + x[:, 1::2])
-    rows = np.arange(len(blocks))
-    acc = base.astype(np.int32)
-    pos = np.zeros(len(blocks), dtype=np.int64)
-    for depth, level in enumerate(reversed(levels)):
-        if depth:
-            pos *= 2
-        left = level[rows, pos]
-        fits = acc + left <= budget
-        acc += np.where(fits, left, 0)
-        pos += fits
-    return pos
 
 
 #: values derived from a pool and a length (a budget's fit: one integer per path) kept per pool
@@ -235,8 +214,9 @@ _KEPT = 256
 
 class _Draws:
     """The request indices of a simulation's paths, drawn chunk by chunk in a fixed order, and
-    per path the prefix sums of blocks (and sequences) at each chunk's end: append-only and
-    shared by every :class:`Simulation` of one pool (the expensive part of a simulation). Its
+    per path the prefix sums of blocks (and sequences) at each chunk's end and of blocks inside
+    each chunk: append-only and shared by every :class:`Simulation` of one pool (the expensive
+    part of a simulation). Its
     first k chunks never change once drawn, whatever was asked before, so a simulation of k
     chunks reads the same arrays whether it drew them or another plan did. Thread-safe: growth
     holds the object's own lock; a reader only reads chunks it has grown to (arrays are replaced
@@ -254,6 +234,11 @@ class _Draws:
             raise ValueError(f"a pool of {len(pool.blocks)} requests exceeds 65,536 (uint16)")
         # (chunks, paths, CHUNK): request k of chunk c on path p is pool entry draws[c, p, k]
         self.draws = np.zeros((0, paths, CHUNK), dtype=np.uint16)
+        # (chunks, paths, CHUNK): blocks of a path's requests of a chunk up to each one, in 16
+        # bits where a whole chunk of the pool's largest requests fits them (half the memory)
+        small = int(self.blocks32.max(initial=0)) * CHUNK < 1 << 16
+        self.inner_dtype: type[np.integer[Any]] = np.uint16 if small else np.int32
+        self.inner: npt.NDArray[np.integer[Any]] = np.zeros((0, paths, CHUNK), self.inner_dtype)
         # (chunks, paths): blocks (sequences) of a path's requests up to each chunk's end
         self.end_blocks = np.zeros((0, paths), dtype=np.int32)
         self.end_seqs = np.zeros((0, paths), dtype=np.int64)
@@ -286,19 +271,27 @@ class _Draws:
                 return
             idx = self._draw(chunks - self.chunks)
             at = idx.astype(np.intp)
-            sums = np.take(self.blocks32, at).sum(axis=2, dtype=np.int32)
-            ends = np.cumsum(sums, axis=0, dtype=np.int32)
-            if self.chunks:
-                ends += self.end_blocks[-1]
-            end_blocks = np.concatenate([self.end_blocks, ends]) if self.chunks else ends
+            blocks = np.take(self.blocks32, at)
             end_seqs = self.end_seqs
             if not self.uniform_n:
                 seqs = np.cumsum(np.take(self.pool.seqs, at).sum(axis=2), axis=0)
                 if self.chunks:
                     seqs += self.end_seqs[-1]
                 end_seqs = np.concatenate([self.end_seqs, seqs]) if self.chunks else seqs
+            del at
+            # each request's blocks summed along its chunk, in place: a budget's fit inside a
+            # chunk counts them
+            np.cumsum(blocks, axis=2, out=blocks)
+            ends = np.cumsum(blocks[:, :, -1], axis=0, dtype=np.int32)
+            if self.chunks:
+                ends += self.end_blocks[-1]
+            end_blocks = np.concatenate([self.end_blocks, ends]) if self.chunks else ends
+            inner = blocks.astype(self.inner_dtype, copy=False)
+            del blocks
+            inner = np.concatenate([self.inner, inner]) if self.chunks else inner
             draws = np.concatenate([self.draws, idx]) if self.chunks else idx
             self.draws, self.end_blocks, self.end_seqs = draws, end_blocks, end_seqs
+            self.inner = inner
             self.chunks = chunks  # last: a reader of k <= chunks finds every array that long
 
     def kept(self, key: object, chunks: int, make: Callable[[], T]) -> T:
@@ -338,8 +331,9 @@ class _Draws:
 class Simulation:
     """``PATHS`` batches admitting requests drawn from a pool, grown on demand by
     :meth:`ensure` in chunks of :data:`CHUNK` requests. Kept per chunk: the pool indices drawn
-    and, per path, the prefix sum of blocks (and of sequences) at the chunk's end; a prefix sum
-    inside a chunk is summed when asked (only the chunk where a path outgrows a budget is).
+    and, per path, the prefix sum of blocks (and of sequences) at the chunk's end and the
+    running sum of blocks inside it (a budget's fit reads only the chunk where a path outgrows
+    it).
 
     One simulation belongs to one plan (its length is what that plan's questions grew it to, as
     if it were the first plan of the process); the draws are shared with every simulation of
@@ -436,7 +430,8 @@ class Simulation:
 
         def make() -> IntArray:
             # blocks only grow along a path: whole chunks fit up to the first whose end
-            # outgrows the budget; inside that one, the requests that fit are found by halving
+            # outgrows the budget; inside that one, the requests whose running sum of blocks
+            # (kept when the chunk was drawn) still fits
             end_blocks, draws = self.end_blocks, self.draws
             chunk = np.count_nonzero(end_blocks <= budget, axis=0)
             fitting = chunk.astype(np.int64) * CHUNK
@@ -444,9 +439,8 @@ class Simulation:
             if len(part):
                 c = chunk[part]
                 base = np.where(c > 0, end_blocks[np.maximum(c - 1, 0), part], 0)
-                fitting[part] += _fitting_in_chunk(
-                    np.take(self.blocks32, draws[c, part].astype(np.intp)), base, budget
-                )
+                inner = self._draws.inner[c, part]
+                fitting[part] += np.count_nonzero(inner + base[:, None] <= budget, axis=1)
             out: IntArray = fitting * self.uniform_n if self.uniform_n else self.seqs_at(fitting)
             out.flags.writeable = False
             return out
