@@ -181,6 +181,21 @@ def test_cuda_graph_estimate_follows_the_graph_count() -> None:
     assert _cg("0.20.0", 5)[0] == base * 96 // 102
 
 
+def test_the_graph_note_names_speculative_decoding_only_with_speculative_tokens() -> None:
+    # Llama-3.1-8B on an H100, vLLM 0.19.0 defaults (max-num-seqs 1024, 8,192 batched tokens):
+    # the capture list is worked out with q = 1; vLLM's default sizes up to 512 are
+    # [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16) = 3 + 31 + 17 = 51, each captured
+    # PIECEWISE and FULL. Without speculation the note must not name it.
+    p = predict_startup(
+        LLAMA_8B, H100.total_bytes, H100.name, 1, 1, EngineSettings(version="0.19.0")
+    )
+    assert "captures 51 PIECEWISE + 51 FULL CUDA graphs, largest 512" in p.notes
+    assert not any("speculative" in n for n in p.notes)
+    # with k = 3 n-gram tokens it is named (q = 4)
+    _, spec = _cg("0.20.0", 3)
+    assert any(n.startswith("speculative decoding (q = 4 tokens") for n in spec.notes)
+
+
 def test_v2_runner_counts_the_drafter_graphs_from_0_30() -> None:
     # 0.33, V2 runner, draft model Llama-3.2-1B (16 layers), k = 3: 51 + 49 graphs; the V2
     # profile_cudagraph_memory measures the speculator's graphs too: + 16 × CG_PER_LAYER

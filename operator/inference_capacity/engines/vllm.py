@@ -1836,11 +1836,19 @@ def predict_startup(
         )
     capture = su.capture
     if capture is not None:
-        notes.append(
-            f"speculative decoding (q = {capture.query_len} tokens per decode request): "
+        # the capture list is worked out with or without speculative tokens; only with them
+        # (q > 1) is it named for them
+        graphs = (
             f"{len(capture.mixed)} PIECEWISE + {len(capture.decode)} FULL CUDA graphs, largest "
             f"{capture.max_size}"
         )
+        if capture.query_len > 1:
+            notes.append(
+                f"speculative decoding (q = {capture.query_len} tokens per decode request): "
+                + graphs
+            )
+        else:
+            notes.append(f"captures {graphs}")
     if settings.auto_max_model_len and error is not None and error.startswith("To serve"):
         # --max-model-len -1: vLLM fits the length to the KV memory (the estimate above)
         est_len = _max_len_that_fits(check_layout, check_avail, L, in_flight, mamba_blocks)
