@@ -216,11 +216,10 @@ class _Draws:
     """The request indices of a simulation's paths, drawn chunk by chunk in a fixed order, and
     per path the prefix sums of blocks (and sequences) at each chunk's end and of blocks inside
     each chunk: append-only and shared by every :class:`Simulation` of one pool (the expensive
-    part of a simulation). Its
-    first k chunks never change once drawn, whatever was asked before, so a simulation of k
-    chunks reads the same arrays whether it drew them or another plan did. Thread-safe: growth
-    holds the object's own lock; a reader only reads chunks it has grown to (arrays are replaced
-    whole, never written in place)."""
+    part of a simulation). Its first k chunks never change once drawn, whatever was asked
+    before, so a simulation of k chunks reads the same arrays whether it drew them or another
+    plan did. Thread-safe: growth holds the object's own lock; a reader only reads chunks it
+    has grown to (arrays are replaced whole, never written in place)."""
 
     def __init__(self, pool: RequestPool, paths: int) -> None:
         self.pool = pool
