@@ -268,6 +268,16 @@ POINT_SETUP: dict[str, PointSetup] = {
         "layout); MTP n=3 and int8_per_token_head as the report states; float16 and prefix "
         "caching as every club-3090 AutoRound compose's non-default args print them",
     ),
+    # 99sono/DockerBuildFiles (1x RTX 5090, 0.20.2): the encoder profile of Gemma-4's tower
+    # (6 video items) is not modelled, so only the KV layout (and the weights) are replayed
+    "vllm-startup-103": PointSetup(
+        "nvidia/Gemma-4-26B-A4B-NVFP4",
+        gpu="RTX-5090",
+        layout=True,
+        settings={"max_num_batched_tokens": 16384, "enable_prefix_caching": True},
+        note="the compose's flags as the log's non-default args print them (16,384 batched "
+        "tokens: the sliding groups' per-request blocks depend on it)",
+    ),
     # vllm-project/vllm issue #51041 (2x H20 TP2, 0.26.0): the predictor refuses DeepSeek-V4 with
     # MTP (engines/vllm.py raises SettingsError); the issue states neither num_speculative_tokens
     # nor max_model_len, so no replay is set up around that refusal

@@ -310,6 +310,64 @@ def test_gemma4_full_layers_hold_more_tokens_per_block() -> None:
     assert p.max_concurrency == pytest.approx(p.num_gpu_blocks / need)
 
 
+GEMMA4_NVFP4 = load_model("nvidia/Gemma-4-26B-A4B-NVFP4")
+
+
+@pytest.mark.parametrize(
+    ("version", "from_concurrency"),
+    [
+        ("0.20.0", False),  # _report_kv_cache_config: num_blocks // groups × min block size
+        ("0.20.1rc1.dev16+g7a1eb8ac2", False),  # a 0.20.1 pre-release (vllm-startup-059)
+        ("0.20.1", True),  # int(max_concurrency × max_model_len), read in the 0.20.1 sdist
+        ("0.20.2", True),
+        ("0.21.0", True),
+        ("0.22.0", True),
+    ],
+)
+def test_reported_kv_tokens_by_version(version: str, from_concurrency: bool) -> None:
+    # vllm-startup-103's setup: Gemma-4-26B-A4B NVFP4 on an RTX 5090, fp8 KV, 256,000 tokens,
+    # 16,384 batched tokens, its logged 4.58 GiB of KV. fp8 pages: sliding 8 × 256 × 2 × 1 B =
+    # 4096 B a token × 16 = 64 KiB, full 2 × 512 × 2 × 1 B × 32 tokens = 64 KiB; six groups of
+    # five layers share five tensors, so a block costs 5 × 64 KiB
+    kv = int(round(4.58 * GiB))
+    p = predict(
+        GEMMA4_NVFP4,
+        get_gpu("RTX-5090"),
+        version=version,
+        max_model_len=256000,
+        max_num_seqs=2,
+        max_num_batched_tokens=16384,
+        kv_cache_dtype="fp8_e4m3",
+        kv_cache_memory_bytes=kv,
+    )
+    blocks = kv // (5 * 65536)
+    assert p.num_gpu_blocks == blocks == 15007
+    # a request of 256,000 tokens: a sliding group holds window - 1 + batched tokens (0.20-0.25)
+    need = 5 * (math.ceil((1024 - 1 + 16384) / 16) + 1) + math.ceil(256000 / 32)
+    assert p.max_concurrency == pytest.approx(blocks / need)
+    if from_concurrency:
+        assert p.kv_cache_tokens == int(blocks / need * 256000) == 285741
+    else:
+        assert p.kv_cache_tokens == blocks // 6 * 16 == 40016
+    assert parse_version(version).prerelease == ("rc" in version)
+
+
+def test_the_gemma4_nvfp4_5090_log_replays_its_layout() -> None:
+    # vllm-startup-103 (99sono/DockerBuildFiles, vLLM 0.20.2): Model loading took 17.89 GiB;
+    # 4.58 GiB -> 286,007 tokens, 1.12x at 256,000 (its KV printed to 0.01 GiB: ±0.11 %)
+    from benchmarks.helpers import load_points, predict_point
+
+    from tests.test_startup_log_sources import DATA
+
+    point = next(p for p in load_points(DATA) if p.id == "vllm-startup-103")
+    pred, reason = predict_point(point)
+    assert reason is None and pred is not None
+    assert pred["replay"] == "layout"
+    assert pred["ranks"][0]["weights_gib"] == pytest.approx(17.89, abs=0.005)
+    assert pred["kv_cache_tokens"] == pytest.approx(286007, rel=0.0011)
+    assert pred["max_concurrency"] == 1.12
+
+
 # --- block size chosen by the attention backend (MLA) ----------------------------------------
 
 V2LITE = load_model("deepseek-ai/DeepSeek-V2-Lite")

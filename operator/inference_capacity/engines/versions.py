@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+#: what follows the release in a pre-release's version (PEP 440: a1, b2, rc1, .dev5, rc1.dev16)
+_PRERELEASE_RE = re.compile(r"^[-_.]?(a|alpha|b|beta|c|rc|pre|preview|dev)\d*", re.IGNORECASE)
 
 #: the newest vLLM release whose budget rules were checked against vLLM's source
 NEWEST_SUPPORTED = "0.33.0"
@@ -48,6 +50,14 @@ class Version:
 
     def __str__(self) -> str:
         return self.text or f"{self.major}.{self.minor}.{self.patch}"
+
+    @property
+    def prerelease(self) -> bool:
+        """A build before its release (``0.20.1rc1.dev16+g7a1eb8ac2``: an rc, alpha, beta or
+        dev build of 0.20.1), which :attr:`key` counts as that release; a ``.post`` release or
+        a local ``+cu128`` tag is not one."""
+        m = _VERSION_RE.match(self.text.strip()) if self.text else None
+        return bool(m and _PRERELEASE_RE.match(m.group(5)))
 
 
 class VersionError(ValueError):

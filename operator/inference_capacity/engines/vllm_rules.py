@@ -176,8 +176,11 @@ class VllmRules:
     #: 0.20 (the safe side)
     hma_with_connector: bool
     #: reported KV tokens are ``int(concurrency × max_model_len)``
-    #: (v1/core/kv_cache_utils.py::get_kv_cache_capacity): from 0.21; 0.9–0.20
-    #: ``num_blocks // groups × block size`` (the same function in those releases)
+    #: (v1/core/kv_cache_utils.py ``_report_kv_cache_config``, later
+    #: ``get_kv_cache_capacity``): from 0.20.1 (read in the 0.20.1, 0.20.2, 0.21.0 and 0.22.0
+    #: sdists); 0.9–0.20.0 ``num_blocks // groups × min block size`` (read in 0.19.0 and
+    #: 0.20.0). A pre-release of 0.20.1 keeps the old line: vllm-startup-059 (0.20.1rc1.dev16)
+    #: prints 67,728 tokens beside 1.06x at 180,000 (190,800 by the new formula)
     tokens_from_concurrency: bool
     #: at PP ≥ 2 the start check (and the ``--max-model-len -1`` fit) weighs one request of
     #: max_model_len over the whole model's layers against the smallest worker's KV memory:
@@ -311,6 +314,11 @@ def _rules(v: Version) -> VllmRules:
     def between(first: tuple[int, int, int], last: tuple[int, int, int]) -> bool:
         return first <= k < last
 
+    def released(first: tuple[int, int, int]) -> bool:
+        """From release ``first`` on, its own pre-releases not included (a rule whose change
+        landed between a pre-release and the release)."""
+        return k > first or (k == first and not v.prerelease)
+
     if at((0, 25, 0)):
         v2_archs = V2_RUNNER_MOE_DEFAULTS_0_25
     elif at((0, 24, 0)):
@@ -360,7 +368,7 @@ def _rules(v: Version) -> VllmRules:
         modelopt_kv_dtype=at((0, 15, 0)),
         nvfp4_kv_dtype=at((0, 20, 0)),
         hma_with_connector=at((0, 22, 0)),
-        tokens_from_concurrency=at((0, 21, 0)),
+        tokens_from_concurrency=released((0, 20, 1)),
         pp_start_check_whole_model=between((0, 14, 0), (0, 17, 0)),
         qk_norm_allreduces=1 if at((0, 14, 0)) else 2,
         in_flight_batches=at((0, 26, 0)),
