@@ -431,10 +431,10 @@ class Simulation:
             # blocks only grow along a path: whole chunks fit up to the first whose end
             # outgrows the budget; inside that one, the requests whose running sum of blocks
             # (kept when the chunk was drawn) still fits
-            end_blocks, draws = self.end_blocks, self.draws
+            end_blocks = self.end_blocks
             chunk = np.count_nonzero(end_blocks <= budget, axis=0)
             fitting = chunk.astype(np.int64) * CHUNK
-            part = np.flatnonzero(chunk < draws.shape[0])
+            part = np.flatnonzero(chunk < self._chunks)
             if len(part):
                 c = chunk[part]
                 base = np.where(c > 0, end_blocks[np.maximum(c - 1, 0), part], 0)
