@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.helpers import LogPoint, load_points, logged_version, predict_point, version_band
+from benchmarks.helpers import (
+    LogPoint,
+    cudagraph_estimate_rows,
+    load_points,
+    logged_version,
+    predict_point,
+    version_band,
+)
 
 DEFAULT_LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm-startup-logs.jsonl"
 
@@ -190,6 +197,31 @@ def term_errors(pr: dict[str, Any], logged: dict[str, Any]) -> dict[str, float |
     return out
 
 
+def cudagraph_estimate_report(rows: list[Row]) -> None:
+    """vLLM's CUDA-graph estimate (what it subtracts from the KV budget from 0.20) against the
+    ledger's: in sample, the catalog's setups of tests/data/vllm-cudagraph-estimates.jsonl (the
+    constants' fit, vLLM 0.19.0 H100); out of sample, the replayed >= 0.20 logs that print it."""
+    fit = cudagraph_estimate_rows()
+    errors = [est - p["estimate_gib"] for p, est in fit]
+    print("  vLLM's CUDA-graph estimate ('Estimated CUDA graph memory', in the budget from 0.20):")
+    if errors:
+        print(
+            f"    in sample (the constants' fit; {len(fit)} catalog setups of the 51 in "
+            f"tests/data/vllm-cudagraph-estimates.jsonl): mean |error| "
+            f"{statistics.fmean(abs(e) for e in errors):.2f} GiB, median "
+            f"{statistics.median(abs(e) for e in errors):.2f}, largest {max(errors, key=abs):+.2f}"
+        )
+    for r in rows:
+        logged = r.point.logged.get("cuda_graph_estimate_gib")
+        if r.predicted is None or logged is None or r.band != NEW_BAND:
+            continue
+        ours = float(r.predicted["cuda_graph_gib"])
+        print(
+            f"    out of sample {r.point.id}: logged {logged:.2f} GiB, ledger {ours:.2f} "
+            f"({ours - logged:+.2f})"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--logs", type=Path, default=DEFAULT_LOGS)
@@ -309,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for pid, e in ev["layout_tokens_errors_pct"].items():
         print(f"    {pid}: KV layout only (tokens given the logged KV) {e:+.2f} %")
+    cudagraph_estimate_report(rows)
     by_term: dict[str, list[dict[str, Any]]] = {}
     for x in ev["not_replayed"]:
         by_term.setdefault(x["term"], []).append(x)

@@ -485,3 +485,51 @@ def _predict_point(
     if setup.layout:
         out["replay"] = "layout"
     return out, None
+
+
+# --- vLLM's CUDA-graph estimate, per setup (tests/data/vllm-cudagraph-estimates.jsonl) ----------
+
+CUDAGRAPH_ESTIMATES = Path(__file__).resolve().parent.parent / "tests" / "data"
+CUDAGRAPH_ESTIMATES = CUDAGRAPH_ESTIMATES / "vllm-cudagraph-estimates.jsonl"
+
+
+def _capture_grid(top: int) -> tuple[int, ...]:
+    """vLLM's default size grid up to ``top`` (config/vllm.py::VllmConfig._set_cudagraph_sizes):
+    the logged counts are 51 (up to 512) or 83 (up to 1024, gpt-oss)."""
+    return (1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16))
+
+
+def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict[str, Any], float]]:
+    """(setup, the ledger's estimate in GiB) for each setup of the file whose model is in the
+    catalog, with its logged graph counts and sizes, on the H100 the sweep ran on."""
+    from inference_capacity.engines.vllm import (
+        CaptureSizes,
+        pp_layer_ranges,
+        profiled_cuda_graph_estimate,
+    )
+    from inference_capacity.model import load_model
+
+    tops = {51: 512, 83: 1024}
+    out = []
+    for line in path.read_text().splitlines():
+        p = json.loads(line)
+        try:
+            shape = load_model(p["model"])
+        except UnknownModelError:
+            continue
+        pw, full = p["piecewise"], p["full"]
+        mixed = _capture_grid(tops[pw["graphs"]])
+        decode = _capture_grid(tops[full["graphs"]]) if full else ()
+        capture = CaptureSizes(1, max(mixed), mixed, decode)
+        fp32 = p["activations"] == "fp32"
+        est = profiled_cuda_graph_estimate(
+            shape,
+            pp_layer_ranges(shape.num_layers, p["pp"])[0],
+            p["tp"],
+            capture,
+            "float32" if fp32 else "bfloat16",
+            4 if fp32 else 2,
+            "H100-SXM-80GB",
+        )
+        out.append((p, est / GiB))
+    return out

@@ -71,7 +71,8 @@ def _cuda_graph_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
     """The CUDA-graph pool: inside vLLM's budget from 0.20 (the estimate is subtracted), in the
     margin before (graphs are captured after the KV cache is allocated)."""
     note = (
-        "estimate subtracted from the budget (0.20+)"
+        "vLLM's estimate (a first capture per mode + an increment per further graph), "
+        "subtracted from the budget (0.20+)"
         if in_budget
         else "captured after the KV cache; outside the budget before 0.20"
     )

@@ -29,7 +29,7 @@ from ..ledger.weights import (
 )
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..model.shapes import Group
-from ..units import GiB, gib
+from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
@@ -80,6 +80,34 @@ NON_TORCH_PP_ONLY = 0.07
 CG_BASE_GIB = 0.25
 CG_PER_LAYER_GIB = 0.0195
 CG_MLA_EXTRA_GIB = 0.5
+#: vLLM's own CUDA-graph estimate, the one it subtracts from the KV budget
+#: (``GPUModelRunner.profile_cudagraph_memory``, the V1 runner: the same in the 0.18.0, 0.19.0,
+#: 0.20.0, 0.22.0, 0.26.0 and 0.28.0 sources): per mode
+#: (PIECEWISE, FULL) it captures the largest graph and the next one, and estimates the first
+#: capture plus (graphs − 1) × the second's increment; the total is the larger first capture
+#: plus both increments (:func:`profiled_cuda_graph_estimate`). The first FULL capture holds
+#: FlashAttention 3's split-KV buffers (:func:`fa3_split_buffer_bytes`, from the code). The
+#: other constants are fitted on the DEBUG "Estimated PIECEWISE/FULL CUDA graph memory: X MiB
+#: first-capture + (n-1) × Y MiB per-graph" lines of the 51 distinct setups of the llm-d-planner
+#: accuracy sweep (vLLM 0.19.0, H100; tests/data/vllm-cudagraph-estimates.jsonl lists them
+#: with their sources): the first PIECEWISE capture is 56.9 MiB + 1.24 × the forward's transient
+#: (:func:`forward_peak` + :func:`moe_workspace`) at the largest PIECEWISE size (least squares
+#: over the 41 BF16/FP16 setups, residuals within ±42 MiB); the first FULL capture is the split
+#: buffer + 6 MiB (the median residual); a graph after the first adds, per layer on the rank,
+#: 0.19 MiB (PIECEWISE) and 0.15 MiB (FULL) in a dense model, 0.30 and 0.25 MiB in a MoE one
+#: (more kernels a layer: the medians of the per-graph samples over the layers, 43 dense and 8
+#: MoE setups). The samples move in 2 MiB steps and by a fresh 20 MiB allocator segment now
+#: and then, so one setup can sit 0.8 GiB above the rule (Llama-3.1-8B TP2 logged 1.69 GiB,
+#: the rule 0.66); mean |error| over the 51: 0.15 GiB, median 0.08.
+CG_EST_PIECEWISE_FIRST_MIB = 56.9
+CG_EST_PIECEWISE_FIRST_PER_FORWARD = 1.24
+CG_EST_FULL_FIRST_MIB = 6.0
+#: (dense, MoE) MiB a further graph adds per layer on the rank
+CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB = (0.19, 0.30)
+CG_EST_FULL_PER_GRAPH_LAYER_MIB = (0.15, 0.25)
+#: ``AttentionConfig.flash_attn_max_num_splits_for_cuda_graph`` (config/attention.py, 0.18.0–
+#: 0.28.0): the split count FlashAttention 3 is given under full CUDA graphs
+FA3_CUDA_GRAPH_SPLITS = 32
 #: CUDA context and driver reservation before vLLM's init snapshot: 79.19 − 78.68 = 0.51 GiB on
 #: an H100 (0.19.0 DEBUG log). Never in the budget.
 CUDA_CONTEXT_GIB = 0.51
@@ -233,7 +261,9 @@ class RankPrediction:
     sampler_peak: int
     moe_workspace: int
     non_torch: int
-    cuda_graph: int  # estimate (≥ 0.18) or actual capture size (before)
+    #: vLLM's estimate where it is in the budget (:func:`profiled_cuda_graph_estimate`), else
+    #: the pool (fitted on the 0.19 logs' actual pools, scaled by the graphs captured)
+    cuda_graph: int
     requested: int
     available_kv: int
     layout: KvLayout
@@ -739,6 +769,86 @@ def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: boo
     mla = shape.has_kind(AttnKind.MLA)
     pool_gib = CG_BASE_GIB + CG_PER_LAYER_GIB * layers_on_stage + (CG_MLA_EXTRA_GIB if mla else 0.0)
     return gib(pool_gib)
+
+
+def fa3_split_buffer_bytes(
+    shape: ModelShape, gpu_name: str, dtype: str, tokens: int, tp: int
+) -> int:
+    """FlashAttention 3's split-KV accumulator in a full CUDA graph of ``tokens`` tokens: vLLM
+    gives FA3 ``max_num_splits`` = :data:`FA3_CUDA_GRAPH_SPLITS` under full graphs
+    (``FlashAttentionMetadataBuilder``, v1/attention/backends/flash_attn.py, 0.19.0 and 0.21.0:
+    "intermediate buffers of size [num_splits, num_heads, num_tokens, head_size] are
+    allocated"), in float32, so the first FULL capture holds splits × tokens × the rank's query
+    heads × the value head size × 4 bytes (one layer's: each call frees its own). FA3 only on
+    Hopper (``get_flash_attn_version``, fa_utils.py 0.21.0; FA2 elsewhere has no AOT split
+    count) and only where vLLM picks FLASH_ATTN: not for float32 (no FlashAttention), head
+    sizes over 256, the attention sinks of gpt-oss, or Gemma 3's bidirectional image prefix
+    (TRITON_ATTN: the 0.19.0 logs of those setups show no buffer). MLA on Hopper
+    (FLASH_ATTN_MLA) holds the latent value head (kv_lora_rank); DeepSeek-V4's sparse MLA has
+    its own kernels. The 0.19.0 H100 logs agree within 4–14 MiB
+    (tests/data/vllm-cudagraph-estimates.jsonl)."""
+    if _gpu_family(gpu_name) != "hopper" or dtype == "float32" or tokens <= 0:
+        return 0
+    value_dim = 0
+    for group in shape.layer_groups:
+        a = group.attention
+        if a.kind is AttnKind.MLA and not a.compress_ratio:
+            value_dim = max(value_dim, a.head_dim_v)
+        elif a.kind in (AttnKind.FULL, AttnKind.SLIDING, AttnKind.CHUNKED):
+            if a.head_dim_k > 256 or a.head_dim_v > 256:
+                return 0
+            value_dim = max(value_dim, a.head_dim_v)
+    if shape.model_type in _FA3_NO_SPLIT_MODEL_TYPES:
+        return 0
+    if shape.model_type.startswith("gemma3") and shape.is_multimodal:
+        return 0
+    heads = shape.num_attention_heads // tp
+    return FA3_CUDA_GRAPH_SPLITS * tokens * heads * value_dim * 4
+
+
+#: attention with sinks (gpt-oss): no split buffer in the 0.19.0 gpt-oss-20b logs (FULL first
+#: captures of 6 and 8 MiB at TP1/TP2 where the split count would give 256 and 128 MiB)
+_FA3_NO_SPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
+def profiled_cuda_graph_estimate(
+    shape: ModelShape,
+    layers: range,
+    tp: int,
+    capture: CaptureSizes,
+    dtype: str,
+    dtype_bytes: int,
+    gpu_name: str,
+    cases: int = 1,
+) -> int:
+    """vLLM's CUDA-graph estimate (the V1 runner's ``profile_cudagraph_memory``, 0.18–0.28):
+    per mode the first capture plus (descriptors − 1) × a further graph's increment; the
+    larger first capture plus both increments. ``capture.mixed`` are the PIECEWISE graphs,
+    ``capture.decode`` the FULL ones (none with chunked local attention, whose NEVER support
+    turns the mode PIECEWISE: the Llama-4-Scout log shows PIECEWISE only); ``cases``: the LoRA
+    cases, which multiply the descriptors (``CudagraphDispatcher._get_lora_cases``). The
+    constants: :data:`CG_EST_PIECEWISE_FIRST_MIB` and the lines after it."""
+    n_layers = len(layers)
+    mixed = capture.mixed
+    decode = () if shape.has_kind(AttnKind.CHUNKED) else capture.decode
+    firsts = [0.0]
+    increments = 0.0
+    if mixed:
+        top = max(mixed)
+        transient = forward_peak(shape, top, tp, dtype_bytes, layers) + moe_workspace(
+            shape, top, tp, dtype_bytes
+        )
+        firsts.append(
+            CG_EST_PIECEWISE_FIRST_MIB * MiB + CG_EST_PIECEWISE_FIRST_PER_FORWARD * transient
+        )
+        per = CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB[shape.is_moe] * MiB * n_layers
+        increments += (len(mixed) * cases - 1) * per
+    if decode:
+        split = fa3_split_buffer_bytes(shape, gpu_name, dtype, max(decode), tp)
+        firsts.append(CG_EST_FULL_FIRST_MIB * MiB + split)
+        per = CG_EST_FULL_PER_GRAPH_LAYER_MIB[shape.is_moe] * MiB * n_layers
+        increments += (len(decode) * cases - 1) * per
+    return int(max(firsts) + increments)
 
 
 #: vLLM's default capture list for R ≥ 256 and T ≥ 512: [1, 2, 4] + 8..248 step 8 + 256..512
@@ -1554,14 +1664,36 @@ def _setup(
 
 
 def _cuda_graph(
-    shape: ModelShape, su: _Setup, settings: EngineSettings, stage_layers: int, last: bool
+    shape: ModelShape,
+    su: _Setup,
+    settings: EngineSettings,
+    stage_range: range,
+    last: bool,
+    tp: int,
+    gpu_name: str,
 ) -> int:
-    """The stage's CUDA-graph pool: the CG constants were fitted at 51 capture sizes per routine
-    of FULL_AND_PIECEWISE and are scaled by the graphs captured (assumed linear;
-    :func:`spec_capture_sizes` from 0.11, the default list's count before), by the requested
-    ``cudagraph_mode``'s graphs over the default's (:func:`cudagraph_mode_scale`, assumed
-    linear), and by the LoRA cases."""
+    """The stage's CUDA-graph term. Where vLLM subtracts its own estimate from the KV budget
+    (the V1 runner, :attr:`ResolvedSettings.cg_in_budget`), that estimate's structure
+    (:func:`profiled_cuda_graph_estimate`), scaled by the requested ``cudagraph_mode``'s graphs
+    over the default's (:func:`cudagraph_mode_scale`, assumed linear). Otherwise the pool: the
+    CG constants were fitted at 51 capture sizes per routine of FULL_AND_PIECEWISE and are
+    scaled by the graphs captured (assumed linear; :func:`spec_capture_sizes` from 0.11, the
+    default list's count before), by the mode's graphs, and by the LoRA cases."""
     rs = su.rs
+    stage_layers = len(stage_range)
+    mode_graphs, default_graphs = su.graph_scale
+    if rs.cg_in_budget and not rs.v2_runner and su.capture is not None:
+        est = profiled_cuda_graph_estimate(
+            shape,
+            stage_range,
+            tp,
+            su.capture,
+            rs.dtype,
+            rs.dtype_bytes,
+            gpu_name,
+            lora_graph_cases(rs.version, settings.max_loras),
+        )
+        return est * mode_graphs // default_graphs if default_graphs else 0
     if su.capture is not None:
         cg = spec_cuda_graph_estimate(
             shape,
@@ -1573,7 +1705,6 @@ def _cuda_graph(
     else:
         cg = cuda_graph_estimate(shape, stage_layers, rs.cudagraphs)
         cg = cg * su.graphs // DEFAULT_CAPTURE_SIZES
-    mode_graphs, default_graphs = su.graph_scale
     cg = cg * mode_graphs // default_graphs if default_graphs else 0
     return cg * lora_graph_cases(rs.version, settings.max_loras)
 
@@ -1641,7 +1772,7 @@ def _predict_stage(
     mm = prof.extra_over(act) if prof is not None else 0
     act += mm
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
-    cg = _cuda_graph(shape, su, settings, len(stage_range), last)
+    cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name)
     avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0)
     rank_requested = su.requested
     if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):

@@ -443,7 +443,9 @@ def _layer_tensors(
         spec = LayerAttention(AttnKind.MAMBA, mamba=d.mamba)
     elif kind is AttnKind.MLA:
         tensors += _mla(d, ls)
-        spec = LayerAttention(AttnKind.MLA, latent_dim=d.kv_lora_rank + d.qk_rope)
+        spec = LayerAttention(
+            AttnKind.MLA, head_dim_v=d.kv_lora_rank, latent_dim=d.kv_lora_rank + d.qk_rope
+        )
     elif kind is AttnKind.NONE:
         spec = LayerAttention(AttnKind.NONE)
     else:

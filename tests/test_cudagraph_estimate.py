@@ -1,0 +1,270 @@
+"""vLLM's CUDA-graph estimate, the one it subtracts from the KV budget from 0.20 (the V1
+runner's ``GPUModelRunner.profile_cudagraph_memory``: the same in the 0.18.0, 0.19.0, 0.20.0,
+0.22.0, 0.26.0 and 0.28.0 sources). Per mode it captures the largest graph and the next one and
+estimates ``first capture + (graphs − 1) × the second's increment``; the total is the larger
+first capture plus both increments. The ledger follows that structure
+(:func:`inference_capacity.engines.vllm.profiled_cuda_graph_estimate`).
+
+Its constants are fitted on the 51 distinct setups of ``tests/data/vllm-cudagraph-estimates.jsonl``
+(the DEBUG "Estimated PIECEWISE/FULL CUDA graph memory" lines of the llm-d-planner accuracy sweep,
+vLLM 0.19.0 on H100, each with its source URL); the first tests re-derive them from that file.
+The FlashAttention 3 split buffer is vLLM's code (v1/attention/backends/flash_attn.py): the data
+only checks it. The oracle below spells the rule out in MiB."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from benchmarks.helpers import cudagraph_estimate_rows
+
+from inference_capacity.engines import EngineSettings
+from inference_capacity.engines.vllm import (
+    CG_EST_FULL_FIRST_MIB,
+    CG_EST_FULL_PER_GRAPH_LAYER_MIB,
+    CG_EST_PIECEWISE_FIRST_MIB,
+    CG_EST_PIECEWISE_FIRST_PER_FORWARD,
+    CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB,
+    FA3_CUDA_GRAPH_SPLITS,
+    FORWARD_HIDDEN_COPIES,
+    MOE_WORKSPACE_HIDDEN_COPIES,
+    fa3_split_buffer_bytes,
+    predict_startup,
+)
+from inference_capacity.hardware import get_gpu
+from inference_capacity.model import load_model
+from inference_capacity.units import MiB
+
+DATA = Path(__file__).parent / "data" / "vllm-cudagraph-estimates.jsonl"
+POINTS: list[dict[str, Any]] = [json.loads(line) for line in DATA.read_text().splitlines()]
+H100 = get_gpu("H100-SXM-80GB")
+
+
+def _transient_mib(p: dict[str, Any], tokens: int) -> float:
+    """The forward's transient at ``tokens`` from the setup's config facts, as the ledger's
+    forward_peak + moe_workspace define it (gate_up + activation per token, FORWARD_HIDDEN_COPIES
+    hidden-sized copies; MOE_WORKSPACE_HIDDEN_COPIES for a MoE)."""
+    c = p["config"]
+    b = 4 if p["activations"] == "fp32" else 2
+    dense = tokens * b * (3 * c["dense_intermediate_size"] / p["tp"])
+    dense += tokens * b * FORWARD_HIDDEN_COPIES * c["hidden_size"]
+    moe = MOE_WORKSPACE_HIDDEN_COPIES * tokens * c["hidden_size"] * b / p["tp"] if c["moe"] else 0
+    return (dense + moe) / MiB
+
+
+def _largest(graphs: int) -> int:
+    # vLLM's grid [1, 2, 4] + 8..248 step 8 + 256.. step 16: 51 sizes up to 512, 83 up to 1024
+    return {51: 512, 83: 1024}[graphs]
+
+
+def _split_mib(p: dict[str, Any]) -> float:
+    c, full = p["config"], p["full"]
+    heads = c["num_attention_heads"] // p["tp"]
+    return 32 * _largest(full["graphs"]) * heads * c["value_head_dim"] * 4 / MiB
+
+
+def _fa3(p: dict[str, Any]) -> bool:
+    fa = "FlashAttention 3" in p["attention_backend"] or p["attention_backend"] == "FLASH_ATTN_MLA"
+    return fa and not p["model"].startswith("openai/gpt-oss")
+
+
+# --- the constants are the fit of the data ------------------------------------------------------
+
+
+def test_the_data_is_the_51_setups_with_their_sources() -> None:
+    assert len(POINTS) == 51
+    for p in POINTS:
+        assert p["source_url"].startswith("https://github.com/jgchn/llm-d-planner/blob/d3121e0")
+        pw = p["piecewise"]
+        line = next(x for x in p["raw_lines"] if "Estimated PIECEWISE" in x)
+        assert f"{pw['first_mib']:.2f} MiB first-capture + ({pw['graphs']}-1)" in line
+        total = next(x for x in p["raw_lines"] if "GiB total" in x)
+        assert f"{p['estimate_gib']:.2f} GiB total" in total
+        # vLLM's own sum (max of the first captures + both increments) is the logged total
+        firsts = [pw["first_mib"]] + ([p["full"]["first_mib"]] if p["full"] else [])
+        incr = (pw["graphs"] - 1) * pw["per_graph_mib"]
+        if p["full"]:
+            incr += (p["full"]["graphs"] - 1) * p["full"]["per_graph_mib"]
+        assert (max(firsts) + incr) / 1024 == pytest.approx(p["estimate_gib"], abs=0.006)
+
+
+def test_the_first_piecewise_capture_is_the_least_squares_fit() -> None:
+    # over the 16-bit-activation setups (FP8/INT8 activations and float32 apart)
+    fit = [p for p in POINTS if p["activations"] in ("bf16", "fp16")]
+    assert len(fit) == 41
+    x = np.array([_transient_mib(p, _largest(p["piecewise"]["graphs"])) for p in fit])
+    y = np.array([p["piecewise"]["first_mib"] for p in fit])
+    a = np.vstack([np.ones_like(x), x]).T
+    (intercept, slope), *_ = np.linalg.lstsq(a, y, rcond=None)
+    assert intercept == pytest.approx(CG_EST_PIECEWISE_FIRST_MIB, abs=0.05)
+    assert slope == pytest.approx(CG_EST_PIECEWISE_FIRST_PER_FORWARD, abs=0.005)
+    assert np.abs(y - a @ np.array([intercept, slope])).max() < 42
+
+
+def test_the_per_graph_rates_are_the_medians_per_layer() -> None:
+    for moe in (False, True):
+        group = [p for p in POINTS if p["config"]["moe"] is moe]
+        assert len(group) == (8 if moe else 43)
+
+        def layers(p: dict[str, Any]) -> float:
+            return p["config"]["num_layers"] / p["pp"]
+
+        pw = statistics.median(p["piecewise"]["per_graph_mib"] / layers(p) for p in group)
+        full = statistics.median(p["full"]["per_graph_mib"] / layers(p) for p in group if p["full"])
+        assert pw == pytest.approx(CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB[moe], abs=0.005)
+        assert full == pytest.approx(CG_EST_FULL_PER_GRAPH_LAYER_MIB[moe], abs=0.005)
+
+
+def test_the_first_full_capture_is_the_fa3_split_buffer() -> None:
+    # FlashAttention 3 under full graphs: 32 splits × tokens × heads × head size × 4 bytes
+    # (float32), plus a few MiB; every other backend (Triton; gpt-oss's sinks) only the few MiB
+    assert FA3_CUDA_GRAPH_SPLITS == 32
+    rest = []
+    for p in POINTS:
+        if not p["full"]:
+            continue
+        first = p["full"]["first_mib"]
+        if _fa3(p):
+            rest.append(first - _split_mib(p))
+            assert 0 <= first - _split_mib(p) <= 14, p["model"]
+        else:
+            rest.append(first)
+            assert first <= 8, p["model"]
+    assert statistics.median(rest) == CG_EST_FULL_FIRST_MIB
+
+
+# --- the ledger's function on the catalog's models ----------------------------------------------
+
+
+def test_the_catalog_setups_follow_the_logged_estimates() -> None:
+    rows = cudagraph_estimate_rows()  # the ledger's function on the catalog's models
+    assert len(rows) >= 20
+    errors = [est - p["estimate_gib"] for p, est in rows]
+    # in sample: the rule's mean |error| over these setups (0.15 GiB over all 51)
+    assert statistics.fmean(abs(e) for e in errors) < 0.15
+    assert statistics.median(abs(e) for e in errors) < 0.1
+    # the split buffer is the code's, whatever the fit
+    for p, _ in rows:
+        if p["full"] is not None and _fa3(p):
+            shape = load_model(p["model"])
+            top = _largest(p["full"]["graphs"])
+            split = fa3_split_buffer_bytes(shape, H100.name, "bfloat16", top, p["tp"])
+            assert split == pytest.approx(_split_mib(p) * MiB)
+
+
+# --- what the structure changes ----------------------------------------------------------------
+
+
+def _predict(gpu: str, version: str, **kw: Any) -> Any:
+    g = get_gpu(gpu)
+    s = EngineSettings(version=version, max_model_len=8192, **kw)
+    return predict_startup(
+        load_model("meta-llama/Llama-3.1-8B-Instruct"), g.total_bytes, g.name, 1, 1, s
+    )
+
+
+def llama_8b_estimate_mib(top_pw: int, n_pw: int, n_full: int, split: bool, top_full: int) -> float:
+    """The oracle for Llama-3.1-8B (32 layers, H 4096, I 14336, 32 heads of 128, BF16)."""
+    transient = top_pw * 2 * (3 * 14336 + FORWARD_HIDDEN_COPIES * 4096) / MiB
+    first_pw = CG_EST_PIECEWISE_FIRST_MIB + CG_EST_PIECEWISE_FIRST_PER_FORWARD * transient
+    first_full = CG_EST_FULL_FIRST_MIB + (32 * top_full * 32 * 128 * 4 / MiB if split else 0)
+    per_pw, per_full = (
+        r[0] * 32 for r in (CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB, CG_EST_FULL_PER_GRAPH_LAYER_MIB)
+    )
+    return max(first_pw, first_full) + (n_pw - 1) * per_pw + (n_full - 1) * per_full
+
+
+def test_hopper_holds_the_split_buffer_and_ampere_does_not() -> None:
+    # 0.21 defaults on a < 70 GiB GPU (api): max-num-seqs 256, 8,192 batched tokens: PIECEWISE
+    # 51 sizes up to 512, FULL 35 up to 256 (089's log on an RTX A5000: "PIECEWISE=51
+    # (largest=512), FULL=35 (largest=256)")
+    a5000 = _predict("RTX-A5000", "0.21.0")
+    assert a5000.settings.cg_in_budget
+    assert a5000.ranks[0].cuda_graph == pytest.approx(
+        llama_8b_estimate_mib(512, 51, 35, False, 256) * MiB, abs=2
+    )
+    h100 = _predict("H100-SXM-80GB", "0.21.0", max_num_seqs=256)
+    assert h100.ranks[0].cuda_graph == pytest.approx(
+        llama_8b_estimate_mib(512, 51, 35, True, 256) * MiB, abs=2
+    )
+    # the FULL first capture: 32 × 256 × 32 × 128 × 4 B = 128 MiB + 6, just above the first
+    # PIECEWISE one (56.9 + 1.24 × 59 MiB ≈ 130); at 512 sequences it is 262 MiB and binds
+    h512 = _predict("H100-SXM-80GB", "0.21.0", max_num_seqs=512)
+    assert h512.ranks[0].cuda_graph == pytest.approx(
+        llama_8b_estimate_mib(512, 51, 51, True, 512) * MiB, abs=2
+    )
+    assert (
+        llama_8b_estimate_mib(512, 51, 51, True, 512)
+        > llama_8b_estimate_mib(512, 51, 51, False, 512) + 120
+    )
+
+
+def test_few_graphs_keep_their_first_capture() -> None:
+    # max-num-seqs 2: sizes up to min(2 × 2, 512) = 4, PIECEWISE [1, 2, 4], FULL [1, 2]. The
+    # estimate is one first capture plus 2 + 1 increments, not 5/86 of the default's (the
+    # count scaling before): ~75 MiB where that gave ~44
+    few = _predict("RTX-4090", "0.21.0", max_num_seqs=2)
+    assert few.ranks[0].cuda_graph == pytest.approx(
+        llama_8b_estimate_mib(4, 3, 2, False, 2) * MiB, abs=2
+    )
+    assert few.ranks[0].cuda_graph > CG_EST_PIECEWISE_FIRST_MIB * MiB
+    default = _predict("RTX-4090", "0.21.0")
+    assert few.ranks[0].cuda_graph > default.ranks[0].cuda_graph * 5 / 86 + 10 * MiB
+
+
+def test_lora_cases_add_increments_not_first_captures() -> None:
+    # _get_lora_cases: [0, max_loras + 1]: every size twice, so 2n − 1 increments per mode
+    base = _predict("H100-SXM-80GB", "0.21.0", max_num_seqs=512)
+    lora = _predict("H100-SXM-80GB", "0.21.0", max_num_seqs=512, max_loras=1)
+    diff = lora.ranks[0].cuda_graph - base.ranks[0].cuda_graph
+    expected = (
+        51 * 32 * (CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB[0] + CG_EST_FULL_PER_GRAPH_LAYER_MIB[0])
+    )
+    assert diff == pytest.approx(expected * MiB, abs=2)
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        ("openai/gpt-oss-20b", "attention sinks"),
+        ("google/gemma-3-27b-it", "Gemma 3's image prefix: TRITON_ATTN"),
+        ("google/gemma-4-26B-A4B", "head size 512 > 256"),
+    ],
+)
+def test_no_split_buffer_where_vllm_does_not_run_fa3(model: str, why: str) -> None:
+    shape = load_model(model)
+    assert fa3_split_buffer_bytes(shape, H100.name, "bfloat16", 512, 1) == 0, why
+
+
+def test_split_buffer_rules() -> None:
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert fa3_split_buffer_bytes(llama, H100.name, "bfloat16", 512, 2) == 32 * 512 * 16 * 128 * 4
+    assert fa3_split_buffer_bytes(llama, H100.name, "float32", 512, 1) == 0  # no FlashAttention
+    assert fa3_split_buffer_bytes(llama, "A100-SXM-80GB", "bfloat16", 512, 1) == 0  # FA2
+    assert fa3_split_buffer_bytes(llama, "B200-180GB", "bfloat16", 512, 1) == 0  # no FA3
+    # MLA on Hopper: the latent value head (kv_lora_rank 512), DeepSeek-V3's 128 heads at TP8
+    ds = load_model("deepseek-ai/DeepSeek-V3")
+    assert fa3_split_buffer_bytes(ds, H100.name, "bfloat16", 512, 8) == 32 * 512 * 16 * 512 * 4
+
+
+def test_the_estimate_is_vllm_s_only_where_it_is_subtracted() -> None:
+    # 0.19 does not subtract it by default: the term stays the pool fitted on the same logs
+    p19 = _predict("H100-SXM-80GB", "0.19.0")
+    assert not p19.settings.cg_in_budget
+    on = _predict("H100-SXM-80GB", "0.19.0", estimate_cuda_graphs=True)
+    assert on.settings.cg_in_budget
+    # 0.19.0 on an H100 (max-num-seqs 1024): 51 + 51 graphs up to 512. Logged: 0.84 GiB (260
+    # MiB first FULL capture, 6 + 6 MiB a graph); the rule 0.79 (its median FULL rate gives
+    # 4.8 MiB a graph for 32 layers)
+    assert on.ranks[0].cuda_graph == pytest.approx(
+        llama_8b_estimate_mib(512, 51, 51, True, 512) * MiB, abs=2
+    )
+    assert on.ranks[0].cuda_graph / 2**30 == pytest.approx(0.84, abs=0.06)
+    assert math.isclose(
+        p19.ranks[0].available_kv - on.ranks[0].available_kv, on.ranks[0].cuda_graph
+    )
