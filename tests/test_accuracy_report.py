@@ -26,13 +26,12 @@ def test_accuracy_report() -> None:
     assert kv is not None
     all_kv, in_kv, out_kv = (float(x) for x in kv.groups())
     assert all_kv <= 2.0 and in_kv <= 2.0
-    # out-of-sample: the vLLM >= 0.20 points (vllm-startup-047, gpt-oss-120b TP8 on a PCIe
-    # Blackwell card, 0.28.0: +1.8 % with the PCIe NCCL terms, its weights 1.33 GiB under;
-    # vllm-startup-089, Qwen3-8B on an RTX A5000, 0.21.0:
-    # -4.2 %, vLLM's measured CUDA-graph estimate below the ledger's pool constant;
-    # vllm-startup-049/051, Qwen3.6-35B-A3B NVFP4 with images on an RTX 5090, 0.24.0: +4 %) are
-    # reported, not fitted on, so the out-of-sample mean is above the 2 % goal
-    assert out_kv < 6.0
+    # out-of-sample: fourteen more 0.19 H100 setups of the same sweep (within 1.4 %) and the
+    # vLLM >= 0.20 points (vllm-startup-047, gpt-oss-120b TP8 on a PCIe Blackwell card, 0.28.0:
+    # +1.2 %, its weights 1.33 GiB under; vllm-startup-089, Qwen3-8B on an RTX A5000, 0.21.0:
+    # -1.5 % with vLLM's CUDA-graph estimate structure; vllm-startup-049/051, Qwen3.6-35B-A3B
+    # NVFP4 with images on an RTX 5090, 0.24.0: +3 to +3.6 %) are reported, not fitted on
+    assert out_kv < 2.0
     flagged = re.search(r"failed starts flagged: (\d+)/(\d+)", text)
     assert flagged is not None and flagged.group(1) == flagged.group(2)
     assert " in  v1" in text and " out v1" in text

@@ -261,3 +261,22 @@ def test_qwen35_dense_variant() -> None:
     m = shape_from_config(cfg)
     assert not m.is_moe and sum(t.copies for t in m.tensors if t.name == "mlp.down_proj") == 40
     assert [layer.kind for layer in m.per_layer()].count(AttnKind.MAMBA) == 30
+
+
+def test_linear_and_dynamic_ropes_cache_max_position_times_factor() -> None:
+    # vLLM's LinearScalingRotaryEmbedding / DynamicNTKScalingRotaryEmbedding
+    # (_compute_cos_sin_cache, 0.19.0): max_len = max_position_embeddings × scaling_factor;
+    # YaRN's families set their own length (original × factor)
+    from inference_capacity.model.config.decoder import rope_cache_factor
+    from inference_capacity.model.errors import ModelConfigError
+
+    assert rope_cache_factor({"type": "linear", "factor": 4.0}) == 4.0
+    assert rope_cache_factor({"rope_type": "dynamic", "factor": 2}) == 2.0
+    assert rope_cache_factor({"rope_type": "yarn", "factor": 4.0}) == 1.0
+    assert rope_cache_factor({"rope_type": "llama3", "factor": 8.0}) == 1.0
+    assert rope_cache_factor(None) == 1.0
+    with pytest.raises(ModelConfigError, match="factor"):
+        rope_cache_factor({"type": "linear", "factor": 0.5})
+    # deepseek-coder-6.7b-instruct: linear 4 over 16,384 positions
+    coder = load_model("deepseek-ai/deepseek-coder-6.7b-instruct")
+    assert [r.positions for r in coder.rope_caches] == [65536]

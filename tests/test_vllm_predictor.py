@@ -37,7 +37,38 @@ V1_POINTS = [
     "vllm-startup-041",
     "vllm-startup-043",
     "vllm-startup-045",
+    # the sweep's other setups of catalog models: out of sample
+    "vllm-startup-105",
+    "vllm-startup-107",
+    "vllm-startup-109",
+    "vllm-startup-111",
+    "vllm-startup-113",
+    "vllm-startup-115",
+    "vllm-startup-117",
+    "vllm-startup-119",
+    "vllm-startup-121",
+    "vllm-startup-123",
+    "vllm-startup-125",
+    "vllm-startup-127",
+    "vllm-startup-129",
+    "vllm-startup-131",
 ]
+
+
+def test_gemma3_full_layers_cache_their_linear_rope_factor() -> None:
+    # vLLM models/gemma3.py (0.19.0): sliding layers get a default rope at
+    # rope_local_base_freq, full layers the config's linear factor 8; get_rope keeps one cache
+    # per setting and LinearScalingRotaryEmbedding caches max_position × factor positions:
+    # 131,072 × 8 × 256 × 2 bytes = 512 MiB beside the local 64 MiB
+    g = load_model("google/gemma-3-4b-it")
+    assert [(r.positions, r.rotary_dim) for r in g.rope_caches] == [
+        (131072, 256),
+        (131072 * 8, 256),
+    ]
+    # the 0.19.0 H100 log (vllm-startup-129) loaded 8.58 GiB; one 131,072-position cache gave 8.06
+    pred, _ = predict_point(POINTS["vllm-startup-129"])
+    assert pred is not None
+    assert abs(pred["ranks"][0]["weights_gib"] - 8.58) < 0.03
 
 
 @pytest.mark.parametrize("pid", V1_POINTS)

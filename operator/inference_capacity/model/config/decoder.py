@@ -9,6 +9,7 @@ loaded on the GPU. :func:`_base` reads the fields every family shares."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -628,4 +629,30 @@ def _base(c: _Cfg, **kw: Any) -> _Decoder:
     if not d.rotary_dim:
         partial = float(c.get("partial_rotary_factor", 1.0))
         d.rotary_dim = int(d.head_dim * partial)
+    scaled = rope_cache_factor(c.get("rope_scaling") or c.get("rope_parameters"))
+    if scaled != 1.0:
+        d.rope_positions = int(d.max_pos * scaled)
     return d
+
+
+#: rope types whose vLLM cache holds max_position × factor positions
+#: (model_executor/layers/rotary_embedding/linear_scaling_rope.py and
+#: dynamic_ntk_scaling_rope.py, ``_compute_cos_sin_cache``: ``max_len =
+#: self.max_position_embeddings * scaling_factor``, 0.19.0)
+_FACTOR_CACHED_ROPES = frozenset({"linear", "dynamic"})
+
+
+def rope_cache_factor(rope: Any) -> float:
+    """The factor a rope setting multiplies its cos/sin cache's positions by (1: none). YaRN
+    and the DeepSeek variants cache the original length × factor, which their families set."""
+    if not isinstance(rope, Mapping):
+        return 1.0
+    kind = str(rope.get("rope_type", rope.get("type", "")))
+    if kind in _FACTOR_CACHED_ROPES and "factor" in rope:
+        factor = float(rope["factor"])
+        if not math.isfinite(factor) or factor < 1.0:
+            raise ModelConfigError(
+                "rope_scaling.factor", f"must be a finite number >= 1, got {factor}"
+            )
+        return factor
+    return 1.0

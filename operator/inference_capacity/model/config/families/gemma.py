@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ...errors import ModelConfigError
 from ...layerset import Pattern
 from ...shapes import AttnKind, RopeCache
 from ..access import _Cfg
-from ..decoder import _base, _Decoder, every
+from ..decoder import _base, _Decoder, every, rope_cache_factor
 
 
 def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
@@ -32,8 +34,29 @@ def _gemma(c: _Cfg, version: int, model_type: str) -> _Decoder:
             lambda full: AttnKind.FULL if full else AttnKind.SLIDING
         )
     if version == 3:
-        d.rope_positions = d.max_pos
+        d.ropes = _gemma3_ropes(merged, d)
     return d
+
+
+def _gemma3_ropes(c: _Cfg, d: _Decoder) -> list[RopeCache]:
+    """Gemma 3's two rope caches (vLLM models/gemma3.py ``Gemma3Attention``, 0.19.0): sliding
+    layers use a default rope at ``rope_local_base_freq``, full layers the config's rope
+    setting (Transformers v5: ``rope_parameters`` per layer type); ``get_rope`` keeps one cache
+    per distinct setting, and a linear factor caches max_position × factor positions
+    (``LinearScalingRotaryEmbedding``): Gemma 3 4B/12B/27B (linear 8) hold 1,048,576 positions
+    for their full layers, 0.5 GiB at head size 256 in bf16 (the 0.19.0 H100 log of
+    gemma-3-4b-it loaded 8.58 GiB, 0.52 over the weights and one 131,072-position cache)."""
+    params = c.get("rope_parameters")
+    full = c.get("rope_scaling")
+    if isinstance(params, Mapping) and isinstance(params.get("full_attention"), Mapping):
+        full = params["full_attention"]
+    present = d.kinds.present() if d.kinds is not None else {AttnKind.FULL}
+    ropes = []
+    if AttnKind.SLIDING in present:
+        ropes.append(RopeCache(d.max_pos, d.head_dim))
+    if AttnKind.FULL in present:
+        ropes.append(RopeCache(int(d.max_pos * rope_cache_factor(full)), d.head_dim))
+    return ropes
 
 
 def _gemma4(c: _Cfg) -> _Decoder:
