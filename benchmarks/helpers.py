@@ -53,6 +53,40 @@ _CT_W4A16 = {
     },
     "ignore": ["lm_head"],
 }
+#: RedHatAI "-fp8-dynamic": FP8 per-channel weights, dynamic per-token FP8 activations
+_CT_FP8_DYNAMIC = {
+    **_CT_FP8_CHANNEL,
+    "config_groups": {
+        "group_0": {
+            **_CT_FP8_CHANNEL["config_groups"]["group_0"],  # type: ignore[index]
+            "input_activations": {
+                "num_bits": 8,
+                "type": "float",
+                "strategy": "token",
+                "dynamic": True,
+                "symmetric": True,
+            },
+        }
+    },
+}
+#: RedHatAI "-quantized.w8a8": INT8 per-channel weights, dynamic per-token INT8 activations
+_CT_W8A8 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+            "input_activations": {
+                "num_bits": 8,
+                "type": "int",
+                "strategy": "token",
+                "dynamic": True,
+                "symmetric": True,
+            },
+        }
+    },
+    "ignore": ["lm_head"],
+}
 _GPTQ_4BIT = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}
 _FP8_BLOCK = {
     "quant_method": "fp8",
@@ -215,6 +249,48 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-127": PointSetup("openai/gpt-oss-20b"),
     "vllm-startup-129": PointSetup("google/gemma-3-4b-it"),
     "vllm-startup-131": PointSetup("google/gemma-3-27b-it"),
+    "vllm-startup-133": PointSetup(
+        "meta-llama/Llama-3.3-70B-Instruct",
+        quantization_config=_CT_FP8_DYNAMIC,
+        note="RedHatAI fp8-dynamic = compressed-tensors FP8 channel weights, dynamic tokens",
+    ),
+    "vllm-startup-135": PointSetup(
+        "meta-llama/Llama-3.3-70B-Instruct",
+        quantization_config=_CT_FP8_DYNAMIC,
+        note="RedHatAI fp8-dynamic = compressed-tensors FP8 channel weights, dynamic tokens",
+    ),
+    "vllm-startup-137": PointSetup(
+        "meta-llama/Llama-3.3-70B-Instruct",
+        quantization_config=_CT_W8A8,
+        note="RedHatAI w8a8 = compressed-tensors INT8 channel weights, dynamic INT8 tokens",
+    ),
+    "vllm-startup-139": PointSetup(
+        "Qwen/Qwen2.5-7B-Instruct",
+        quantization_config=_CT_FP8_DYNAMIC,
+        note="RedHatAI fp8-dynamic = compressed-tensors FP8 channel weights, dynamic tokens",
+    ),
+    "vllm-startup-141": PointSetup(
+        "Qwen/Qwen2.5-7B-Instruct",
+        quantization_config=_CT_W8A8,
+        note="RedHatAI w8a8 = compressed-tensors INT8 channel weights, dynamic INT8 tokens",
+    ),
+    "vllm-startup-143": PointSetup(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        quantization_config=_CT_W8A8,
+        note="RedHatAI w8a8 = compressed-tensors INT8 channel weights, dynamic INT8 tokens",
+    ),
+    "vllm-startup-145": PointSetup(
+        "Qwen/Qwen2.5-72B",
+        note="the Instruct checkpoint has the base model's shapes (the catalog holds the base)",
+    ),
+    "vllm-startup-147": PointSetup(
+        "Qwen/Qwen2.5-72B",
+        note="Kimi-Dev-72B is a Qwen2.5-72B fine-tune (Qwen2ForCausalLM, the same shapes)",
+    ),
+    "vllm-startup-149": PointSetup(
+        "Qwen/Qwen2.5-72B",
+        note="Kimi-Dev-72B is a Qwen2.5-72B fine-tune (Qwen2ForCausalLM, the same shapes)",
+    ),
     "vllm-startup-027": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
     "vllm-startup-029": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
     "vllm-startup-031": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
