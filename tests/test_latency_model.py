@@ -545,3 +545,40 @@ def test_itl_targets_hold_on_the_measured_runs() -> None:
     misses = [r for r in rows if r["miss"] > BOUND]
     assert len(misses) <= 17
     assert sum(1 for r in rows if r["miss"] <= BOUND) / len(rows) >= 0.96
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output"),
+    [
+        ((1000, 2000, 4000), (200, 500, 1000)),
+        ((2000, 2000, 2000), (1, 1, 1)),
+        ((500, 800, 8000), (50, 300, 2000)),
+    ],
+)
+def test_one_stage_spread_is_the_array_spread(
+    prompt: tuple[int, int, int], output: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With one pipeline stage the step is a non-decreasing function of a path's KV read, so
+    # the ITL quantiles are read at the reads' ranks on floats (latency._spread_one_stage); the
+    # array path over every path (_weighted_quantiles) must give the very same points
+    from inference_capacity.sizing import latency
+
+    def curve() -> list[object]:
+        c = Cohort("c", 1.0, Quantiles(*prompt), Quantiles(*output))
+        plan = make_plan(PlanInput(LLAMA8B, H100, engine=ENGINE, workload=Workload((c,))))
+        return list(plan.latency.curve)  # type: ignore[attr-defined]
+
+    fast = curve()
+    calls: list[int] = []
+    real = latency._spread_one_stage
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(latency, "_spread_one_stage", counted)
+    latency._BY_MODEL.clear()
+    assert curve() == fast and calls  # the fast path ran
+    monkeypatch.setattr(latency, "_spread_one_stage", lambda *a: None)
+    latency._BY_MODEL.clear()
+    assert curve() == fast  # the array path gives the same floats

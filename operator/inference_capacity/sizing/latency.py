@@ -236,7 +236,12 @@ class LatencyModel:
         return out
 
     def step_scalar(
-        self, n: float, kv_per_stage: list[float], prefill_tokens: float, prefill_ctx: float
+        self,
+        n: float,
+        kv_per_stage: list[float],
+        prefill_tokens: float,
+        prefill_ctx: float,
+        flops: bool = True,
     ) -> float:
         """:meth:`step_seconds` for one step, on floats (the scheduler's many evaluations)."""
         tokens = max(n + prefill_tokens, 0.0)
@@ -244,7 +249,7 @@ class LatencyModel:
         gpu = 0.0
         for s, stage in enumerate(self.stages):
             gpu += self._stage_seconds(
-                stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], True, max
+                stage, tokens, sampled, prefill_tokens, prefill_ctx, kv_per_stage[s], flops, max
             )
         return float(self._with_cpu(gpu, max))
 
@@ -647,6 +652,41 @@ def _weighted_quantiles(
     return out
 
 
+def _spread_one_stage(
+    model: LatencyModel, sv: Serving, reads: FloatArray, prefill_ctx: float
+) -> tuple[float, float, float, float, float] | None:
+    """(ITL p50, p95, p99, decode step p50, its memory-only step p50) of the paths' decode
+    steps with one pipeline stage, or None where :func:`_weighted_quantiles`'s fast split
+    does not apply (a chunk step can fall below a decode step). With one stage the step is a
+    non-decreasing function of the path's KV read (``kv`` enters by + and / only, then a max:
+    :meth:`LatencyModel._stage_seconds`), so a nearest-rank quantile of the steps is the step
+    at that rank of the reads: the ranks are found on the reads and only their steps are
+    evaluated, on floats (:meth:`LatencyModel.step_scalar`: the same operations as the array
+    path, so the same results)."""
+    n = len(reads)
+    wb = sv.mixed_fraction
+    delta = sv.mixed_step_s - sv.decode_step_s
+    d = sv.decode_seqs
+
+    def step(read: float, flops: bool = True) -> float:
+        return model.step_scalar(d, [read], 0.0, prefill_ctx, flops)
+
+    if wb > 0.0 and not step(float(reads.min())) + delta >= step(float(reads.max())):
+        return None
+    k50 = (n - 1) // 2
+    ranks = [k50]
+    for q in (0.5, 0.95, 0.99):
+        if q < 1.0 - wb:  # a decode-only step (a)
+            ranks.append(int(min(q / (1.0 - wb), 1.0) * (n - 1)))
+        else:  # a chunk step (b = a + delta)
+            ranks.append(-1 - int((q - 1.0 + wb) / wb * (n - 1)))
+    order = sorted({r if r >= 0 else -1 - r for r in ranks})
+    at = np.partition(reads, order)
+    steps = {r: step(float(at[r])) for r in order}
+    out = [steps[r] if r >= 0 else steps[-1 - r] + delta for r in ranks[1:]]
+    return out[0], out[1], out[2], steps[k50], step(float(at[k50]), flops=False)
+
+
 def queued(pt: LatencyPoint, n: int, output: float) -> LatencyPoint:
     """``pt`` (the replica at its running limit) with ``n`` > that limit requests in flight:
     the rest wait for a slot, so throughput stays and TTFT = n / λ − (O − 1) × TPOT."""
@@ -790,14 +830,20 @@ class BatchLatency:
         )
         # the batches' spread: decode steps of the D running sequences along the paths
         scale = sv.decode_seqs / n
-        kv_b = np.stack([k * scale for k in kv])
-        dec = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx)
-        mixed = dec + (sv.mixed_step_s - sv.decode_step_s)
-        p50, p95, p99 = _weighted_quantiles(dec, mixed, sv.mixed_fraction, (0.5, 0.95, 0.99))
-        mem = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx, flops=False)
-        k50 = (len(dec) - 1) // 2
-        d50 = float(np.partition(dec, k50)[k50])
-        m50 = float(np.partition(mem, k50)[k50])
+        picked = None
+        if len(kv) == 1:
+            picked = _spread_one_stage(model, sv, kv[0] * scale, self.prefill_ctx)
+        if picked is not None:
+            p50, p95, p99, d50, m50 = picked
+        else:
+            kv_b = np.stack([k * scale for k in kv])
+            dec = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx)
+            mixed = dec + (sv.mixed_step_s - sv.decode_step_s)
+            p50, p95, p99 = _weighted_quantiles(dec, mixed, sv.mixed_fraction, (0.5, 0.95, 0.99))
+            mem = model.step_seconds(sv.decode_seqs, kv_b, 0.0, self.prefill_ctx, flops=False)
+            k50 = (len(dec) - 1) // 2
+            d50 = float(np.partition(dec, k50)[k50])
+            m50 = float(np.partition(mem, k50)[k50])
         bound = "compute" if m50 < d50 * (1 - 1e-9) - 1e-12 else "memory"
         tput = sv.requests_per_s * self.output
         cap = max(model.max_num_batched_tokens - sv.decode_seqs, 1.0)
