@@ -268,3 +268,37 @@ def test_the_estimate_is_vllm_s_only_where_it_is_subtracted() -> None:
     assert math.isclose(
         p19.ranks[0].available_kv - on.ranks[0].available_kv, on.ranks[0].cuda_graph
     )
+
+
+def test_gpt_oss_captures_up_to_1024() -> None:
+    # GptOssForCausalLMConfig.verify_and_update_config (models/config.py, 0.12.0–0.28.0): the
+    # largest capture size becomes 1024 when neither sizes nor a maximum is given. The grid up
+    # to 1024 is [1, 2, 4] + 8..248 step 8 + 256..1024 step 16 = 3 + 31 + 49 = 83 sizes, as
+    # the 0.19.0 gpt-oss-20b H100 logs print ("PIECEWISE ... (83-1)", "FULL ... (83-1)")
+    oss = load_model("openai/gpt-oss-20b")
+    logged = next(p for p in POINTS if p["model"] == "openai/gpt-oss-20b")
+    assert logged["piecewise"]["graphs"] == logged["full"]["graphs"] == 83
+
+    def notes(version: str, **kw: Any) -> list[str]:
+        s = EngineSettings(version=version, max_model_len=8192, **kw)
+        p = predict_startup(oss, H100.total_bytes, H100.name, 2, 1, s)
+        return [n for n in p.notes if "CUDA graphs" in n]
+
+    assert notes("0.19.0") == ["captures 83 PIECEWISE + 83 FULL CUDA graphs, largest 1024"]
+    assert notes("0.21.0") == ["captures 83 PIECEWISE + 83 FULL CUDA graphs, largest 1024"]
+    # the user's maximum or sizes win; vLLM before 0.12 (not read) keeps the default rule
+    assert notes("0.21.0", max_cudagraph_capture_size=512) == [
+        "captures 51 PIECEWISE + 51 FULL CUDA graphs, largest 512"
+    ]
+    assert "largest 8" in notes("0.21.0", cudagraph_capture_sizes=(1, 2, 4, 8))[0]
+    assert "largest 512" in notes("0.11.0")[0]
+    # other architectures keep 512
+    llama = predict_startup(
+        load_model("meta-llama/Llama-3.1-8B-Instruct"),
+        H100.total_bytes,
+        H100.name,
+        1,
+        1,
+        EngineSettings(version="0.21.0", max_model_len=8192),
+    )
+    assert "captures 51 PIECEWISE + 51 FULL CUDA graphs, largest 512" in llama.notes

@@ -856,6 +856,26 @@ def profiled_cuda_graph_estimate(
 DEFAULT_CAPTURE_SIZES = 51
 
 
+#: the architectures whose vLLM config hook raises the largest capture size when the user sets
+#: none (:attr:`VllmRules.gpt_oss_capture_1024`)
+_CAPTURE_1024_ARCHITECTURES = frozenset({"GptOssForCausalLM"})
+
+
+def max_capture_size(shape: ModelShape, settings: EngineSettings, v: Version) -> int | None:
+    """``--compilation-config max_cudagraph_capture_size`` as vLLM resolves it before sizing the
+    capture list: the user's, else 1024 for gpt-oss (:attr:`VllmRules.gpt_oss_capture_1024`:
+    83 sizes instead of 51), else None (the default rule)."""
+    top = settings.max_cudagraph_capture_size
+    if (
+        top is None
+        and settings.cudagraph_capture_sizes is None
+        and shape.architecture in _CAPTURE_1024_ARCHITECTURES
+        and VllmRules.for_version(v).gpt_oss_capture_1024
+    ):
+        return 1024
+    return top
+
+
 def capture_count(settings: EngineSettings) -> int:
     """Graphs per mode for ``--compilation-config`` capture sizes (default 51)."""
     sizes = settings.cudagraph_capture_sizes
@@ -1614,6 +1634,7 @@ def _setup(
     # most max-num-seqs requests), with or without speculative tokens; before 0.11 (not read)
     # the count scaling of the default list is kept
     capture = None
+    top = max_capture_size(shape, settings, rs.version)
     if rs.cudagraphs and rs.era is not Era.V0 and rules.spec_capture_sizes:
         capture = spec_capture_sizes(
             rs.version,
@@ -1621,7 +1642,7 @@ def _setup(
             rs.max_num_batched_tokens,
             k_spec,
             settings.cudagraph_capture_sizes,
-            settings.max_cudagraph_capture_size,
+            top,
             gpu_name,
             rs.v2_runner,
         )
@@ -1634,7 +1655,7 @@ def _setup(
             rs.max_num_batched_tokens,
             k_spec,
             settings.cudagraph_capture_sizes,
-            settings.max_cudagraph_capture_size,
+            top,
             gpu_name,
             rs.v2_runner,
             shape.has_kind(AttnKind.CHUNKED),

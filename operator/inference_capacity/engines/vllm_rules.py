@@ -136,6 +136,11 @@ class VllmRules:
     #: 1024 instead of 512 on data-centre Blackwell (config/vllm.py::
     #: VllmConfig._set_cudagraph_sizes): from 0.29
     blackwell_capture_ceiling: bool
+    #: gpt-oss (``GptOssForCausalLM``) sets max_cudagraph_capture_size to 1024 when neither the
+    #: capture sizes nor their maximum is given (model_executor/models/config.py::
+    #: GptOssForCausalLMConfig.verify_and_update_config, read in the 0.12.0–0.28.0 sources;
+    #: the 0.19.0 gpt-oss-20b H100 logs: "PIECEWISE=83 ... FULL=83"): from 0.12
+    gpt_oss_capture_1024: bool
     #: the default grid [1, 2, 4] + 8..248 step 8 + 256.. step 16 (0.12+); 0.11: [1, 2, 4] +
     #: multiples of 8; from 0.12 the largest size is the last one and sizes are rounded to a
     #: multiple of q (config/compilation.py::CompilationConfig.
@@ -358,6 +363,7 @@ def _rules(v: Version) -> VllmRules:
         spec_capture_sizes=at((0, 11, 0)),
         capture_max_times_query_len=at((0, 13, 0)),
         blackwell_capture_ceiling=at((0, 29, 0)),
+        gpt_oss_capture_1024=at((0, 12, 0)),
         capture_grid_0_12=at((0, 12, 0)),
         capture_adds_batched_tokens=at((0, 22, 0)),
         capture_adds_decode_sizes=at((0, 29, 0)),
