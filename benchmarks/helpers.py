@@ -25,68 +25,39 @@ from inference_capacity.model.errors import ModelConfigError, UnknownModelError
 from inference_capacity.resolve import size_dynamic
 from inference_capacity.units import GiB
 
+
 #: quantization_config blocks of the public quantized checkpoints the logs used (their
 #: config.json files are not in the catalog; these mirror their published quantization blocks)
-_CT_FP8_CHANNEL = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
-        }
-    },
-    "ignore": ["lm_head"],
-}
-_CT_W4A16 = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {
-                "num_bits": 4,
-                "type": "int",
-                "strategy": "group",
-                "group_size": 128,
-                "symmetric": True,
-            },
-        }
-    },
-    "ignore": ["lm_head"],
-}
+def _ct(weights: dict[str, Any], activations: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A compressed-tensors block of one Linear group (lm_head left out)."""
+    group: dict[str, Any] = {"targets": ["Linear"], "weights": weights}
+    if activations is not None:
+        group["input_activations"] = activations
+    return {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": group},
+        "ignore": ["lm_head"],
+    }
+
+
+def _per_token(kind: str) -> dict[str, Any]:
+    """Dynamic per-token 8-bit activations of ``kind`` (float or int)."""
+    return {"num_bits": 8, "type": kind, "strategy": "token", "dynamic": True, "symmetric": True}
+
+
+_CT_FP8_CHANNEL = _ct({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True})
+_CT_W4A16 = _ct(
+    {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+)
 #: RedHatAI "-fp8-dynamic": FP8 per-channel weights, dynamic per-token FP8 activations
-_CT_FP8_DYNAMIC = {
-    **_CT_FP8_CHANNEL,
-    "config_groups": {
-        "group_0": {
-            **_CT_FP8_CHANNEL["config_groups"]["group_0"],  # type: ignore[index]
-            "input_activations": {
-                "num_bits": 8,
-                "type": "float",
-                "strategy": "token",
-                "dynamic": True,
-                "symmetric": True,
-            },
-        }
-    },
-}
+_CT_FP8_DYNAMIC = _ct(
+    {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+    _per_token("float"),
+)
 #: RedHatAI "-quantized.w8a8": INT8 per-channel weights, dynamic per-token INT8 activations
-_CT_W8A8 = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
-            "input_activations": {
-                "num_bits": 8,
-                "type": "int",
-                "strategy": "token",
-                "dynamic": True,
-                "symmetric": True,
-            },
-        }
-    },
-    "ignore": ["lm_head"],
-}
+_CT_W8A8 = _ct(
+    {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}, _per_token("int")
+)
 _GPTQ_4BIT = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}
 _FP8_BLOCK = {
     "quant_method": "fp8",

@@ -771,6 +771,11 @@ def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: boo
     return gib(pool_gib)
 
 
+#: attention with sinks (gpt-oss): no split buffer in the 0.19.0 gpt-oss-20b logs (FULL first
+#: captures of 6 and 8 MiB at TP1/TP2 where the split count would give 256 and 128 MiB)
+_FA3_NO_SPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
 def fa3_split_buffer_bytes(
     shape: ModelShape, gpu_name: str, dtype: str, tokens: int, tp: int
 ) -> int:
@@ -804,11 +809,6 @@ def fa3_split_buffer_bytes(
         return 0
     heads = shape.num_attention_heads // tp
     return FA3_CUDA_GRAPH_SPLITS * tokens * heads * value_dim * 4
-
-
-#: attention with sinks (gpt-oss): no split buffer in the 0.19.0 gpt-oss-20b logs (FULL first
-#: captures of 6 and 8 MiB at TP1/TP2 where the split count would give 256 and 128 MiB)
-_FA3_NO_SPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
 
 
 def profiled_cuda_graph_estimate(
