@@ -622,25 +622,28 @@ class LatencyPoint:
         return max(self.itl_ms(quantile), self.tpot_ms_mean)
 
 
+def _split_rank(q: float, wb: float, n: int) -> tuple[bool, int]:
+    """Where the nearest-rank ``q`` quantile of a mixture of ``a`` (weight 1 − wb) and ``b``
+    (weight wb), n samples each, lies when every b lies above every a: (in b?, its rank there),
+    a's rank q / (1 − wb) or b's (q − 1 + wb) / wb."""
+    if q < 1.0 - wb:
+        return False, int(min(q / (1.0 - wb), 1.0) * (n - 1))
+    return True, int((q - 1.0 + wb) / wb * (n - 1))
+
+
 def _weighted_quantiles(
     a: FloatArray, b: FloatArray, wb: float, qs: tuple[float, ...]
 ) -> list[float]:
-    """Quantiles of the mixture of samples ``a`` (weight 1 − wb) and ``b`` (weight wb),
+    """Quantiles of the mixture of samples ``a`` (weight 1 − wb) and ``b`` (weight wb, as many),
     nearest rank. Where every b lies above every a (a step with a chunk outlasts any without),
-    the quantile is a's at q / (1 − wb) or b's at (q − 1 + wb) / wb (a partition, no sort)."""
-    n = len(a)
+    the quantile is read at one rank of a or of b (:func:`_split_rank`: a partition, no sort)."""
     if wb <= 0.0 or float(b.min()) >= float(a.max()):
-        ka = sorted({int(min(q / (1.0 - wb), 1.0) * (n - 1)) for q in qs if q < 1.0 - wb})
-        kb = sorted({int((q - 1.0 + wb) / wb * (len(b) - 1)) for q in qs if q >= 1.0 - wb})
+        at = [_split_rank(q, wb, len(a)) for q in qs]
+        ka = sorted({k for in_b, k in at if not in_b})
+        kb = sorted({k for in_b, k in at if in_b})
         pa = np.partition(a, ka) if ka else a
         pb = np.partition(b, kb) if kb else b
-        out_fast = []
-        for q in qs:
-            if q < 1.0 - wb:
-                out_fast.append(float(pa[int(min(q / (1.0 - wb), 1.0) * (n - 1))]))
-            else:
-                out_fast.append(float(pb[int((q - 1.0 + wb) / wb * (len(b) - 1))]))
-        return out_fast
+        return [float(pb[k] if in_b else pa[k]) for in_b, k in at]
     vals = np.concatenate([a, b])
     w = np.concatenate([np.full(len(a), (1.0 - wb) / len(a)), np.full(len(b), wb / len(b))])
     order = np.argsort(vals, kind="stable")
@@ -674,17 +677,13 @@ def _spread_one_stage(
     if wb > 0.0 and not step(float(reads.min())) + delta >= step(float(reads.max())):
         return None
     k50 = (n - 1) // 2
-    ranks = [k50]
-    for q in (0.5, 0.95, 0.99):
-        if q < 1.0 - wb:  # a decode-only step (a)
-            ranks.append(int(min(q / (1.0 - wb), 1.0) * (n - 1)))
-        else:  # a chunk step (b = a + delta)
-            ranks.append(-1 - int((q - 1.0 + wb) / wb * (n - 1)))
-    order = sorted({r if r >= 0 else -1 - r for r in ranks})
+    # decode-only steps (a) or chunk steps (b = a + delta), at their ranks of the reads
+    picks = [_split_rank(q, wb, n) for q in (0.5, 0.95, 0.99)]
+    order = sorted({k50, *(k for _, k in picks)})
     at = np.partition(reads, order)
-    steps = {r: step(float(at[r])) for r in order}
-    out = [steps[r] if r >= 0 else steps[-1 - r] + delta for r in ranks[1:]]
-    return out[0], out[1], out[2], steps[k50], step(float(at[k50]), flops=False)
+    steps = {k: step(float(at[k])) for k in order}
+    p50, p95, p99 = (steps[k] + delta if in_b else steps[k] for in_b, k in picks)
+    return p50, p95, p99, steps[k50], step(float(at[k50]), flops=False)
 
 
 def queued(pt: LatencyPoint, n: int, output: float) -> LatencyPoint:
