@@ -555,10 +555,10 @@ CUDAGRAPH_ESTIMATES = Path(__file__).resolve().parent.parent / "tests" / "data"
 CUDAGRAPH_ESTIMATES = CUDAGRAPH_ESTIMATES / "vllm-cudagraph-estimates.jsonl"
 
 
-def _capture_grid(top: int) -> tuple[int, ...]:
-    """vLLM's default size grid up to ``top`` (config/vllm.py::VllmConfig._set_cudagraph_sizes):
-    the logged counts are 51 (up to 512) or 83 (up to 1024, gpt-oss)."""
-    return (1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16))
+def logged_capture_top(graphs: int) -> int:
+    """The largest capture size of a logged default graph count: vLLM's grid
+    (engines/vllm.py::capture_grid) has 51 sizes up to 512 and 83 up to 1024 (gpt-oss)."""
+    return {51: 512, 83: 1024}[graphs]
 
 
 def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict[str, Any], float]]:
@@ -566,12 +566,12 @@ def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict
     catalog, with its logged graph counts and sizes, on the H100 the sweep ran on."""
     from inference_capacity.engines.vllm import (
         CaptureSizes,
+        capture_grid,
         pp_layer_ranges,
         profiled_cuda_graph_estimate,
     )
     from inference_capacity.model import load_model
 
-    tops = {51: 512, 83: 1024}
     out = []
     for line in path.read_text().splitlines():
         p = json.loads(line)
@@ -580,8 +580,8 @@ def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict
         except UnknownModelError:
             continue
         pw, full = p["piecewise"], p["full"]
-        mixed = _capture_grid(tops[pw["graphs"]])
-        decode = _capture_grid(tops[full["graphs"]]) if full else ()
+        mixed = tuple(capture_grid(logged_capture_top(pw["graphs"])))
+        decode = tuple(capture_grid(logged_capture_top(full["graphs"]))) if full else ()
         capture = CaptureSizes(1, max(mixed), mixed, decode)
         fp32 = p["activations"] == "fp32"
         est = profiled_cuda_graph_estimate(

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from benchmarks.helpers import cudagraph_estimate_rows
+from benchmarks.helpers import cudagraph_estimate_rows, logged_capture_top
 
 from inference_capacity.engines import EngineSettings
 from inference_capacity.engines.vllm import (
@@ -57,15 +57,10 @@ def _transient_mib(p: dict[str, Any], tokens: int) -> float:
     return (dense + moe) / MiB
 
 
-def _largest(graphs: int) -> int:
-    # vLLM's grid [1, 2, 4] + 8..248 step 8 + 256.. step 16: 51 sizes up to 512, 83 up to 1024
-    return {51: 512, 83: 1024}[graphs]
-
-
 def _split_mib(p: dict[str, Any]) -> float:
     c, full = p["config"], p["full"]
     heads = c["num_attention_heads"] // p["tp"]
-    return 32 * _largest(full["graphs"]) * heads * c["value_head_dim"] * 4 / MiB
+    return 32 * logged_capture_top(full["graphs"]) * heads * c["value_head_dim"] * 4 / MiB
 
 
 def _fa3(p: dict[str, Any]) -> bool:
@@ -97,7 +92,7 @@ def test_the_first_piecewise_capture_is_the_least_squares_fit() -> None:
     # over the 16-bit-activation setups (FP8/INT8 activations and float32 apart)
     fit = [p for p in POINTS if p["activations"] in ("bf16", "fp16")]
     assert len(fit) == 41
-    x = np.array([_transient_mib(p, _largest(p["piecewise"]["graphs"])) for p in fit])
+    x = np.array([_transient_mib(p, logged_capture_top(p["piecewise"]["graphs"])) for p in fit])
     y = np.array([p["piecewise"]["first_mib"] for p in fit])
     a = np.vstack([np.ones_like(x), x]).T
     (intercept, slope), *_ = np.linalg.lstsq(a, y, rcond=None)
@@ -152,7 +147,7 @@ def test_the_catalog_setups_follow_the_logged_estimates() -> None:
     for p, _ in rows:
         if p["full"] is not None and _fa3(p):
             shape = load_model(p["model"])
-            top = _largest(p["full"]["graphs"])
+            top = logged_capture_top(p["full"]["graphs"])
             split = fa3_split_buffer_bytes(shape, H100.name, "bfloat16", top, p["tp"])
             assert split == pytest.approx(_split_mib(p) * MiB)
 

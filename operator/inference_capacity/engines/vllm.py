@@ -905,7 +905,7 @@ class CaptureSizes:
         return len(self.mixed) + len(self.decode)
 
 
-def _grid(top: int) -> list[int]:
+def capture_grid(top: int) -> list[int]:
     """vLLM's default size grid up to ``top``: [1, 2, 4] + 8..248 step 8 + 256.. step 16
     (config/vllm.py::VllmConfig._set_cudagraph_sizes, 0.12–0.33)."""
     sizes = [x for x in (1, 2, 4) if x <= top]
@@ -941,8 +941,8 @@ def spec_capture_sizes(
       ``config/__init__.py`` with ``SchedulerConfig.cuda_graph_sizes``): without
       ``max_cudagraph_capture_size``, ``min(2 × R, 512)`` through 0.12, ``min(2 × R × q, 512)``
       from 0.13, 1024 instead of 512 on data-centre Blackwell from 0.29; then ``min(·, T)``;
-    * the default grid (:func:`_grid`; 0.11: [1, 2, 4] + multiples of 8); from 0.22 T is added
-      when it is at most the largest size; from 0.29, with q > 1 and no user maximum, the
+    * the default grid (:func:`capture_grid`; 0.11: [1, 2, 4] + multiples of 8); from 0.22 T
+      is added when it is at most the largest size; from 0.29, with q > 1 and no user maximum, the
       uniform decode sizes ``n × q`` for ``n`` in the grid up to ``min(R, 512)`` plus R itself
       (``request_counts``), those within the largest size and T;
     * user ``cudagraph_capture_sizes``: de-duplicated, those ≤ T; from 0.12 the largest size
@@ -976,11 +976,11 @@ def spec_capture_sizes(
     elif not r.capture_grid_0_12:
         sizes = [1, 2, 4] + list(range(8, top + 1, 8))
     else:
-        sizes = _grid(top)
+        sizes = capture_grid(top)
         if r.capture_adds_batched_tokens and T <= top and T not in sizes:
             sizes.append(T)
         if r.capture_adds_decode_sizes and user_max is None and q > 1:
-            counts = sorted({*_grid(min(R, ceiling)), min(R, ceiling)})
+            counts = sorted({*capture_grid(min(R, ceiling)), min(R, ceiling)})
             sizes += [n * q for n in counts if n * q <= top and n * q <= T]
         sizes = sorted(set(sizes))
     if r.capture_grid_0_12 and sizes:

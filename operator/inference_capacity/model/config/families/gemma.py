@@ -50,13 +50,16 @@ def _gemma3_ropes(c: _Cfg, d: _Decoder) -> list[RopeCache]:
     full = c.get("rope_scaling")
     if isinstance(params, Mapping) and isinstance(params.get("full_attention"), Mapping):
         full = params["full_attention"]
+    scaled = RopeCache(int(d.max_pos * rope_cache_factor(full)), d.head_dim)
+    return _ropes_by_kind(d, RopeCache(d.max_pos, d.head_dim), scaled)
+
+
+def _ropes_by_kind(d: _Decoder, sliding: RopeCache, full: RopeCache) -> list[RopeCache]:
+    """The rope caches of the layer kinds the model has: one for its sliding layers, one for
+    its full ones (``get_rope`` keeps one cache per distinct setting)."""
     present = d.kinds.present() if d.kinds is not None else {AttnKind.FULL}
-    ropes = []
-    if AttnKind.SLIDING in present:
-        ropes.append(RopeCache(d.max_pos, d.head_dim))
-    if AttnKind.FULL in present:
-        ropes.append(RopeCache(int(d.max_pos * rope_cache_factor(full)), d.head_dim))
-    return ropes
+    kinds = ((AttnKind.SLIDING, sliding), (AttnKind.FULL, full))
+    return [rope for kind, rope in kinds if kind in present]
 
 
 def _gemma4(c: _Cfg) -> _Decoder:
@@ -97,12 +100,9 @@ def _gemma4(c: _Cfg) -> _Decoder:
     d.layer_scalar = True
     # one rope cache per layer type: Gemma4RotaryEmbedding ("proportional") caches the whole
     # head (rotary_dim = head_size, non-rotated pairs as cos 1 / sin 0)
-    d.ropes = []
-    present = d.kinds.present()
-    if AttnKind.SLIDING in present:
-        d.ropes.append(RopeCache(d.max_pos, d.head_dim))
-    if AttnKind.FULL in present:
-        d.ropes.append(RopeCache(d.max_pos, d.full_head_dim))
+    d.ropes = _ropes_by_kind(
+        d, RopeCache(d.max_pos, d.head_dim), RopeCache(d.max_pos, d.full_head_dim)
+    )
     d.rotary_dim = d.head_dim
     if d.k_eq_v:
         d.notes.append(
