@@ -564,12 +564,14 @@ def logged_capture_top(graphs: int) -> int:
 def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict[str, Any], float]]:
     """(setup, the ledger's estimate in GiB) for each setup of the file whose model is in the
     catalog, with its logged graph counts and sizes, on the H100 the sweep ran on."""
+    from inference_capacity.engines.versions import parse_version
     from inference_capacity.engines.vllm import (
         CaptureSizes,
         capture_grid,
         pp_layer_ranges,
         profiled_cuda_graph_estimate,
     )
+    from inference_capacity.engines.vllm_rules import VllmRules
     from inference_capacity.model import load_model
 
     out = []
@@ -592,6 +594,8 @@ def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict
             "float32" if fp32 else "bfloat16",
             4 if fp32 else 2,
             "H100-SXM-80GB",
+            kv_cache_dtype=p["kv_cache_dtype"],
+            rules=VllmRules.for_version(parse_version("0.19.0")),
         )
         out.append((p, est / GiB))
     return out

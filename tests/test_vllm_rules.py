@@ -512,7 +512,9 @@ def test_every_catalog_architecture_plans(name: str, capsys: pytest.CaptureFixtu
     ],
 )
 def test_kv_formats_dense(kv: str, per_layer_token: int) -> None:
-    p = predict(version="0.33.0", kv_cache_dtype=kv)
+    # nvfp4 KV runs only on SM100-family GPUs (FlashInfer trtllm-gen)
+    gpu = get_gpu("B200-180GB") if kv == "nvfp4" else H100
+    p = predict(gpu=gpu, version="0.33.0", kv_cache_dtype=kv)
     assert p.ranks[0].layout.bytes_per_block == 32 * per_layer_token * 16
 
 

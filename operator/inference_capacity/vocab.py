@@ -112,11 +112,21 @@ KV_DTYPE_BYTES: Final[Mapping[str, int]] = MappingProxyType(
         "nvfp4": 1,  # elements; the packed size is ledger.kv.kv_token_format's
     }
 )
-#: ``spec.model.kvCacheDtype`` in the CRD: the values a spec may ask for.
-SpecKvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+#: ``spec.model.kvCacheDtype`` in the CRD: the values a spec may ask for. The per-token-head
+#: and nvfp4 formats are vLLM 0.20+ choices (cache/config.py CacheDType); an earlier release is
+#: refused by the flag table (engines/vllm.py resolve_settings).
+SpecKvCacheDtype = Literal[
+    "auto",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_per_token_head",
+    "int8_per_token_head",
+    "nvfp4",
+]
 SPEC_KV_CACHE_DTYPES: Final = frozenset(get_args(SpecKvCacheDtype))
 #: ``--kv-cache-dtype`` choices of the CLI: the spec's plus the 16-bit ones.
-CLI_KV_CACHE_DTYPE_CHOICES: Final = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+CLI_KV_CACHE_DTYPE_CHOICES: Final = (*get_args(SpecKvCacheDtype), "bfloat16", "float16")
 
 # --- quantization methods -------------------------------------------------------------------
 

@@ -251,7 +251,7 @@ def levers(base: Plan) -> list[dict[str, Any]]:
     inp = base.input
     out: list[dict[str, Any]] = []
     rs = base.prediction.settings
-    if rs.kv_cache_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+    if rs.kv_cache_dtype in ("auto", "bfloat16", "float16"):  # a 16-bit KV (or fp32)
         p = _try(replace(inp, engine=replace(inp.engine, kv_cache_dtype="fp8")))
         out.append(_lever("fp8-kv-cache", "--kv-cache-dtype fp8", base, p))
     wl = inp.workload

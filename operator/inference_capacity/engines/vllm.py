@@ -32,6 +32,7 @@ from ..model.shapes import Group
 from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
+from .vllm_flag_table import flag_table
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
 from .vllm_rules import CUDAGRAPH_MODES, DEFAULT_CUDAGRAPH_MODE, VllmRules
@@ -696,7 +697,18 @@ def resolve_settings(
         raise SettingsError(f"block_size must be a power of two, got {B}")
     dtype = resolve_dtype(shape.dtype, s.dtype)
     dtype_bytes = DTYPE_BYTES[dtype]
+    invalid_kv = flag_table().invalid_choice("kv-cache-dtype", s.kv_cache_dtype, str(v))
+    if invalid_kv is not None:  # e.g. a per-token-head or nvfp4 KV before 0.20
+        raise SettingsError(f"kv_cache_dtype {s.kv_cache_dtype!r}: {invalid_kv}")
     kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
+    if kv_dt == "nvfp4" and _gpu_family(gpu_name) != "blackwell":
+        # FlashInfer's trtllm-gen kernels are vLLM's only nvfp4 KV path (flashinfer.py 0.22.0;
+        # FlashInferBackend.supports_kv_cache_dtype 0.28.0: device capability family 100)
+        raise SettingsError(
+            f"kv_cache_dtype nvfp4 on {gpu_name or 'a GPU the catalog does not name'}: vLLM "
+            "reads an nvfp4 KV cache only with FlashInfer's trtllm-gen kernels, on SM100-family "
+            "GPUs (B200, B300, GB200, GB300)"
+        )
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
     cudagraphs = not s.enforce_eager and s.cudagraph_mode != "NONE"
     est = s.estimate_cuda_graphs
@@ -777,7 +789,13 @@ _FA3_NO_SPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
 
 
 def fa3_split_buffer_bytes(
-    shape: ModelShape, gpu_name: str, dtype: str, tokens: int, tp: int
+    shape: ModelShape,
+    gpu_name: str,
+    dtype: str,
+    tokens: int,
+    tp: int,
+    kv_cache_dtype: str = "auto",
+    rules: VllmRules | None = None,
 ) -> int:
     """FlashAttention 3's split-KV accumulator in a full CUDA graph of ``tokens`` tokens: vLLM
     gives FA3 ``max_num_splits`` = :data:`FA3_CUDA_GRAPH_SPLITS` under full graphs
@@ -791,9 +809,18 @@ def fa3_split_buffer_bytes(
     (TRITON_ATTN: the 0.19.0 logs of those setups show no buffer). MLA on Hopper
     (FLASH_ATTN_MLA) holds the latent value head (kv_lora_rank); DeepSeek-V4's sparse MLA has
     its own kernels. The 0.19.0 H100 logs agree within 4–14 MiB
-    (tests/data/vllm-cudagraph-estimates.jsonl)."""
+    (tests/data/vllm-cudagraph-estimates.jsonl). With ``rules``, a KV dtype FLASH_ATTN does not
+    take in that release (:attr:`VllmRules.flash_attn_kv_dtypes`: fp8_e5m2 and the
+    per-token-head and nvfp4 formats from 0.22) or an fp8 MLA cache (FlashMLA,
+    :attr:`VllmRules.mla_fp8_hopper_flashmla`) sends attention to a backend without it."""
     if _gpu_family(gpu_name) != "hopper" or dtype == "float32" or tokens <= 0:
         return 0
+    if rules is not None:
+        if kv_cache_dtype not in rules.flash_attn_kv_dtypes:
+            return 0
+        if kv_cache_dtype.startswith("fp8") and rules.mla_fp8_hopper_flashmla:
+            if any(g.attention.kind is AttnKind.MLA for g in shape.layer_groups):
+                return 0
     value_dim = 0
     for group in shape.layer_groups:
         a = group.attention
@@ -820,6 +847,8 @@ def profiled_cuda_graph_estimate(
     dtype_bytes: int,
     gpu_name: str,
     cases: int = 1,
+    kv_cache_dtype: str = "auto",
+    rules: VllmRules | None = None,
 ) -> int:
     """vLLM's CUDA-graph estimate (the V1 runner's ``profile_cudagraph_memory``, 0.18–0.28):
     per mode the first capture plus (descriptors − 1) × a further graph's increment; the
@@ -844,7 +873,9 @@ def profiled_cuda_graph_estimate(
         per = CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB[shape.is_moe] * MiB * n_layers
         increments += (len(mixed) * cases - 1) * per
     if decode:
-        split = fa3_split_buffer_bytes(shape, gpu_name, dtype, max(decode), tp)
+        split = fa3_split_buffer_bytes(
+            shape, gpu_name, dtype, max(decode), tp, kv_cache_dtype, rules
+        )
         firsts.append(CG_EST_FULL_FIRST_MIB * MiB + split)
         per = CG_EST_FULL_PER_GRAPH_LAYER_MIB[shape.is_moe] * MiB * n_layers
         increments += (len(decode) * cases - 1) * per
@@ -1713,6 +1744,8 @@ def _cuda_graph(
             rs.dtype_bytes,
             gpu_name,
             lora_graph_cases(rs.version, settings.max_loras),
+            rs.kv_cache_dtype,
+            VllmRules.for_version(rs.version),
         )
         return est * mode_graphs // default_graphs if default_graphs else 0
     if su.capture is not None:

@@ -98,6 +98,34 @@ class FlagTable:
             "(not a vllm serve flag)"
         )
 
+    def invalid_choice(self, name: str, value: str, version: str) -> str | None:
+        """vLLM's words when ``version``'s ``--name`` has choices and ``value`` is none of
+        them (argparse converts the value with the choices' type, then tests membership:
+        ``literal_to_kwargs``, engine/arg_utils.py 0.11–0.33), e.g. "vLLM 0.19.0: invalid
+        choice 'nvfp4'; accepted from 0.20.0" for ``--kv-cache-dtype``; None when it is one,
+        the flag has no choices there, or the table does not cover the version."""
+        run = self.run(name, version)
+        if run is None or not run.choices:
+            return None
+        kind = type(run.choices[0])
+        try:
+            typed: Any = kind(value.strip()) if kind is int else value
+        except ValueError:
+            return f"vLLM {version}: invalid {kind.__name__} value {value!r}"
+        if typed in run.choices:
+            return None
+        where = f"vLLM {version}: invalid choice {value!r}"
+        key = _key(version)
+        later = [
+            r
+            for r in self.flags.get(name, ())
+            if _key(r.first) > key and (not r.choices or typed in r.choices)
+        ]
+        if later:
+            return f"{where}; accepted from {later[0].first}"
+        shown = ", ".join(str(c) for c in run.choices)
+        return f"{where} (choose from {shown})"
+
     @property
     def names(self) -> frozenset[str]:
         """Every canonical flag name of any release in the table."""

@@ -650,6 +650,13 @@ class FlagRules:
             return None
         return _absent(name, self.version)
 
+    def invalid_choice(self, name: str, value: str) -> str | None:
+        """vLLM's words when this release's ``--name`` has choices and ``value`` is none of
+        them (argparse refuses it: ``vllm serve`` would not start)."""
+        if self.version is None or self.release is None or name == DASH_O:
+            return None
+        return flag_table().invalid_choice(name, value, self.version)
+
 
 #: the pseudo-flag :mod:`.vllm_args` reads ``-O3`` / ``-O 3`` / ``-O=3`` into
 DASH_O: Final = "O"
@@ -823,6 +830,8 @@ def classify(
         missing = rules.absent(name)
         if missing is not None:
             out.append(Unsupported(f"--{name}", missing))
+        elif (invalid := rules.invalid_choice(name, value)) is not None:
+            out.append(Unsupported(f"--{name}", invalid))
         elif name == DASH_O:
             continue  # checked above
         elif name in MODELLED_FLAGS:

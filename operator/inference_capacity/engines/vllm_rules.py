@@ -35,6 +35,17 @@ V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
 #: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
 #: 0.28.0 add dspark; ngram falls back to V1); from 0.32.0 only suffix, medusa, mlp_speculator
 #: and custom_class fall back (0.29–0.31 not read: treated as 0.28, the V1 side).
+#: the KV dtypes the FLASH_ATTN backend takes on Hopper (FA3), so the ones whose full CUDA
+#: graphs hold its split-KV buffer (``FlashAttentionBackend.supports_kv_cache_dtype``): 0.12–0.19
+#: every ``fp8*`` (``flash_attn_supports_fp8``); 0.20–0.21 every quantized one
+#: (``is_quantized_kv_cache``: fp8*, *_per_token_head, nvfp4); 0.22–0.27 ``fp8`` and
+#: ``fp8_e4m3`` only; 0.28 the same (``supported_kv_cache_dtypes``, and
+#: ``flash_attn_supports_kv_cache_dtype`` refuses fp8_e5m2). Other dtypes go to FlashInfer or
+#: Triton, which hold no split buffer.
+FLASH_ATTN_KV_16BIT = frozenset({"auto", "float16", "bfloat16"})
+FLASH_ATTN_KV_0_12 = FLASH_ATTN_KV_16BIT | {"fp8", "fp8_e4m3", "fp8_e5m2"}
+FLASH_ATTN_KV_0_20 = FLASH_ATTN_KV_0_12 | {"fp8_per_token_head", "int8_per_token_head", "nvfp4"}
+FLASH_ATTN_KV_0_22 = FLASH_ATTN_KV_16BIT | {"fp8", "fp8_e4m3"}
 V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
 
@@ -170,6 +181,8 @@ class VllmRules:
     #: MLA with an fp8 KV cache on Hopper takes FlashMLA, 64 (platforms/cuda.py,
     #: ``update_block_size_for_backend``, 0.18+; 0.11–0.17 always 64 there)
     mla_fp8_hopper_flashmla: bool
+    #: KV dtypes FLASH_ATTN takes on Hopper (:data:`FLASH_ATTN_KV_0_12` and after)
+    flash_attn_kv_dtypes: frozenset[str]
     #: ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's fp8 KV
     #: (utils/torch_utils.py::resolve_kv_cache_dtype_string): from 0.15; 0.11–0.13 resolve none
     modelopt_kv_dtype: bool
@@ -371,6 +384,13 @@ def _rules(v: Version) -> VllmRules:
         cudagraph_modes_read=between((0, 20, 0), (0, 29, 0)),
         mla_block_by_family=mla_blocks,
         mla_fp8_hopper_flashmla=at((0, 18, 0)),
+        flash_attn_kv_dtypes=(
+            FLASH_ATTN_KV_0_22
+            if at((0, 22, 0))
+            else FLASH_ATTN_KV_0_20
+            if at((0, 20, 0))
+            else FLASH_ATTN_KV_0_12
+        ),
         modelopt_kv_dtype=at((0, 15, 0)),
         nvfp4_kv_dtype=at((0, 20, 0)),
         hma_with_connector=at((0, 22, 0)),
