@@ -255,25 +255,56 @@ def test_the_weight_memo_is_keyed_on_the_shape_not_its_identity() -> None:
     assert c != a
 
 
-def test_a_v2_runner_sampler_peak_is_assumed_not_calibrated() -> None:
-    # engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT has no startup log in the data: where the V2
-    # runner's sampler sets the activation peak, the ledger says "assumed"
+def test_a_v2_runner_sampler_peak_is_assumed_only_with_the_warmup_pass() -> None:
+    # engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT (0.33's warm-up-params pass) has no startup
+    # log in the data: where it sets the activation peak, the ledger says "assumed"; 0.22-0.32
+    # sample once in the model dtype (sampler_peak, from the code)
     from inference_capacity.budget import build_ledger
     from inference_capacity.engines.vllm import EngineSettings, predict_startup
     from inference_capacity.hardware import get_gpu
     from inference_capacity.model import load_model
 
     h100 = get_gpu("H100-SXM-80GB")
-    shape = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    shape = load_model("google/gemma-2-9b-it")  # 256,000 logits a row: the sampler can lead
     lines = {}
-    for version in ("0.19.0", "0.29.0"):  # V1 runner / V2 runner for a dense Llama
+    for version in ("0.19.0", "0.29.0", "0.33.0"):  # V1 runner / V2 runner for a dense model
         p = predict_startup(
             shape, h100.total_bytes, h100.name, 1, 1, EngineSettings(version=version)
         )
         item = next(i for i in build_ledger(p, 0.0)[0].items if i.name == "activation_peak")
-        lines[version] = (p.settings.v2_runner, p.ranks[0].sampler_peak, item)
-    v1, v2 = lines["0.19.0"], lines["0.29.0"]
-    assert not v1[0] and v2[0]
+        lines[version] = (p.settings.v2_runner, p.ranks[0], item)
+    v1, v2, v2w = lines["0.19.0"], lines["0.29.0"], lines["0.33.0"]
+    assert not v1[0] and v2[0] and v2w[0]
     assert v1[2].provenance == "calibrated"
-    assert v2[1] >= p.ranks[0].forward_peak  # the sampler sets it
-    assert v2[2].provenance == "assumed" and "V2 runner" in v2[2].note
+    assert v2w[1].sampler_peak >= v2w[1].forward_peak  # the warm-up pass sets it
+    assert v2w[2].provenance == "assumed" and "warm-up pass" in v2w[2].note
+    # one model-dtype pass: below the fp32 pipeline, and no longer "assumed"
+    assert v2[1].sampler_peak < v2w[1].sampler_peak
+    assert v2[2].provenance != "assumed"
+
+
+def test_v2_default_sampler_pass_from_the_code() -> None:
+    """0.22-0.32 (v1/worker/gpu/model_runner.py ``_dummy_sampler_run``, one default pass; the
+    dummy requests need no logits processing, so ``apply_sampling_params`` keeps the model
+    dtype): the logits of R rows over the rank's slice of the vocabulary padded to 64, at
+    TP > 1 all-gathered into a (tp·R, slice) buffer and reshaped into an (R, padded vocab) copy
+    (base_device_communicator.py ``all_gather``), beside the forward's T output rows and the R
+    sampled rows of hidden states, all in bf16."""
+    from inference_capacity.engines.vllm import sampler_peak
+    from inference_capacity.model import load_model
+
+    gemma = load_model("google/gemma-2-9b-it")  # vocab 256,000 (a multiple of 64), hidden 3584
+    R, T = 1024, 8192
+    hidden = (T + R) * 3584 * 2
+    tp1 = sampler_peak(gemma, R, True, T, 1, 2, warmup_pass=False)
+    assert tp1 == R * 256_000 * 2 + hidden
+    tp4 = sampler_peak(gemma, R, True, T, 4, 2, warmup_pass=False)
+    assert tp4 == R * 64_000 * (1 + 2 * 4) * 2 + hidden
+    qwen = load_model("Qwen/Qwen3-8B")  # vocab 151,936 = 2,374 × 64
+    assert (
+        sampler_peak(qwen, 8, True, 64, 1, 2, warmup_pass=False)
+        == (8 * 151_936 + (64 + 8) * 4096) * 2
+    )
+    # the V1 runner and 0.33's warm-up pass keep their constants
+    assert sampler_peak(gemma, R, False) == int(R * 256_000 * 14.95)
+    assert sampler_peak(gemma, R, True, T, 1, 2, warmup_pass=True) == int(R * 256_000 * 9.3)

@@ -201,20 +201,28 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     items: list[LedgerItem] = []
     sampler = r.sampler_peak >= r.forward_peak
     which = "sampler logits" if sampler else "forward activations"
-    # the V2 runner's sampler constant has no startup log in the data (engines/vllm.py::
-    # V2_SAMPLER_BYTES_PER_LOGIT): an activation peak it sets is assumed, not calibrated
+    # the V2 runner's sampler: 0.33's warm-up-params pass is a constant with no startup log in
+    # the data (engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT): assumed; 0.22–0.32's default pass
+    # is derived from the code (engines/vllm.py::sampler_peak): exact
     v2_sampler = sampler and s.v2_runner
+    assumed = v2_sampler and s.rules.v2_sampler_warmup_pass
     items.append(
         LedgerItem(
             "activation_peak",
             max(r.forward_peak, r.sampler_peak),
             "iteration",
             "profile run",
-            "assumed" if v2_sampler else "calibrated",
+            "assumed" if assumed else "exact" if v2_sampler else "calibrated",
             True,
             f"{which} at {s.max_num_batched_tokens} tokens / "
             f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences"
-            + (" (V2 runner sampler: no log in the data)" if v2_sampler else ""),
+            + (
+                " (V2 runner sampler's warm-up pass: no log in the data)"
+                if assumed
+                else " (V2 runner, default sampler pass: model-dtype logits)"
+                if v2_sampler
+                else ""
+            ),
         )
     )
     if r.moe_workspace:

@@ -28,7 +28,7 @@ from ..ledger.weights import (
     weight_breakdown,
 )
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
-from ..model.shapes import Group
+from ..model.shapes import VOCAB_PADDING, Group, cdiv
 from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
@@ -52,11 +52,13 @@ MOE_WORKSPACE_HIDDEN_COPIES = 16.0
 #: Llama-3.2-1B, 0.6.4.post1, T = 512 (chunked), R = 256: 7.52 − 2.32 − 0.44 − 3.60 = 1.17 GiB
 #: = 256 × 128256 × 38 B; Llama-3-8B at T = 8192 then gives 1.16 against 1.19–1.26 logged.
 V0_SAMPLER_BYTES_PER_LOGIT = 38.0
-#: V2 model runner (≥ 0.29, and Llama/Mistral/Qwen3 dense from 0.22): fp32 logits pipeline.
-#: ASSUMED, not calibrated: derived from a figure of research/vllm-memory.md (a ~0.31 V2-runner
-#: Llama-3.1-8B start, 1.44 GiB "peak activation" incl. a ~0.3 GiB CG estimate) whose log is not
-#: in tests/data, so no startup log in the data backs it; the ledger labels an activation peak
-#: set by it "assumed" (budget.py).
+#: V2 model runner from 0.33, whose profile also runs the sampler's warm-up-params pass (the fp32
+#: logits pipeline: :attr:`VllmRules.v2_sampler_warmup_pass`; 0.22–0.32 are derived from the
+#: code instead, :func:`sampler_peak`). ASSUMED, not calibrated: derived from a figure of
+#: research/vllm-memory.md (a V2-runner Llama-3.1-8B start the note dates "~0.31", 1.44 GiB
+#: "peak activation" incl. a ~0.3 GiB CG estimate) whose log is not in tests/data, so no startup
+#: log in the data backs it; the ledger labels an activation peak set by it "assumed"
+#: (budget.py).
 V2_SAMPLER_BYTES_PER_LOGIT = 9.3
 #: Non-torch memory growth during profiling at TP = 1 (cuBLAS workspaces, modules): 0.25 GiB in
 #: every 0.19.0 H100 log; 0.07 in a 0.11 log; 0.35 in a 0.9/0.10 log; V0 logs 0.12–0.44.
@@ -754,9 +756,33 @@ def moe_workspace(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int) -> 
     return int(MOE_WORKSPACE_HIDDEN_COPIES * tokens * shape.hidden_size * dtype_bytes / tp)
 
 
-def sampler_peak(shape: ModelShape, rows: int, v2_runner: bool) -> int:
-    per = V2_SAMPLER_BYTES_PER_LOGIT if v2_runner else SAMPLER_BYTES_PER_LOGIT
-    return int(rows * shape.vocab_size * per)
+def sampler_peak(
+    shape: ModelShape,
+    rows: int,
+    v2_runner: bool,
+    tokens: int = 0,
+    tp: int = 1,
+    dtype_bytes: int = 2,
+    warmup_pass: bool = True,
+) -> int:
+    """The profile's activation peak while it samples ``rows`` dummy requests on the last stage.
+
+    V1 runner: :data:`SAMPLER_BYTES_PER_LOGIT` (fitted). V2 runner with the warm-up-params
+    pass (0.33): :data:`V2_SAMPLER_BYTES_PER_LOGIT` (assumed). V2 runner without it (0.22–0.32,
+    ``warmup_pass`` False), from the code: ``_dummy_sampler_run`` computes the logits
+    (``LogitsProcessor._get_logits``: the rank's vocab slice of the padded vocabulary, then at
+    TP > 1 ``all_gather`` into a (tp·rows, slice) buffer reshaped into a (rows, padded vocab)
+    copy: the slice, the buffer and the copy live at once) in the model dtype, and the default
+    sampler pass keeps them there (no dummy request needs logits processing); beside them the
+    forward's output hidden states (``tokens`` rows) and the sampled rows' copy stay live. The
+    Gumbel sampler's per-block maxima (rows × ⌈V/1024⌉ × 12 B) are left out (< 1 %)."""
+    if not v2_runner:
+        return int(rows * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT)
+    if warmup_pass:
+        return int(rows * shape.vocab_size * V2_SAMPLER_BYTES_PER_LOGIT)
+    slice_ = cdiv(cdiv(shape.vocab_size, VOCAB_PADDING) * VOCAB_PADDING, tp)
+    logits = rows * slice_ * (1 if tp == 1 else 1 + 2 * tp)
+    return (logits + (tokens + rows) * shape.hidden_size) * dtype_bytes
 
 
 def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False) -> int:
@@ -1811,7 +1837,11 @@ def _predict_stage(
         if shape.dense_layers.count_in(stage_range) < len(stage_range)
         else 0
     )
-    samp = sampler_peak(shape, R, rs.v2_runner) if last else 0
+    samp = (
+        sampler_peak(shape, R, rs.v2_runner, T, tp, rs.dtype_bytes, rs.rules.v2_sampler_warmup_pass)
+        if last
+        else 0
+    )
     if era is Era.V0 and last:
         samp = int(R * shape.vocab_size * V0_SAMPLER_BYTES_PER_LOGIT)
     if last and su.k_spec:

@@ -135,6 +135,13 @@ class VllmRules:
     #: the V2 runner's ``profile_cudagraph_memory`` (v1/worker/gpu/model_runner.py) measures
     #: the speculator's graphs too: 0.30–0.33
     v2_profiles_drafter_graphs: bool
+    #: the V2 runner's profile samples twice, the second pass with every sampling feature on
+    #: (``_dummy_sampler_run``: ``SamplingParams.for_sampler_warmup``, the fp32 logits
+    #: pipeline): 0.33; 0.22–0.32 run only the default pass, whose dummy requests need no logits
+    #: processing, so the logits stay in the model dtype (v1/worker/gpu/model_runner.py and
+    #: sample/sampler.py ``apply_sampling_params``, read in 0.22.0, 0.26.0, 0.28.0, 0.29.0,
+    #: 0.31.0, 0.32.0 and 0.33.0)
+    v2_sampler_warmup_pass: bool
 
     # --- CUDA graphs --------------------------------------------------------------------------
     #: the capture-size rules with speculative decoding were read (config/vllm.py::
@@ -373,6 +380,7 @@ def _rules(v: Version) -> VllmRules:
         v2_spec_unsupported=V2_SPEC_UNSUPPORTED_0_32 if at((0, 32, 0)) else frozenset(),
         v2_cudagraph_manager=at((0, 25, 0)),
         v2_profiles_drafter_graphs=at((0, 30, 0)),
+        v2_sampler_warmup_pass=at((0, 33, 0)),
         spec_capture_sizes=at((0, 11, 0)),
         capture_max_times_query_len=at((0, 13, 0)),
         blackwell_capture_ceiling=at((0, 29, 0)),
