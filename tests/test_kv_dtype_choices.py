@@ -213,3 +213,52 @@ def test_fp8_mla_on_hopper_takes_flashmla_without_the_split_buffer() -> None:
     assert fa3_split_buffer_bytes(ds, h100, "bfloat16", 512, 1, "fp8", rules("0.19.0")) == 0
     # before 0.18 the platform picked the backend; the rule is not applied there
     assert fa3_split_buffer_bytes(ds, h100, "bfloat16", 512, 1, "fp8", rules("0.17.0")) == bf16
+
+
+# --- int4 per-token-head (0.25+) and the formats a backend kind lacks ------------------------
+
+
+def test_int4_per_token_head_packs_two_values_a_byte_before_its_scales() -> None:
+    """``real_page_size_bytes`` (v1/kv_cache_interface.py 0.26.0: head_size // 2 for
+    INT4_PER_TOKEN_HEAD, uint8) plus the per-token-head scales; 0.28.0's
+    ``TritonAttentionBackend.customize_spec`` gives the same (hs_k/2 + hs_v/2 + 2 × 4 per
+    head). Llama-3.1-8B: 8 KV heads × (64 + 64 + 8) = 1,088 B per token and layer."""
+    shape = load_model(LLAMA)
+    layer = shape.layer_groups[0].attention
+    assert token_bytes(layer, 1, 1, kv_token_format("int4_per_token_head")) == 8 * 136
+    assert token_bytes(layer, 2, 1, kv_token_format("int4_per_token_head")) == 4 * 136
+    gpu = get_gpu("RTX-3090")
+    rs = resolve_settings(
+        shape,
+        gpu.total_bytes,
+        gpu.name,
+        EngineSettings(version="0.26.0", kv_cache_dtype="int4_per_token_head"),
+    )
+    assert rs.kv_cache_dtype == "int4_per_token_head"
+    (u,) = classify({"kv-cache-dtype": "int4_per_token_head"}, {}, "0.24.0")
+    assert u.why == "vLLM 0.24.0: invalid choice 'int4_per_token_head'; accepted from 0.25.0"
+    assert classify({"kv-cache-dtype": "int4_per_token_head"}, {}, "0.25.0") == []
+
+
+@pytest.mark.parametrize("kv", ["int8_per_token_head", "int4_per_token_head", "nvfp4"])
+def test_mla_refuses_the_formats_no_mla_backend_takes(kv: str) -> None:
+    """No v1/attention/backends/mla/*.py lists a per-token-head or nvfp4 KV in its
+    ``supported_kv_cache_dtypes`` (0.22.0, 0.26.0, 0.28.0): vLLM finds no backend."""
+    shape = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    b200 = get_gpu("B200-180GB")
+    with pytest.raises(SettingsError, match=f"{kv} with MLA attention"):
+        resolve_settings(
+            shape, b200.total_bytes, b200.name, EngineSettings(version="0.26.0", kv_cache_dtype=kv)
+        )
+
+
+def test_fp8_ds_mla_is_refused_without_mla() -> None:
+    shape = load_model(LLAMA)
+    h100 = get_gpu("H100-SXM-80GB")
+    with pytest.raises(SettingsError, match="fp8_ds_mla is DeepSeek's MLA latent layout"):
+        resolve_settings(
+            shape,
+            h100.total_bytes,
+            h100.name,
+            EngineSettings(version="0.26.0", kv_cache_dtype="fp8_ds_mla"),
+        )

@@ -91,6 +91,7 @@ KvCacheDtype = Literal[
     "fp8_e5m2",
     "fp8_per_token_head",
     "int8_per_token_head",
+    "int4_per_token_head",
     "fp8_ds_mla",
     "nvfp4",
 ]
@@ -108,13 +109,15 @@ KV_DTYPE_BYTES: Final[Mapping[str, int]] = MappingProxyType(
         "int8": 1,
         "fp8_per_token_head": 1,
         "int8_per_token_head": 1,
+        "int4_per_token_head": 1,  # elements; two a byte (ledger.kv.kv_token_format's layout)
         "fp8_ds_mla": 1,
         "nvfp4": 1,  # elements; the packed size is ledger.kv.kv_token_format's
     }
 )
 #: ``spec.model.kvCacheDtype`` in the CRD: the values a spec may ask for. The per-token-head
-#: and nvfp4 formats are vLLM 0.20+ choices (cache/config.py CacheDType); an earlier release is
-#: refused by the flag table (engines/vllm.py resolve_settings).
+#: and nvfp4 formats are vLLM 0.20+ choices, int4_per_token_head 0.25+ (cache/config.py
+#: CacheDType); an earlier release is refused by the flag table (engines/vllm.py
+#: resolve_settings).
 SpecKvCacheDtype = Literal[
     "auto",
     "fp8",
@@ -122,6 +125,7 @@ SpecKvCacheDtype = Literal[
     "fp8_e5m2",
     "fp8_per_token_head",
     "int8_per_token_head",
+    "int4_per_token_head",
     "nvfp4",
 ]
 SPEC_KV_CACHE_DTYPES: Final = frozenset(get_args(SpecKvCacheDtype))

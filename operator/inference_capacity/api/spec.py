@@ -217,9 +217,10 @@ class ModelSpec(_Spec):
         None,
         description=(
             "KV-cache element type, as vLLM's --kv-cache-dtype; fp8 variants store 1 byte per "
-            "element, the per-token-head ones add a float32 scale per head and token, nvfp4 "
-            "packs 4-bit values with an fp8 scale per 16 (the last three from vLLM 0.20). null: "
-            "read from the target's running flags, else auto (the model dtype)."
+            "element, the per-token-head ones add a float32 scale per head and token (int4 "
+            "packs two values a byte first), nvfp4 packs 4-bit values with an fp8 scale per 16 "
+            "(from vLLM 0.20; int4_per_token_head from 0.25). null: read from the target's "
+            "running flags, else auto (the model dtype)."
         ),
     )
     max_loras: SInt = Field(

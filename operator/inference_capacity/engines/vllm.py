@@ -606,6 +606,26 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
 FLASHMLA_BLOCK = 64
 
 
+def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
+    """Refuse a KV format no attention backend of the model's kind takes (vLLM would find no
+    backend and stop): the per-token-head and nvfp4 formats are listed by no MLA backend
+    (``supported_kv_cache_dtypes`` of v1/attention/backends/mla/*.py, 0.22.0, 0.26.0, 0.28.0:
+    TRITON_ATTN and FlashInfer take them, for standard attention only); ``fp8_ds_mla`` is the
+    MLA latent's 656-byte layout (FlashMLA-sparse), which no standard-attention backend lists."""
+    fmt = kv_token_format(kv_cache_dtype)
+    mla = shape.has_kind(AttnKind.MLA)
+    if mla and fmt in ("per_token_head", "per_token_head_int4", "nvfp4"):
+        raise SettingsError(
+            f"kv_cache_dtype {kv_cache_dtype} with MLA attention ({shape.architecture}): no "
+            "vLLM MLA backend takes that KV format (use fp8 or auto)"
+        )
+    if fmt == "ds_mla" and not mla:
+        raise SettingsError(
+            f"kv_cache_dtype fp8_ds_mla is DeepSeek's MLA latent layout; {shape.architecture} "
+            "has no MLA attention (use fp8)"
+        )
+
+
 def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str:
     """``--kv-cache-dtype auto`` (utils/torch_utils.py::resolve_kv_cache_dtype_string and
     get_kv_cache_quant_algo_string, 0.20.0/0.25.0): the checkpoint's KV quantization is taken
@@ -711,6 +731,7 @@ def resolve_settings(
             "reads an nvfp4 KV cache only with FlashInfer's trtllm-gen kernels, on SM100-family "
             "GPUs (B200, B300, GB200, GB300)"
         )
+    _check_kv_format_backend(shape, kv_dt)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
     cudagraphs = not s.enforce_eager and s.cudagraph_mode != "NONE"
     est = s.estimate_cuda_graphs

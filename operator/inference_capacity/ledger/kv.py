@@ -19,14 +19,17 @@ from ..vocab import KV_DTYPE_BYTES
 from .kv_dsv4 import Dsv4Layout, dsv4_layout, dsv4_token_bytes
 from .weights import pp_layer_range
 
-#: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, as read in 0.33;
-#: earlier wheels were not checked): per-token-head formats add one fp32 scale per head for K and
-#: for V (``AttentionSpec.page_size_bytes`` + 2·B·Hkv·4); ``fp8_ds_mla`` stores 656 B per token
-#: for DeepSeek's 512 + 64 latent (512 fp8 values, 4 fp32 tile scales, 64 bf16 rope values);
+#: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, read in 0.20,
+#: 0.26 and 0.33; 0.28 the same bytes through the backends' ``customize_spec``): per-token-head
+#: formats add one fp32 scale per head for K and for V (``AttentionSpec.page_size_bytes``
+#: + 2·B·Hkv·4), ``int4_per_token_head`` (0.25+) packs two values per byte before its scales
+#: (``real_page_size_bytes``: head_size // 2); ``fp8_ds_mla`` stores 656 B per token for
+#: DeepSeek's 512 + 64 latent (512 fp8 values, 4 fp32 tile scales, 64 bf16 rope values);
 #: ``nvfp4`` packs two values per byte with one fp8 scale per 16 values.
 KV_FORMATS = {
     "fp8_per_token_head": "per_token_head",
     "int8_per_token_head": "per_token_head",
+    "int4_per_token_head": "per_token_head_int4",
     "fp8_ds_mla": "ds_mla",
     "nvfp4": "nvfp4",
 }
@@ -49,6 +52,8 @@ def token_bytes(layer: LayerAttention, tp: int, kv_bytes: int, kv_format: str = 
         return FP8_DS_MLA_TOKEN_BYTES if kv_format == "ds_mla" else base
     if kv_format == "per_token_head":
         return base + 2 * max(1, layer.kv_heads // tp) * 4
+    if kv_format == "per_token_head_int4":
+        return layer.token_bytes(tp, 1) // 2 + 2 * max(1, layer.kv_heads // tp) * 4
     if kv_format == "nvfp4":
         elements = layer.token_bytes(tp, 1)
         return elements // 2 + elements // 16
