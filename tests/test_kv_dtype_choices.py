@@ -262,3 +262,10 @@ def test_fp8_ds_mla_is_refused_without_mla() -> None:
             h100.name,
             EngineSettings(version="0.26.0", kv_cache_dtype="fp8_ds_mla"),
         )
+
+
+def test_an_unsized_kv_dtype_is_refused_naming_it() -> None:
+    (u,) = classify({"kv-cache-dtype": "turboquant_k8v4"}, {}, "0.26.0")
+    assert u.why == "KV dtype 'turboquant_k8v4' is not one the ledger sizes"
+    (u,) = classify({"kv-cache-dtype": "int8"}, {}, None)
+    assert u.why.endswith("(int8 is not a vLLM KV dtype)")

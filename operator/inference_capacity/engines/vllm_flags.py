@@ -613,7 +613,9 @@ def _value_problem(name: str, value: str) -> str | None:
         # config/multimodal.py MMEncoderTPMode: "data" keeps the whole tower on every rank
         return f"mode {value!r} replicates the vision tower on every TP rank (not modelled)"
     if name == "kv-cache-dtype" and value not in _MODELLED_KV_DTYPES:
-        return f"KV dtype {value!r} is not one the ledger sizes (int8 is not a vLLM KV dtype)"
+        why = f"KV dtype {value!r} is not one the ledger sizes"
+        # "int8" is a checkpoint's kv_cache_scheme storage type, not a --kv-cache-dtype value
+        return why + (" (int8 is not a vLLM KV dtype)" if value == "int8" else "")
     if name == "performance-mode" and value not in ("balanced", "throughput", "interactivity"):
         return f"performance mode {value!r} is not one vLLM defines"
     return None
