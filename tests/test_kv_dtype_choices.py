@@ -252,10 +252,10 @@ def test_mla_refuses_the_formats_no_mla_backend_takes(kv: str) -> None:
         )
 
 
-def test_fp8_ds_mla_is_refused_without_mla() -> None:
+def test_fp8_ds_mla_is_refused_outside_deepseek_v4() -> None:
     shape = load_model(LLAMA)
     h100 = get_gpu("H100-SXM-80GB")
-    with pytest.raises(SettingsError, match="fp8_ds_mla is DeepSeek's MLA latent layout"):
+    with pytest.raises(SettingsError, match="fp8_ds_mla is the layout of DeepSeek's sparse MLA"):
         resolve_settings(
             shape,
             h100.total_bytes,

@@ -20,6 +20,7 @@ from inference_capacity.engines.versions import Era, parse_version
 from inference_capacity.engines.vllm import (
     EngineSettings,
     GiB,
+    SettingsError,
     batch_defaults,
     capture_count,
     cuda_graph_estimate_applied,
@@ -519,10 +520,16 @@ def test_kv_formats_dense(kv: str, per_layer_token: int) -> None:
 
 
 def test_fp8_ds_mla() -> None:
-    p = predict(V2LITE, version="0.33.0", kv_cache_dtype="fp8_ds_mla", max_model_len=8192)
-    # 656 B per token and layer; an fp8 MLA cache takes FlashMLA's 64-token blocks on Hopper
-    assert p.settings.block_size == 64
-    assert p.ranks[0].layout.bytes_per_block == 27 * 656 * 64
+    # the layout: 656 B per token and layer (512 fp8 latent values, 4 fp32 tile scales, 64 bf16
+    # rope values; v1/kv_cache_interface.py MLAAttentionSpec, 0.26.0)
+    from inference_capacity.ledger.kv import kv_token_format, token_bytes
+
+    layer = V2LITE.layer_groups[-1].attention
+    assert token_bytes(layer, 1, 1, kv_token_format("fp8_ds_mla")) == 656
+    # ... which only DeepSeek's sparse MLA backends take (v1/attention/backends/mla/, 0.22-0.33:
+    # flashmla_sparse, flashinfer_mla_sparse, sparse_swa): a dense MLA model is refused
+    with pytest.raises(SettingsError, match="sparse MLA backends"):
+        predict(V2LITE, version="0.33.0", kv_cache_dtype="fp8_ds_mla", max_model_len=8192)
 
 
 def test_mtp_default_speculative_tokens() -> None:

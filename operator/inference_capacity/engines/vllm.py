@@ -611,7 +611,10 @@ def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
     backend and stop): the per-token-head and nvfp4 formats are listed by no MLA backend
     (``supported_kv_cache_dtypes`` of v1/attention/backends/mla/*.py, 0.22.0, 0.26.0, 0.28.0:
     TRITON_ATTN and FlashInfer take them, for standard attention only); ``fp8_ds_mla`` is the
-    MLA latent's 656-byte layout (FlashMLA-sparse), which no standard-attention backend lists."""
+    layout of DeepSeek's sparse MLA backends only (FlashMLA-sparse, FlashInfer-MLA-sparse, the
+    sparse SWA of DeepSeek-V4: the only files of v1/attention/backends/mla/ that name it in
+    0.22.0, 0.26.0, 0.28.0, 0.29.0, 0.31.0, 0.32.0 and 0.33.0), so of the models the ledger
+    sizes only DeepSeek-V4 takes it."""
     fmt = kv_token_format(kv_cache_dtype)
     mla = shape.has_kind(AttnKind.MLA)
     if mla and fmt in ("per_token_head", "per_token_head_int4", "nvfp4"):
@@ -619,10 +622,10 @@ def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
             f"kv_cache_dtype {kv_cache_dtype} with MLA attention ({shape.architecture}): no "
             "vLLM MLA backend takes that KV format (use fp8 or auto)"
         )
-    if fmt == "ds_mla" and not mla:
+    if fmt == "ds_mla" and shape.model_type != "deepseek_v4":
         raise SettingsError(
-            f"kv_cache_dtype fp8_ds_mla is DeepSeek's MLA latent layout; {shape.architecture} "
-            "has no MLA attention (use fp8)"
+            f"kv_cache_dtype fp8_ds_mla is the layout of DeepSeek's sparse MLA backends; no vLLM "
+            f"backend takes it for {shape.architecture} (use fp8)"
         )
 
 
