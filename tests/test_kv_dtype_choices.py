@@ -269,3 +269,24 @@ def test_an_unsized_kv_dtype_is_refused_naming_it() -> None:
     assert u.why == "KV dtype 'turboquant_k8v4' is not one the ledger sizes"
     (u,) = classify({"kv-cache-dtype": "int8"}, {}, None)
     assert u.why.endswith("(int8 is not a vLLM KV dtype)")
+
+
+def test_a_decode_step_reads_the_packed_kv_page() -> None:
+    """The latency model's KV read per token is the page's bytes (ledger/kv.py token_bytes):
+    Llama-3.1-8B, 32 layers: fp8 2,048 B a layer, int8_per_token_head 2,112, int4 1,088."""
+    from inference_capacity.engines.vllm import predict_startup
+    from inference_capacity.sizing.latency import build_latency_model
+
+    shape = load_model(LLAMA)
+    gpu = get_gpu("RTX-4090")
+
+    def read(kv: str) -> int:
+        s = EngineSettings(version="0.26.0", kv_cache_dtype=kv, max_model_len=8192)
+        pred = predict_startup(shape, gpu.total_bytes, gpu.name, 1, 1, s)
+        model = build_latency_model(shape, gpu, pred)
+        assert model is not None
+        return model.stages[0].full_bytes_per_token
+
+    assert read("fp8") == 32 * 2048
+    assert read("int8_per_token_head") == 32 * 2112
+    assert read("int4_per_token_head") == 32 * 1088

@@ -72,6 +72,8 @@ import numpy.typing as npt
 from ..engines import StartupPrediction
 from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
+from ..ledger.kv import kv_token_format
+from ..ledger.kv import token_bytes as kv_token_bytes
 from ..memo import ValueMemo
 from ..model import AttnKind, ModelShape
 from ..model.quant import tensor_format
@@ -280,11 +282,24 @@ def _params(shape: ModelShape) -> dict[str, float]:
     )
 
 
+#: KV formats whose bytes a decode step reads are the page's (ledger/kv.py token_bytes: packed
+#: values and their scales), not ``elements × kv_bytes``
+_PACKED_KV_FORMATS = frozenset({"per_token_head", "per_token_head_int4", "nvfp4"})
+
+
 def _stage_reads(
-    shape: ModelShape, tp: int, pp: int, stage: int, kv_bytes: int, dtype_bytes: int
+    shape: ModelShape,
+    tp: int,
+    pp: int,
+    stage: int,
+    kv_bytes: int,
+    dtype_bytes: int,
+    kv_format: str = "",
 ) -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
     """(full-attention bytes/token, (window, bytes/token) of windowed layers, state bytes per
-    sequence, full-attention layers, layers) of one rank of a stage."""
+    sequence, full-attention layers, layers) of one rank of a stage; ``kv_format``: the KV
+    dtype's page layout (``ledger.kv.kv_token_format``)."""
+    packed = kv_format in _PACKED_KV_FORMATS
 
     def make() -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
         full = 0
@@ -294,7 +309,11 @@ def _stage_reads(
         layers = 0
         for layer, n in layers_on_rank(shape, pp, stage):
             layers += n
-            tb = n * layer.token_bytes(tp, kv_bytes)
+            tb = n * (
+                kv_token_bytes(layer, tp, kv_bytes, kv_format)
+                if packed
+                else layer.token_bytes(tp, kv_bytes)
+            )
             if layer.kind in (AttnKind.FULL, AttnKind.MLA):
                 full += tb
                 attn_layers += n
@@ -304,7 +323,7 @@ def _stage_reads(
                 state += n * layer.mamba.bytes_per_sequence(tp, dtype_bytes)
         return full, tuple(sorted(windowed.items())), state, attn_layers, layers
 
-    return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes), make)
+    return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes, kv_format), make)
 
 
 def _gemm_eff(m: Any, mx: Callable[[Any, Any], Any]) -> Any:
@@ -406,7 +425,7 @@ def build_latency_model(
         experts = r.weights.by_group.get("experts", 0)
         embedding = r.weights.by_group.get("embedding", 0)
         full, windowed, state, attn_layers, layers = _stage_reads(
-            shape, tp, pp, stage, rs.kv_bytes, rs.dtype_bytes
+            shape, tp, pp, stage, rs.kv_bytes, rs.dtype_bytes, kv_token_format(rs.kv_cache_dtype)
         )
         heads = max(1, shape.num_attention_heads // tp)
         share = layers / max(shape.num_layers, 1)
