@@ -40,6 +40,13 @@ def rules(version: str) -> VllmRules:
     return VllmRules.for_version(parse_version(version))
 
 
+def settle(kv: str, version: str, gpu_name: str = "H100-SXM-80GB", model: str = LLAMA) -> Any:
+    """vLLM's resolved settings for ``model`` on ``gpu_name`` with ``--kv-cache-dtype kv``."""
+    gpu = get_gpu(gpu_name)
+    settings = EngineSettings(version=version, kv_cache_dtype=kv)
+    return resolve_settings(load_model(model), gpu.total_bytes, gpu.name, settings)
+
+
 def cli(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -90,22 +97,11 @@ def test_integer_choices_are_compared_as_argparse_converts_them() -> None:
 def test_the_settings_refuse_a_kv_dtype_the_release_lacks() -> None:
     """The spec's kvCacheDtype and the CLI reach the ledger without a container flag: the
     same table decides there (engines/vllm.py resolve_settings)."""
-    shape = load_model(LLAMA)
     h100 = get_gpu("H100-SXM-80GB")
     refusal = "invalid choice 'int8_per_token_head'; accepted from 0.20"
     with pytest.raises(SettingsError, match=refusal):
-        resolve_settings(
-            shape,
-            h100.total_bytes,
-            h100.name,
-            EngineSettings(version="0.19.0", kv_cache_dtype="int8_per_token_head"),
-        )
-    rs = resolve_settings(
-        shape,
-        h100.total_bytes,
-        h100.name,
-        EngineSettings(version="0.22.0", kv_cache_dtype="int8_per_token_head"),
-    )
+        settle("int8_per_token_head", "0.19.0", h100.name)
+    rs = settle("int8_per_token_head", "0.22.0", h100.name)
     assert rs.kv_cache_dtype == "int8_per_token_head"
 
 
@@ -135,30 +131,16 @@ def test_per_token_head_kv_plans_at_0_22_with_its_scales() -> None:
 
 
 def test_cli_takes_the_0_20_kv_dtypes_and_refuses_them_earlier() -> None:
-    code, out, err = cli(
-        "plan",
-        "--model",
-        LLAMA,
-        "--gpu",
-        "H100-SXM-80GB",
-        "--engine-version",
-        "0.22.0",
-        "--kv-cache-dtype",
-        "int8_per_token_head",
-    )
+    def plan(version: str) -> tuple[int, str, str]:
+        return cli(
+            *("plan", "--model", LLAMA, "--gpu", "H100-SXM-80GB", "--engine-version", version),
+            *("--kv-cache-dtype", "int8_per_token_head"),
+        )
+
+    code, out, err = plan("0.22.0")
     assert code == 0, err
     assert "KV dtype int8_per_token_head" in out
-    code, out, err = cli(
-        "plan",
-        "--model",
-        LLAMA,
-        "--gpu",
-        "H100-SXM-80GB",
-        "--engine-version",
-        "0.19.0",
-        "--kv-cache-dtype",
-        "int8_per_token_head",
-    )
+    code, out, err = plan("0.19.0")
     assert code != 0
     assert "invalid choice 'int8_per_token_head'; accepted from 0.20.0" in err
     assert "Traceback" not in err
@@ -168,20 +150,12 @@ def test_cli_takes_the_0_20_kv_dtypes_and_refuses_them_earlier() -> None:
 
 
 def test_nvfp4_kv_is_refused_off_datacenter_blackwell() -> None:
-    shape = load_model(LLAMA)
     for name in ("H100-SXM-80GB", "RTX-5090"):
         gpu = get_gpu(name)
         with pytest.raises(SettingsError, match="nvfp4 on .*SM100-family"):
-            resolve_settings(
-                shape,
-                gpu.total_bytes,
-                gpu.name,
-                EngineSettings(version="0.25.0", kv_cache_dtype="nvfp4"),
-            )
+            settle("nvfp4", "0.25.0", gpu.name)
     b200 = get_gpu("B200-180GB")
-    rs = resolve_settings(
-        shape, b200.total_bytes, b200.name, EngineSettings(version="0.25.0", kv_cache_dtype="nvfp4")
-    )
+    rs = settle("nvfp4", "0.25.0", b200.name)
     assert rs.kv_cache_dtype == "nvfp4"
 
 
@@ -228,12 +202,7 @@ def test_int4_per_token_head_packs_two_values_a_byte_before_its_scales() -> None
     assert token_bytes(layer, 1, 1, kv_token_format("int4_per_token_head")) == 8 * 136
     assert token_bytes(layer, 2, 1, kv_token_format("int4_per_token_head")) == 4 * 136
     gpu = get_gpu("RTX-3090")
-    rs = resolve_settings(
-        shape,
-        gpu.total_bytes,
-        gpu.name,
-        EngineSettings(version="0.26.0", kv_cache_dtype="int4_per_token_head"),
-    )
+    rs = settle("int4_per_token_head", "0.26.0", gpu.name)
     assert rs.kv_cache_dtype == "int4_per_token_head"
     (u,) = classify({"kv-cache-dtype": "int4_per_token_head"}, {}, "0.24.0")
     assert u.why == "vLLM 0.24.0: invalid choice 'int4_per_token_head'; accepted from 0.25.0"
@@ -244,24 +213,15 @@ def test_int4_per_token_head_packs_two_values_a_byte_before_its_scales() -> None
 def test_mla_refuses_the_formats_no_mla_backend_takes(kv: str) -> None:
     """No v1/attention/backends/mla/*.py lists a per-token-head or nvfp4 KV in its
     ``supported_kv_cache_dtypes`` (0.22.0, 0.26.0, 0.28.0): vLLM finds no backend."""
-    shape = load_model("deepseek-ai/DeepSeek-V2-Lite")
     b200 = get_gpu("B200-180GB")
     with pytest.raises(SettingsError, match=f"{kv} with MLA attention"):
-        resolve_settings(
-            shape, b200.total_bytes, b200.name, EngineSettings(version="0.26.0", kv_cache_dtype=kv)
-        )
+        settle(kv, "0.26.0", b200.name, "deepseek-ai/DeepSeek-V2-Lite")
 
 
 def test_fp8_ds_mla_is_refused_outside_deepseek_v4() -> None:
-    shape = load_model(LLAMA)
     h100 = get_gpu("H100-SXM-80GB")
     with pytest.raises(SettingsError, match="fp8_ds_mla is the layout of DeepSeek's sparse MLA"):
-        resolve_settings(
-            shape,
-            h100.total_bytes,
-            h100.name,
-            EngineSettings(version="0.26.0", kv_cache_dtype="fp8_ds_mla"),
-        )
+        settle("fp8_ds_mla", "0.26.0", h100.name)
 
 
 def test_an_unsized_kv_dtype_is_refused_naming_it() -> None:

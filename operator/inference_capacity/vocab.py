@@ -80,22 +80,6 @@ WEIGHT_DTYPES: Final = frozenset(get_args(SpecWeightDtype))
 
 # --- KV-cache dtypes ------------------------------------------------------------------------
 
-#: ``--kv-cache-dtype`` values the ledger sizes (vLLM cache/config.py CacheDType; page layouts
-#: in ledger/kv.py KV_FORMATS).
-KvCacheDtype = Literal[
-    "auto",
-    "bfloat16",
-    "float16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_per_token_head",
-    "int8_per_token_head",
-    "int4_per_token_head",
-    "fp8_ds_mla",
-    "nvfp4",
-]
-KV_CACHE_DTYPES: Final = frozenset(get_args(KvCacheDtype))
 #: Bytes per KV element: 0 for "auto" (the model dtype's width). ``int8`` is a storage format a
 #: checkpoint's kv_cache_scheme can name, not a ``--kv-cache-dtype`` value.
 KV_DTYPE_BYTES: Final[Mapping[str, int]] = MappingProxyType(
@@ -129,6 +113,10 @@ SpecKvCacheDtype = Literal[
     "nvfp4",
 ]
 SPEC_KV_CACHE_DTYPES: Final = frozenset(get_args(SpecKvCacheDtype))
+#: ``--kv-cache-dtype`` values the ledger sizes (vLLM cache/config.py CacheDType; page layouts
+#: in ledger/kv.py KV_FORMATS): the spec's plus the 16-bit names and DeepSeek's MLA layout.
+KvCacheDtype = Literal[SpecKvCacheDtype, "bfloat16", "float16", "fp8_ds_mla"]
+KV_CACHE_DTYPES: Final = frozenset(get_args(KvCacheDtype))
 #: ``--kv-cache-dtype`` choices of the CLI: the spec's plus the 16-bit ones.
 CLI_KV_CACHE_DTYPE_CHOICES: Final = (*get_args(SpecKvCacheDtype), "bfloat16", "float16")
 
