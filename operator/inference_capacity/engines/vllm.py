@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
-from ..ledger.kv import KvLayout, kv_dtype_bytes, kv_layout, kv_token_format, layers_on_rank
+from ..ledger.kv import (
+    PACKED_FORMATS,
+    KvLayout,
+    kv_dtype_bytes,
+    kv_layout,
+    kv_token_format,
+    layers_on_rank,
+)
 from ..ledger.kv_dsv4 import DSV4_BLOCK_SIZE
 from ..ledger.weights import (
     MARLIN_LAYOUT,
@@ -617,7 +624,7 @@ def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
     sizes only DeepSeek-V4 takes it."""
     fmt = kv_token_format(kv_cache_dtype)
     mla = shape.has_kind(AttnKind.MLA)
-    if mla and fmt in ("per_token_head", "per_token_head_int4", "nvfp4"):
+    if mla and fmt in PACKED_FORMATS:
         raise SettingsError(
             f"kv_cache_dtype {kv_cache_dtype} with MLA attention ({shape.architecture}): no "
             "vLLM MLA backend takes that KV format (use fp8 or auto)"

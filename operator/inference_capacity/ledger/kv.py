@@ -33,6 +33,9 @@ KV_FORMATS = {
     "fp8_ds_mla": "ds_mla",
     "nvfp4": "nvfp4",
 }
+#: the formats that pack standard attention's K and V (values and scales in one page row), whose
+#: bytes per token :func:`token_bytes` gives for any layer kind a standard backend serves
+PACKED_FORMATS = frozenset({"per_token_head", "per_token_head_int4", "nvfp4"})
 FP8_DS_MLA_TOKEN_BYTES = 656
 
 

@@ -72,7 +72,7 @@ import numpy.typing as npt
 from ..engines import StartupPrediction
 from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
-from ..ledger.kv import kv_token_format
+from ..ledger.kv import PACKED_FORMATS, kv_token_format
 from ..ledger.kv import token_bytes as kv_token_bytes
 from ..memo import ValueMemo
 from ..model import AttnKind, ModelShape
@@ -282,11 +282,6 @@ def _params(shape: ModelShape) -> dict[str, float]:
     )
 
 
-#: KV formats whose bytes a decode step reads are the page's (ledger/kv.py token_bytes: packed
-#: values and their scales), not ``elements × kv_bytes``
-_PACKED_KV_FORMATS = frozenset({"per_token_head", "per_token_head_int4", "nvfp4"})
-
-
 def _stage_reads(
     shape: ModelShape,
     tp: int,
@@ -299,7 +294,7 @@ def _stage_reads(
     """(full-attention bytes/token, (window, bytes/token) of windowed layers, state bytes per
     sequence, full-attention layers, layers) of one rank of a stage; ``kv_format``: the KV
     dtype's page layout (``ledger.kv.kv_token_format``)."""
-    packed = kv_format in _PACKED_KV_FORMATS
+    packed = kv_format in PACKED_FORMATS  # a decode step reads the packed page's bytes
 
     def make() -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
         full = 0
