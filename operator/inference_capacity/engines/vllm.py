@@ -35,7 +35,7 @@ from ..ledger.weights import (
     weight_breakdown,
 )
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
-from ..model.shapes import VOCAB_PADDING, Group, cdiv
+from ..model.shapes import Group, vocab_rows_per_rank
 from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
@@ -613,9 +613,11 @@ def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dt
 FLASHMLA_BLOCK = 64
 
 
-def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
-    """Refuse a KV format no attention backend of the model's kind takes (vLLM would find no
-    backend and stop): the per-token-head and nvfp4 formats are listed by no MLA backend
+def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str, gpu_name: str) -> None:
+    """Refuse a KV format no attention backend of the model's kind and GPU takes (vLLM would
+    find no backend and stop): nvfp4 runs only on FlashInfer's trtllm-gen kernels, on SM100-family
+    GPUs (flashinfer.py 0.22.0; ``FlashInferBackend.supports_kv_cache_dtype`` 0.28.0: device
+    capability family 100); the per-token-head and nvfp4 formats are listed by no MLA backend
     (``supported_kv_cache_dtypes`` of v1/attention/backends/mla/*.py, 0.22.0, 0.26.0, 0.28.0:
     TRITON_ATTN and FlashInfer take them, for standard attention only); ``fp8_ds_mla`` is the
     layout of DeepSeek's sparse MLA backends only (FlashMLA-sparse, FlashInfer-MLA-sparse, the
@@ -623,6 +625,12 @@ def _check_kv_format_backend(shape: ModelShape, kv_cache_dtype: str) -> None:
     0.22.0, 0.26.0, 0.28.0, 0.29.0, 0.31.0, 0.32.0 and 0.33.0), so of the models the ledger
     sizes only DeepSeek-V4 takes it."""
     fmt = kv_token_format(kv_cache_dtype)
+    if fmt == "nvfp4" and _gpu_family(gpu_name) != "blackwell":
+        raise SettingsError(
+            f"kv_cache_dtype nvfp4 on {gpu_name or 'a GPU the catalog does not name'}: vLLM "
+            "reads an nvfp4 KV cache only with FlashInfer's trtllm-gen kernels, on SM100-family "
+            "GPUs (B200, B300, GB200, GB300)"
+        )
     mla = shape.has_kind(AttnKind.MLA)
     if mla and fmt in PACKED_FORMATS:
         raise SettingsError(
@@ -733,15 +741,7 @@ def resolve_settings(
     if invalid_kv is not None:  # e.g. a per-token-head or nvfp4 KV before 0.20
         raise SettingsError(f"kv_cache_dtype {s.kv_cache_dtype!r}: {invalid_kv}")
     kv_dt = resolve_kv_cache_dtype(v, shape, s.kv_cache_dtype)
-    if kv_dt == "nvfp4" and _gpu_family(gpu_name) != "blackwell":
-        # FlashInfer's trtllm-gen kernels are vLLM's only nvfp4 KV path (flashinfer.py 0.22.0;
-        # FlashInferBackend.supports_kv_cache_dtype 0.28.0: device capability family 100)
-        raise SettingsError(
-            f"kv_cache_dtype nvfp4 on {gpu_name or 'a GPU the catalog does not name'}: vLLM "
-            "reads an nvfp4 KV cache only with FlashInfer's trtllm-gen kernels, on SM100-family "
-            "GPUs (B200, B300, GB200, GB300)"
-        )
-    _check_kv_format_backend(shape, kv_dt)
+    _check_kv_format_backend(shape, kv_dt, gpu_name)
     kvb = kv_dtype_bytes(kv_dt, dtype_bytes)
     cudagraphs = not s.enforce_eager and s.cudagraph_mode != "NONE"
     est = s.estimate_cuda_graphs
@@ -811,7 +811,7 @@ def sampler_peak(
         return int(rows * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT)
     if warmup_pass:
         return int(rows * shape.vocab_size * V2_SAMPLER_BYTES_PER_LOGIT)
-    slice_ = cdiv(cdiv(shape.vocab_size, VOCAB_PADDING) * VOCAB_PADDING, tp)
+    slice_ = vocab_rows_per_rank(shape.vocab_size, tp)
     logits = rows * slice_ * (1 if tp == 1 else 1 + 2 * tp)
     return (logits + (tokens + rows) * shape.hidden_size) * dtype_bytes
 
@@ -875,9 +875,9 @@ def fa3_split_buffer_bytes(
     if rules is not None:
         if kv_cache_dtype not in rules.flash_attn_kv_dtypes:
             return 0
-        if kv_cache_dtype.startswith("fp8") and rules.mla_fp8_hopper_flashmla:
-            if any(g.attention.kind is AttnKind.MLA for g in shape.layer_groups):
-                return 0
+        mla = shape.has_kind(AttnKind.MLA)
+        if mla and kv_cache_dtype.startswith("fp8") and rules.mla_fp8_hopper_flashmla:
+            return 0
     value_dim = 0
     for group in shape.layer_groups:
         a = group.attention
@@ -1802,7 +1802,7 @@ def _cuda_graph(
             gpu_name,
             lora_graph_cases(rs.version, settings.max_loras),
             rs.kv_cache_dtype,
-            VllmRules.for_version(rs.version),
+            rs.rules,
         )
         return est * mode_graphs // default_graphs if default_graphs else 0
     if su.capture is not None:

@@ -28,6 +28,12 @@ from .layerset import LayerSet
 VOCAB_PADDING = 64
 
 
+def vocab_rows_per_rank(vocab: int, tp: int) -> int:
+    """Rows of a vocabulary-parallel tensor (embedding, lm_head, its logits) on one TP rank:
+    the vocabulary padded to :data:`VOCAB_PADDING`, split evenly (VocabParallelEmbedding)."""
+    return cdiv(cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING, tp)
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
@@ -108,8 +114,7 @@ class Tensor:
         if self.split is Split.REPLICATED:
             return self.rows, self.cols
         if self.split is Split.VOCAB:
-            padded = cdiv(self.rows, VOCAB_PADDING) * VOCAB_PADDING
-            return cdiv(padded, tp), self.cols
+            return vocab_rows_per_rank(self.rows, tp), self.cols
         if self.split is Split.COLUMN:
             return cdiv(self.rows, tp), self.cols
         if self.split is Split.ROW:
