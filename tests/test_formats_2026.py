@@ -180,10 +180,14 @@ def test_modelopt_mixed_precision_per_module() -> None:
     experts = 48 * e * (2 * inter * hid + hid * inter) * 9 // 16
     assert w["experts"] == pytest.approx(experts, rel=1e-6)
     assert resolve_kv_cache_dtype(V("0.25.0"), shape, "auto") == "fp8"
-    # a module given two formats in different layers is refused, so is a name the ledger lacks
-    bad = {**layers, "model.layers.3.mlp.experts": {"quant_algo": "FP8"}}
-    with pytest.raises(ModelConfigError, match="mlp.experts"):
-        model_from_dict({**cfg, "quantization_config": {**qc, "quantized_layers": bad}}, "x")
+    # one layer's experts in another algorithm: that layer's copy in it (FP8: e4m3 and a
+    # float32 scale per expert and tensor), sized per layer (tests/test_mixed_layer_formats.py)
+    fp8_3 = {**layers, "model.layers.3.mlp.experts": {"quant_algo": "FP8"}}
+    s3 = model_from_dict({**cfg, "quantization_config": {**qc, "quantized_layers": fp8_3}}, "x")
+    w3 = weight_breakdown(s3, 1, 1, 0, 2, s3.quantization).by_group
+    fp8_layer = e * (2 * inter * hid + 4 + hid * inter + 4)
+    assert w3["experts"] == pytest.approx(experts * 47 // 48 + fp8_layer, rel=1e-6)
+    # a name the ledger lacks is refused
     odd = {**layers, "model.layers.0.mlp.frobnicator": {"quant_algo": "FP8"}}
     with pytest.raises(ModelConfigError, match="frobnicator"):
         model_from_dict({**cfg, "quantization_config": {**qc, "quantized_layers": odd}}, "y")
@@ -494,7 +498,9 @@ def test_auto_round_sized_as_inc_wna16() -> None:
         "group_size": 128,
         "sym": True,
         "packing_format": "auto_round:auto_gptq",
-        "extra_config": {"model.layers.0.self_attn.q_proj": {"bits": 16}},
+        "extra_config": {
+            f"model.layers.0.self_attn.{m}_proj": {"bits": 16} for m in ("q", "k", "v")
+        },
     }
     shape = model_from_dict({**cfg, "quantization_config": qc}, "ar")
     w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
@@ -505,9 +511,9 @@ def test_auto_round_sized_as_inc_wna16() -> None:
 
     down = wna16(4096, 14336)
     assert w["mlp"] == 32 * (2 * wna16(14336, 4096) + down)
-    q_bf16 = 4096 * 4096 * 2  # layer 0's q_proj at 16 bits (extra_config)
+    qkv_bf16 = (4096 + 2 * 1024) * 4096 * 2  # layer 0's q/k/v at 16 bits (extra_config)
     layer = wna16(4096, 4096) * 2 + 2 * wna16(1024, 4096)
-    assert w["attention"] == q_bf16 + wna16(4096, 4096) + 2 * wna16(1024, 4096) + 31 * layer
+    assert w["attention"] == qkv_bf16 + wna16(4096, 4096) + 31 * layer
     with pytest.raises(ModelConfigError, match="packing"):
         model_from_dict(
             {**cfg, "quantization_config": {**qc, "packing_format": "auto_round:fp8"}}, "ar2"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..memo import ValueMemo
-from ..model.quant import quantized_bytes, quantized_copies, tensor_format
+from ..model.quant import copies_by_format, quantized_bytes
 from ..model.shapes import Group, ModelShape, Quantization, Split, Stage, Tensor, cdiv
 
 #: vLLM's Marlin MXFP4 MoE backend rounds hidden to 256 and the per-partition expert
@@ -314,15 +314,15 @@ def _weight_breakdown(
             t = _expert_parallel(t, ep)
         ttp = moe_tp if t.experts > 1 else tp
         b = 0
-        quantized = quantized_copies(quant, t, layers) if quant is not None else 0
-        fmt = tensor_format(quant, t) if quant is not None else None
-        if fmt is not None and quantized:
+        quantized = 0
+        for fmt, n in copies_by_format(quant, t, layers) if quant is not None else ():
             if fmt.method == "mxfp4" and t.experts > 1 and t.cols > 1:
-                b += quantized * _mxfp4_rank_bytes(t, shape.hidden_size, ttp, mxfp4)
+                b += n * _mxfp4_rank_bytes(t, shape.hidden_size, ttp, mxfp4)
             else:
                 r, c = t.shape_per_rank(ttp)
-                b += quantized * quantized_bytes(fmt, r, c, t.experts)
-            qparams += quantized * t.numel_per_rank(ttp)
+                b += n * quantized_bytes(fmt, r, c, t.experts)
+            quantized += n
+        qparams += quantized * t.numel_per_rank(ttp)
         if copies > quantized:
             n = t.numel_per_rank(ttp)
             b += (copies - quantized) * n * (4 if t.fp32 else dtype_bytes)

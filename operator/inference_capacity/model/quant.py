@@ -248,13 +248,86 @@ def parse_quantization(
 AUTO_ROUND_PACKINGS = frozenset({"auto_round:auto_gptq", "auto_round:auto_awq"})
 
 
+def _auto_round_format(bits: int, group: int, excluded: tuple[str, ...] = ()) -> Quantization:
+    """One AutoRound width as ``INCWNA16LinearMethod.create_weights`` allocates it."""
+    return Quantization(
+        method="auto-round",
+        weight_bits=bits,
+        group_size=group if group > 0 else 0,
+        scale_bytes=2,
+        zero_points=True,
+        g_idx=True,
+        excluded=excluded,
+    )
+
+
+#: characters that make an ``extra_config`` key a regex pattern (INCConfigParser._resolve_raw,
+#: inc/config_parser.py, 0.24.0)
+_REGEX_CHARS = frozenset("*+?^$()[]{}|\\")
+
+
+#: vLLM's module paths of a decoder layer (after ``layers.N.``): what an ``extra_config``
+#: regex key is matched against (``re.search`` on the layer prefix,
+#: INCConfigParser._resolve_raw), read into the ledger's names by :func:`module_kind`
+_VLLM_MODULES = (
+    *(f"self_attn.{m}_proj" for m in "qkvo"),
+    *(f"mixer.{m}_proj" for m in "qkvo"),
+    *(f"mlp.{m}_proj" for m in ("gate", "up", "down")),
+    *(f"mlp.experts.0.{m}_proj" for m in ("gate", "up", "down")),
+    *(f"mlp.shared_expert.{m}_proj" for m in ("gate", "up", "down")),
+    *(f"linear_attn.{m}" for m in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")),
+    "linear_attn.out_proj",
+    "mixer.in_proj",
+    "mixer.out_proj",
+)
+#: digits in a regex key: it may name layers, which a module-kind exclusion cannot express
+_DIGIT = re.compile(r"\d")
+
+
+def _regex_modules(pattern: str, field: str) -> list[str]:
+    """The ledger's module kinds an ``extra_config`` regex key at >= 16 bits leaves
+    unquantized in every layer: its matches among :data:`_VLLM_MODULES` under
+    ``model.layers.0.`` or ``model.language_model.layers.0.``, and ``lm_head``. Refused: a
+    pattern with digits (it may select layers), one that does not compile, and one that
+    matches some shards of a fused linear but not the others (vLLM raises at load)."""
+    if _DIGIT.search(pattern.replace("\\d", "")):
+        raise ModelConfigError(
+            field, f"regex entry {pattern!r} names digits (layers?): not sized per layer"
+        )
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise ModelConfigError(field, f"regex entry {pattern!r} does not compile: {exc}") from exc
+    prefixes = ("model.layers.0.", "model.language_model.layers.0.")
+    raw = {
+        _unpacked_module_kind(prefixes[0] + path)[1]
+        for path in _VLLM_MODULES
+        if any(rx.search(p + path) for p in prefixes)
+    }
+    for fused, shards in FUSED_SHARDS:
+        if raw & set(shards) and not set(shards) <= raw:
+            raise ModelConfigError(
+                field,
+                f"vLLM refuses it: regex entry {pattern!r} leaves some shards of the fused "
+                f"{fused} ({', '.join(shards)}) unquantized and not the others",
+            )
+    found = sorted({_PACKED_GDN.get(r, r) for r in raw})
+    return ["lm_head", *found] if rx.search("lm_head") else found
+
+
 def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
     """An AutoRound checkpoint as ``INCWNA16LinearMethod.create_weights`` (inc/schemes/
     inc_wna16_linear.py, 0.25.0) allocates it: packed int32 qweight, model-dtype scales and
     packed qzeros per ``group_size`` inputs, an int32 g_idx per input (the GPTQ layout; the
     post-load kernel repacking is not modelled, which over-counts the small qzeros/g_idx).
-    ``extra_config`` layers at >= 16 bits stay unquantized; other per-layer bit widths are
-    refused (one format per checkpoint)."""
+
+    ``extra_config`` gives layers their own width (``INCConfigParser._resolve_raw``,
+    inc/config_parser.py, 0.24.0/0.25.0): an entry naming one layer's module is that copy's
+    bits and group size (>= 16 bits: unquantized), sized per layer (``layer_overrides``). As
+    vLLM does, the shards of one fused linear (q/k/v, gate/up, the Gated DeltaNet
+    projections) must resolve to one width, and so must the experts of one fused MoE layer:
+    vLLM raises at load otherwise, and so does this. Entries without a layer (or regex
+    patterns) at >= 16 bits stay exclusions; at another width they are refused."""
     data_type = str(cfg.get("data_type", "int"))
     packing = str(cfg.get("packing_format", "auto_round:auto_gptq"))
     if data_type != "int" or packing not in AUTO_ROUND_PACKINGS:
@@ -270,26 +343,62 @@ def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
     extra = cfg.get("extra_config") or {}
     if not isinstance(extra, Mapping):
         raise ModelConfigError("quantization_config.extra_config", "must be an object")
-    for name, layer in extra.items():
-        lbits = int(layer.get("bits", bits)) if isinstance(layer, Mapping) else bits
-        if lbits >= 16:
-            excluded.append(str(name))
-        elif lbits != bits or (
-            isinstance(layer, Mapping) and int(layer.get("group_size", group)) != group
-        ):
+    per_layer: dict[tuple[int, str], tuple[int, int]] = {}
+    for key, layer_cfg in extra.items():
+        name = str(key)
+        lc = layer_cfg if isinstance(layer_cfg, Mapping) else {}
+        lbits, lgroup = int(lc.get("bits", bits)), int(lc.get("group_size", group))
+        width = (16, -1) if lbits >= 16 else (lbits, lgroup)
+        field = f"quantization_config.extra_config.{name}"
+        if _REGEX_CHARS & set(name):
+            if lbits < 16 and width != (bits, group):
+                raise ModelConfigError(
+                    field,
+                    f"{lbits}-bit regex entry {name!r} in a {bits}-bit checkpoint is not sized: "
+                    "a width of its own is sized only for one layer's module",
+                )
+            if lbits >= 16:
+                excluded.extend(_regex_modules(name, field))
+            continue
+        layer, raw = _unpacked_module_kind(name)
+        if layer is None:
+            if lbits >= 16:
+                excluded.append(name)
+            elif width != (bits, group) or raw.endswith("lm_head"):
+                raise ModelConfigError(
+                    field,
+                    f"{lbits}-bit {name!r} in a {bits}-bit checkpoint is not sized: a width of "
+                    "its own is sized only for one layer's module (model.layers.N.<module>)",
+                )
+            continue
+        if per_layer.setdefault((layer, raw), width) != width:
+            what = f"the fused MoE layer of layer {layer}" if raw.endswith("experts") else raw
             raise ModelConfigError(
-                f"quantization_config.extra_config.{name}",
-                f"{lbits}-bit layers in a {bits}-bit checkpoint are not sized",
+                field,
+                f"vLLM refuses it: {what} requires consistent quant config for all its "
+                "sub-layers (INCConfigParser._resolve_raw)",
             )
-    return Quantization(
-        method="auto-round",
-        weight_bits=bits,
-        group_size=group if group > 0 else 0,
-        scale_bytes=2,
-        zero_points=True,
-        g_idx=True,
-        excluded=tuple(excluded),
+    for layer, raw in list(per_layer):
+        fused = _fused_group(raw)
+        if fused is None:
+            continue
+        widths = {per_layer.get((layer, s), (bits, group)) for s in fused[1]}
+        if len(widths) > 1:
+            raise ModelConfigError(
+                f"quantization_config.extra_config (layer {layer})",
+                f"vLLM refuses it: fused module 'layers.{layer}.{fused[0]}' requires consistent "
+                f"quant config for {', '.join(fused[1])} (INCConfigParser._resolve_raw): give "
+                "every shard the same bits and group_size",
+            )
+    grouped: dict[tuple[str, tuple[int, int]], list[int]] = {}
+    for (layer, raw), width in per_layer.items():
+        if width != (bits, group):
+            grouped.setdefault((_PACKED_GDN.get(raw, raw), width), []).append(layer)
+    overrides = tuple(
+        (kind, tuple(sorted(set(layers))), None if w[0] >= 16 else _auto_round_format(*w))
+        for (kind, w), layers in sorted(grouped.items())
     )
+    return replace(_auto_round_format(bits, group, tuple(excluded)), layer_overrides=overrides)
 
 
 # --- ModelOpt ---------------------------------------------------------------------------------
@@ -413,44 +522,109 @@ _EXPERT_INDEX = re.compile(r"\.experts\.\d+\..*$")
 
 def module_kind(path: str) -> tuple[int | None, str]:
     """(layer index or None, the module's name as the ledger's tensors spell it)."""
+    layer, name = _unpacked_module_kind(path)
+    return layer, _PACKED_GDN.get(name, name)
+
+
+def _unpacked_module_kind(path: str) -> tuple[int | None, str]:
+    """:func:`module_kind` before the Gated DeltaNet projections are fused: the shard's own
+    name (``linear_attn.in_proj_z``), as vLLM's fused-module checks see it."""
     m = _AFTER_LAYER.search(path)
     layer, name = (int(m.group(1)), m.group(2)) if m else (None, path)
     name = _EXPERT_INDEX.sub(".experts", name)
     for old, new in _MODULE_RENAMES:
         if name.startswith(old):
             name = new + name[len(old) :]
-    return layer, _PACKED_GDN.get(name, name)
+    return layer, name
 
 
-def _modelopt_mixed(
-    layers: Any, group_size: int, excluded: tuple[str, ...]
-) -> tuple[tuple[str, Quantization], ...]:
-    """``ModelOptMixedPrecisionConfig`` (0.25.0): each ``quantized_layers`` entry names a module
-    and its quant_algo; a linear not named stays unquantized (``get_quant_method``). The ledger
-    sizes one format per module kind (the same name in every layer); a module given different
-    formats in different layers is refused."""
+#: the shards vLLM loads into one fused linear (each model's ``packed_modules_mapping``:
+#: ``qkv_proj`` <- q/k/v, ``gate_up_proj`` <- gate/up, Qwen3.5's ``in_proj_qkvz`` <-
+#: in_proj_qkv/in_proj_z and ``in_proj_ba`` <- in_proj_b/in_proj_a; models/llama.py,
+#: qwen3_5.py, 0.24.0), by the ledger's module names; a quantization config must give every
+#: shard of one fused linear the same format
+FUSED_SHARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("qkv_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj")),
+    ("gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+    ("shared_expert.gate_up_proj", ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj")),
+    ("in_proj_qkvz", ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z")),
+    ("in_proj_ba", ("linear_attn.in_proj_b", "linear_attn.in_proj_a")),
+)
+
+
+def _fused_group(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(vLLM's fused linear, its shards) that the shard ``name`` is loaded into, if any."""
+    return next((g for g in FUSED_SHARDS if name in g[1]), None)
+
+
+#: a ModelOpt MIXED_PRECISION config read: (per module kind the format of most of its layers,
+#: the per-layer formats)
+MixedFormats = tuple[
+    tuple[tuple[str, Quantization], ...],
+    tuple[tuple[str, tuple[int, ...], Quantization | None], ...],
+]
+
+
+def _modelopt_mixed(layers: Any, group_size: int, excluded: tuple[str, ...]) -> MixedFormats:
+    """``ModelOptMixedPrecisionConfig._resolve_quant_algo`` (modelopt.py, 0.25.0) gives each of
+    vLLM's layers the algorithm of its own ``quantized_layers`` entry; a fused linear (q/k/v,
+    gate/up) the algorithm its listed shards share (a shard not listed is loaded in it too; two
+    algorithms raise "Mixed quant_algo within fused layer"); a layer resolved to nothing stays
+    unquantized (``get_quant_method``). So each layer's copy is sized in its own format
+    (``layer_overrides``, ``overrides_only``: a layer a module kind is not listed in stays in the
+    model dtype); per module kind the format of most of its layers is also the kind's format
+    (``layer_formats``, what the latency model reads). An entry without a layer index (lm_head)
+    applies to every copy. One fused MoE layer's experts with two algorithms are refused (vLLM
+    takes the first entry it finds)."""
     if not isinstance(layers, Mapping) or not layers:
         raise ModelConfigError(
             "quantization_config.quantized_layers",
             "MIXED_PRECISION needs a non-empty quantized_layers mapping (vLLM refuses it too)",
         )
-    kinds: dict[str, str] = {}
+    whole: dict[str, str] = {}
+    per_layer: dict[tuple[int, str], str] = {}
     for path, info in layers.items():
+        field = f"quantization_config.quantized_layers.{path}"
         if not isinstance(info, Mapping) or not info.get("quant_algo"):
-            raise ModelConfigError(
-                f"quantization_config.quantized_layers.{path}", "an entry without quant_algo"
-            )
-        _, name = module_kind(str(path))
+            raise ModelConfigError(field, "an entry without quant_algo")
         algo = str(info["quant_algo"]).upper()
-        if kinds.setdefault(name, algo) != algo:
+        layer, raw = _unpacked_module_kind(str(path))
+        if layer is None:
+            name = _PACKED_GDN.get(raw, raw)
+            if whole.setdefault(name, algo) != algo:
+                raise ModelConfigError(field, f"{name} is listed as {whole[name]} and {algo}")
+            continue
+        if per_layer.setdefault((layer, raw), algo) != algo:
             raise ModelConfigError(
-                f"quantization_config.quantized_layers.{path}",
-                f"{name} is {kinds[name]} in some layers and {algo} in others; the ledger "
-                "sizes one format per module kind",
+                field,
+                f"the experts of layer {layer} are {per_layer[(layer, raw)]} and {algo}: one "
+                "fused MoE layer has one format (vLLM takes the first entry it finds)",
             )
-    return tuple(
-        (name, _modelopt_format(algo, group_size, excluded)) for name, algo in sorted(kinds.items())
-    )
+    for (layer, raw), algo in list(per_layer.items()):
+        fused = _fused_group(raw)
+        if fused is None:
+            continue
+        algos = {per_layer[(layer, s)] for s in fused[1] if (layer, s) in per_layer}
+        if len(algos) > 1:
+            raise ModelConfigError(
+                f"quantization_config.quantized_layers (layer {layer})",
+                f"vLLM refuses it: Mixed quant_algo within fused layer layers.{layer}.{fused[0]}: "
+                f"{sorted(algos)}. All shards must use the same quantization.",
+            )
+        for s in fused[1]:  # a shard not listed is loaded with the fused linear's algorithm
+            per_layer.setdefault((layer, s), algo)
+    by_kind: dict[str, dict[str, set[int]]] = {}
+    for (layer, raw), algo in per_layer.items():
+        by_kind.setdefault(_PACKED_GDN.get(raw, raw), {}).setdefault(algo, set()).add(layer)
+    used = {*whole.values(), *per_layer.values()}
+    fmt = {a: _modelopt_format(a, group_size, excluded) for a in used}
+    kinds = {name: fmt[a] for name, a in whole.items()}
+    overrides: list[tuple[str, tuple[int, ...], Quantization | None]] = []
+    for name, per_algo in sorted(by_kind.items()):
+        most = max(sorted(per_algo), key=lambda a: len(per_algo[a]))
+        kinds.setdefault(name, fmt[most])
+        overrides += [(name, tuple(sorted(ls)), fmt[a]) for a, ls in sorted(per_algo.items())]
+    return tuple(sorted(kinds.items())), tuple(overrides)
 
 
 def _modelopt(cfg: Mapping[str, Any]) -> Quantization:
@@ -473,13 +647,15 @@ def _modelopt(cfg: Mapping[str, Any]) -> Quantization:
     group_size = int(inner.get("group_size") or 16)
     kv = _modelopt_kv(cfg, inner)
     if algo == "MIXED_PRECISION":
-        formats = _modelopt_mixed(inner.get("quantized_layers"), group_size, excluded)
+        formats, overrides = _modelopt_mixed(inner.get("quantized_layers"), group_size, excluded)
         q = Quantization(
             method="modelopt_mixed",
             weight_bits=min(f.weight_bits for _, f in formats),
             excluded=excluded,
             producer="modelopt",
             layer_formats=formats,
+            layer_overrides=overrides,
+            overrides_only=True,
         )
     else:
         q = _modelopt_format(algo, group_size, excluded)
@@ -509,14 +685,18 @@ def _named_in_formats(q: Quantization, tensor: Tensor) -> bool:
 def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> list[str]:
     """Mixed-precision module kinds that name no quantizable tensor of the model (the ledger
     would silently weigh them in the model dtype)."""
-    if q is None or not q.layer_formats:
+    if q is None or not (q.layer_formats or q.layer_overrides):
         return []
     names = [t.name for t in tensors if t.quantizable or t.name == "lm_head"]
-    return [
-        name
-        for name, _ in q.layer_formats
-        if name != "*" and not any(n == name or n.startswith(name + ".") for n in names)
-    ]
+    kinds = [name for name, _ in q.layer_formats]
+    kinds += [name for name, _, fmt in q.layer_overrides if fmt is not None]
+    return sorted(
+        {
+            name
+            for name in kinds
+            if name != "*" and not any(n == name or n.startswith(name + ".") for n in names)
+        }
+    )
 
 
 #: a layer index in a module path: "model.layers.3.mlp.gate" names layer 3
@@ -552,6 +732,55 @@ def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None)
     if layers is None or not named:
         return copies
     return copies - sum(1 for i in named if i in layers)
+
+
+def _excluded_at(q: Quantization, tensor: Tensor, layer: int) -> bool:
+    """Whether ``q``'s exclusions leave ``tensor``'s copy in ``layer`` unquantized (the rule of
+    :func:`quantized_copies` for one layer)."""
+    for pattern in q.excluded:
+        if not _excludes(pattern, tensor.name):
+            continue
+        if "layers" not in pattern:
+            return True
+        if any(str(int(m)) == m and int(m) == layer for m in _LAYER_INDEX.findall(pattern)):
+            return True
+    return False
+
+
+def copies_by_format(
+    q: Quantization, tensor: Tensor, span: range | None = None
+) -> tuple[tuple[Quantization, int], ...]:
+    """The quantized copies of ``tensor`` (in the layers of ``span``, or all) by the format
+    each is stored in; the other copies stay in the model dtype. Without per-layer formats:
+    :func:`tensor_format` × :func:`quantized_copies`. With them (``q.layer_overrides``), a
+    layer an override names is stored in its format (None: unquantized), the others in the
+    default one, or, where ``q.overrides_only``, unquantized; exclusions win either way."""
+    default = tensor_format(q, tensor)
+    base = quantized_copies(q, tensor, span)
+    name = tensor.name
+    matching = [o for o in q.layer_overrides if name == o[0] or name.startswith(o[0] + ".")]
+    if not matching or tensor.layers is None or not tensor.quantizable:
+        return ((default, base),) if base and default is not None else ()
+
+    def applies(fmt: Quantization | None) -> bool:
+        return fmt is not None and not (fmt.scope == "experts" and tensor.experts == 1)
+
+    counts: dict[Quantization, int] = {}
+    if base and default is not None and not q.overrides_only:
+        counts[default] = base
+    seen: set[int] = set()
+    for _, layers, fmt in matching:
+        for i in layers:
+            if i in seen or i not in tensor.layers or (span is not None and i not in span):
+                continue
+            seen.add(i)
+            if _excluded_at(q, tensor, i):
+                continue
+            if default is not None and not q.overrides_only and applies(default):
+                counts[default] -= 1  # this copy was counted in the default format
+            if fmt is not None and applies(fmt):
+                counts[fmt] = counts.get(fmt, 0) + 1
+    return tuple((f, n) for f, n in counts.items() if n > 0)
 
 
 def _excludes(pattern: str, name: str) -> bool:
@@ -606,10 +835,9 @@ def config_checkpoint_bytes(shape: ModelShape) -> int:
         if not t.checkpoint:
             continue
         quantized = 0
-        fmt = tensor_format(quant, t) if quant is not None else None
-        if quant is not None and fmt is not None:
-            quantized = quantized_copies(quant, t)
-            total += quantized * quantized_bytes(fmt, t.rows, t.cols, t.experts)
+        for fmt, n in copies_by_format(quant, t) if quant is not None else ():
+            quantized += n
+            total += n * quantized_bytes(fmt, t.rows, t.cols, t.experts)
         plain = t.copies - quantized
         total += plain * t.rows * t.cols * t.experts * (4 if t.fp32 else dtype_bytes)
     return total

@@ -259,6 +259,14 @@ class Quantization:
     #: ModelOpt MIXED_PRECISION: (module name as the ledger's tensors spell it, its format)
     #: per module kind; a quantizable tensor not named here stays in the model dtype
     layer_formats: tuple[tuple[str, Quantization], ...] = ()
+    #: per-layer formats (model/quant.py::copies_by_format): (module kind as the ledger's
+    #: tensors spell it, the layer indices, their format; None: the model dtype). An AutoRound
+    #: ``extra_config`` entry with its own bits, or a ModelOpt MIXED_PRECISION module listed
+    #: with different algorithms in different layers
+    layer_overrides: tuple[tuple[str, tuple[int, ...], Quantization | None], ...] = ()
+    #: True (ModelOpt MIXED_PRECISION): a module kind with per-layer entries is quantized only
+    #: in the layers they list; False (AutoRound): the other layers keep the default format
+    overrides_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,12 @@ from .vision import (
 #: DeepseekV2Config (0.25.0)
 _DEFAULT_TEXT_TYPE = {"kimi_vl": "deepseek_v2"}
 
+#: where a quantization config names its per-module formats, for the error naming the field
+_PER_MODULE_FIELD = {
+    "auto-round": "quantization_config.extra_config",
+    "compressed-tensors": "quantization_config.config_groups",
+}
+
 
 def shape_from_config(
     config: Mapping[str, Any], name: str = "custom", quantization: str | None = None
@@ -113,8 +119,9 @@ def shape_from_config(
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
     unmatched = unmatched_layer_formats(quant, shape.tensors)
     if unmatched:
+        assert quant is not None  # unmatched names come from its per-module formats
         raise ModelConfigError(
-            "quantization_config.quantized_layers",
+            _PER_MODULE_FIELD.get(quant.method, "quantization_config.quantized_layers"),
             f"module kinds {', '.join(unmatched[:4])} name no weight the ledger knows for "
             f"{family_type}; their format cannot be sized",
         )

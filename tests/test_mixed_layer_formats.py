@@ -1,0 +1,209 @@
+"""Per-layer quantization formats (issue 21: "per-layer mixed formats ... sized per tensor").
+
+vLLM resolves a format per layer, not per module kind:
+
+* AutoRound (``quant_method: auto-round``, vLLM's INC method): ``INCConfigParser._resolve_raw``
+  (inc/config_parser.py, 0.24.0/0.25.0) gives an ``extra_config`` entry naming one layer's module
+  its own bits and group size (>= 16 bits: unquantized); the shards of one fused linear
+  (``packed_modules_mapping``: qkv_proj, gate_up_proj, Qwen3.5's in_proj_qkvz / in_proj_ba) and
+  the experts of one fused MoE layer must resolve to one config, else it raises ValueError
+  ("Fused module ... requires consistent quant config", "Fused MoE layer ... requires consistent
+  quant config for all sub-layers").
+* ModelOpt MIXED_PRECISION: ``ModelOptMixedPrecisionConfig._resolve_quant_algo`` (modelopt.py,
+  0.25.0) looks each layer up in ``quantized_layers``; a fused linear takes the algorithm its
+  listed shards share (two raise "Mixed quant_algo within fused layer"); a layer resolved to
+  nothing stays unquantized.
+
+Every byte count below is the format's ``create_weights`` allocation, written out here (less the
+float32 per-tensor scales the ledger rounds to one or none, a few bytes a tensor):
+INC WNA16 (``INCWNA16LinearMethod.create_weights``, the GPTQ layout): an int32-packed qweight
+(rows × cols × bits / 8 B), model-dtype scales and bit-packed qzeros per ``group_size`` inputs,
+an int32 g_idx per input; ModelOpt FP8: e4m3 weight + a float32 scale per tensor; NVFP4:
+``rows × cols / 2`` + an e4m3 scale per 16 inputs + float32 global scales.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from inference_capacity.ledger.weights import weight_breakdown
+from inference_capacity.model.catalog import load_config, model_from_dict
+from inference_capacity.model.errors import ModelConfigError
+from inference_capacity.model.quant import config_checkpoint_bytes
+
+#: Llama-3.1-8B: hidden 4096, intermediate 14336, 32 layers, 8 KV heads of 128
+H, FF, L = 4096, 14336, 32
+
+
+def wna16(rows: int, cols: int, bits: int = 4, group: int = 128) -> int:
+    groups = cols // group
+    return rows * cols * bits // 8 + groups * rows * 2 + groups * rows * bits // 8 + cols * 4
+
+
+def _auto_round(extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "quant_method": "auto-round",
+        "bits": 4,
+        "group_size": 128,
+        "sym": True,
+        "packing_format": "auto_round:auto_gptq",
+        "extra_config": extra,
+    }
+
+
+def _llama(qc: dict[str, Any], name: str) -> Any:
+    _, cfg = load_config("meta-llama/Llama-3.1-8B-Instruct")
+    return model_from_dict({**cfg, "quantization_config": qc}, name)
+
+
+def _mlp(layer: int, bits: int, group: int = 128) -> dict[str, Any]:
+    entry = {"bits": bits, "group_size": group}
+    return {f"model.layers.{layer}.mlp.{m}_proj": entry for m in ("gate", "up", "down")}
+
+
+def test_auto_round_layers_of_their_own_width() -> None:
+    """Layers 0 and 31's MLP at 8 bits (group 64), the rest at the checkpoint's 4 / 128."""
+    shape = _llama(_auto_round({**_mlp(0, 8, 64), **_mlp(31, 8, 64)}), "ar-mixed")
+    mlp4 = 2 * wna16(FF, H) + wna16(H, FF)
+    mlp8 = 2 * wna16(FF, H, 8, 64) + wna16(H, FF, 8, 64)
+    assert mlp8 > mlp4
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    assert w["mlp"] == 30 * mlp4 + 2 * mlp8
+    # per pipeline stage: each stage holds one of the two 8-bit layers
+    for stage in (0, 1):
+        ws = weight_breakdown(shape, 1, 2, stage, 2, shape.quantization).by_group
+        assert ws["mlp"] == 15 * mlp4 + mlp8
+    # TP2: gate/up split by rows, down by columns (its groups with it)
+    w2 = weight_breakdown(shape, 2, 1, 0, 2, shape.quantization).by_group
+    assert w2["mlp"] == 30 * (2 * wna16(FF // 2, H) + wna16(H, FF // 2)) + 2 * (
+        2 * wna16(FF // 2, H, 8, 64) + wna16(H, FF // 2, 8, 64)
+    )
+    # the checkpoint's own bytes (the safetensors cross-check) count the same widths
+    plain = _llama(_auto_round({}), "ar-plain")
+    assert config_checkpoint_bytes(shape) - config_checkpoint_bytes(plain) == 2 * (mlp8 - mlp4)
+
+
+def test_auto_round_unquantized_layer_and_fused_shards() -> None:
+    """q/k/v of layer 0 at 16 bits stay in the model dtype; q_proj alone at 16 bits is the
+    config vLLM refuses (its qkv_proj shards would differ)."""
+    qkv16 = {f"model.layers.0.self_attn.{m}_proj": {"bits": 16} for m in "qkv"}
+    shape = _llama(_auto_round(qkv16), "ar-qkv16")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    attn4 = 2 * wna16(H, H) + 2 * wna16(1024, H)
+    assert w["attention"] == 31 * attn4 + (H + 2 * 1024) * H * 2 + wna16(H, H)
+    with pytest.raises(ModelConfigError, match=r"layers\.0\.qkv_proj.*consistent"):
+        _llama(_auto_round({"model.layers.0.self_attn.q_proj": {"bits": 16}}), "ar-q16")
+    with pytest.raises(ModelConfigError, match=r"gate_up_proj"):
+        _llama(_auto_round({"model.layers.4.mlp.up_proj": {"bits": 8}}), "ar-up8")
+
+
+def test_auto_round_experts_of_one_layer_share_a_width() -> None:
+    """Qwen3-30B-A3B (128 experts, hidden 2048, expert intermediate 768): layer 5's experts
+    at 8 bits; one expert of another width is the config vLLM refuses."""
+    _, cfg = load_config("Qwen/Qwen3-30B-A3B")
+    e, h, ie = 128, 2048, 768
+    extra = {
+        f"model.layers.5.mlp.experts.{j}.{m}_proj": {"bits": 8}
+        for j in range(e)
+        for m in ("gate", "up", "down")
+    }
+    shape = model_from_dict({**cfg, "quantization_config": _auto_round(extra)}, "ar-moe")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    per4 = e * (wna16(2 * ie, h) + wna16(h, ie))
+    per8 = e * (wna16(2 * ie, h, 8) + wna16(h, ie, 8))
+    assert w["experts"] == 47 * per4 + per8
+    odd = {**extra, "model.layers.5.mlp.experts.7.down_proj": {"bits": 2}}
+    with pytest.raises(ModelConfigError, match="fused MoE layer of layer 5"):
+        model_from_dict({**cfg, "quantization_config": _auto_round(odd)}, "ar-moe-odd")
+
+
+def test_auto_round_gated_deltanet_projections() -> None:
+    """Qwen3.5-27B's layer 0 is Gated DeltaNet: vLLM loads in_proj_qkv and in_proj_z into one
+    in_proj_qkvz (16,384 × 5,120: 2 × 16 × 128 key/query + 2 × 48 × 128 value/z rows), so both
+    at 8 bits size it at 8 bits, and one alone is refused."""
+    _, cfg = load_config("Qwen/Qwen3.5-27B")
+    base = "model.language_model.layers.0.linear_attn"
+    both = {f"{base}.in_proj_qkv": {"bits": 8}, f"{base}.in_proj_z": {"bits": 8}}
+    plain = model_from_dict({**cfg, "quantization_config": _auto_round({})}, "ar35")
+    shape = model_from_dict({**cfg, "quantization_config": _auto_round(both)}, "ar35-qkvz8")
+    w0 = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group["mamba"]
+    w1 = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group["mamba"]
+    assert w1 - w0 == wna16(16384, 5120, 8) - wna16(16384, 5120)
+    with pytest.raises(ModelConfigError, match="in_proj_qkvz"):
+        model_from_dict(
+            {**cfg, "quantization_config": _auto_round({f"{base}.in_proj_z": {"bits": 8}})}, "z"
+        )
+
+
+def test_auto_round_widths_without_a_layer_are_refused() -> None:
+    with pytest.raises(ModelConfigError, match="lm_head"):
+        _llama(_auto_round({"lm_head": {"bits": 4}}), "ar-head")
+    with pytest.raises(ModelConfigError, match="not sized"):
+        _llama(_auto_round({".*down_proj": {"bits": 8}}), "ar-regex")
+    # at 16 bits such entries stay exclusions (the router / lm_head kept in the model dtype)
+    _llama(_auto_round({"lm_head": {"bits": 16}, ".*mlp.gate$": {"bits": 16}}), "ar-ok")
+
+
+def test_auto_round_regex_keys_at_16_bits() -> None:
+    """A regex key (INCConfigParser: any of ``*+?^$()[]{}|\\``) is re.search'ed against each
+    layer's module path: at >= 16 bits every module it matches stays in the model dtype."""
+    shape = _llama(_auto_round({r".*mlp\.down_proj$": {"bits": 16}}), "ar-rx-down")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    assert w["mlp"] == 32 * (2 * wna16(FF, H) + H * FF * 2)
+    # q_proj alone: vLLM's qkv_proj shards would differ (it raises at load)
+    with pytest.raises(ModelConfigError, match="qkv_proj"):
+        _llama(_auto_round({r".*q_proj": {"bits": 16}}), "ar-rx-q")
+    # a pattern that may pick layers is not sized per layer
+    with pytest.raises(ModelConfigError, match="digits"):
+        _llama(_auto_round({r"layers\.[0-3]\.mlp.*": {"bits": 16}}), "ar-rx-layers")
+    # \d stands for any layer, not a given one
+    any_layer = _llama(_auto_round({r"layers\.\d+\.mlp\.down_proj": {"bits": 16}}), "ar-rx-d")
+    wd = weight_breakdown(any_layer, 1, 1, 0, 2, any_layer.quantization).by_group
+    assert wd["mlp"] == w["mlp"]
+    # a width for a module the ledger does not hold: refused naming it and the field
+    with pytest.raises(ModelConfigError, match=r"extra_config.*mlp\.frob"):
+        _llama(_auto_round({"model.layers.0.mlp.frob": {"bits": 8}}), "ar-frob")
+
+
+def _modelopt(layers: dict[str, Any]) -> dict[str, Any]:
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers}
+
+
+def test_modelopt_mixed_algorithm_per_layer() -> None:
+    """MLP down_proj FP8 in layers 0-7 and NVFP4 in 8-31; attention listed in layers 0-3
+    only (the rest bf16); layer 0 lists q_proj alone, and vLLM loads its fused qkv_proj in
+    q's algorithm, so k and v of layer 0 are FP8 too."""
+    layers: dict[str, Any] = {}
+    for i in range(L):
+        layers[f"model.layers.{i}.mlp.down_proj"] = {"quant_algo": "FP8" if i < 8 else "NVFP4"}
+    for i in range(1, 4):
+        for m in "qkvo":
+            layers[f"model.layers.{i}.self_attn.{m}_proj"] = {"quant_algo": "FP8"}
+    layers["model.layers.0.self_attn.q_proj"] = {"quant_algo": "FP8"}
+    shape = _llama(_modelopt(layers), "mo-mixed")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+
+    # the ledger counts one float32 scale per FP8 tensor and none of NVFP4's per-tensor float32
+    # globals (a few bytes a tensor; test_formats_2026.py says the same)
+    def fp8(rows: int, cols: int) -> int:
+        return rows * cols + 4
+
+    def nvfp4(rows: int, cols: int) -> int:
+        return rows * cols // 2 + rows * cols // 16
+
+    gate_up = 2 * FF * H * 2  # unlisted: bf16
+    assert w["mlp"] == 32 * gate_up + 8 * fp8(H, FF) + 24 * nvfp4(H, FF)
+    qkv8 = fp8(H, H) + 2 * fp8(1024, H)
+    attn16 = (2 * H * H + 2 * 1024 * H) * 2
+    assert w["attention"] == 3 * (qkv8 + fp8(H, H)) + (qkv8 + H * H * 2) + 28 * attn16
+
+
+def test_modelopt_mixed_fused_shards_of_two_algorithms_refused() -> None:
+    layers = {
+        "model.layers.2.self_attn.q_proj": {"quant_algo": "FP8"},
+        "model.layers.2.self_attn.k_proj": {"quant_algo": "NVFP4"},
+    }
+    with pytest.raises(ModelConfigError, match=r"Mixed quant_algo within fused layer"):
+        _llama(_modelopt(layers), "mo-bad")
