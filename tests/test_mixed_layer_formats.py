@@ -207,3 +207,70 @@ def test_modelopt_mixed_fused_shards_of_two_algorithms_refused() -> None:
     }
     with pytest.raises(ModelConfigError, match=r"Mixed quant_algo within fused layer"):
         _llama(_modelopt(layers), "mo-bad")
+
+
+def _ct_w4a16(ignore: list[str]) -> dict[str, Any]:
+    group = {
+        "targets": ["Linear"],
+        "weights": {
+            "num_bits": 4,
+            "type": "int",
+            "strategy": "group",
+            "group_size": 128,
+            "symmetric": True,
+        },
+    }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {"group_0": group},
+        "ignore": ignore,
+    }
+
+
+def ct4(rows: int, cols: int) -> int:
+    """compressed-tensors W4A16 (CompressedTensorsWNA16.create_weights): int32-packed weight
+    and a model-dtype scale per 128 inputs, symmetric (no zero points)."""
+    return rows * cols // 2 + cols // 128 * rows * 2
+
+
+def test_compressed_tensors_regex_ignore_entries() -> None:
+    """``re:`` entries of ``ignore`` are re.match'ed against each layer's module path
+    (should_ignore_layer, compressed_tensors/utils.py, 0.25.0): they were read as module paths
+    and matched nothing. One without digits names every layer's module; one with digits is
+    matched layer by layer; one naming some shards of a fused linear is refused (vLLM raises
+    "Found a different quantization schemes")."""
+    plain = _llama(_ct_w4a16(["lm_head"]), "ct-plain")
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    assert wp["mlp"] == 32 * (2 * ct4(FF, H) + ct4(H, FF))
+    down = _llama(_ct_w4a16(["lm_head", r"re:.*mlp\.down_proj$"]), "ct-down")
+    wd = weight_breakdown(down, 1, 1, 0, 2, down.quantization).by_group
+    assert wd["mlp"] == 32 * (2 * ct4(FF, H) + H * FF * 2)
+    two = _llama(_ct_w4a16(["lm_head", r"re:.*layers\.(0|31)\.mlp\.down_proj$"]), "ct-two")
+    wt = weight_breakdown(two, 1, 1, 0, 2, two.quantization).by_group
+    assert wt["mlp"] == wp["mlp"] + 2 * (H * FF * 2 - ct4(H, FF))
+    # pipeline stage 1 (layers 16-31) holds one of the two
+    w1 = weight_breakdown(two, 1, 2, 1, 2, two.quantization).by_group
+    assert w1["mlp"] == 16 * (2 * ct4(FF, H) + ct4(H, FF)) + H * FF * 2 - ct4(H, FF)
+    with pytest.raises(ModelConfigError, match="qkv_proj"):
+        _llama(_ct_w4a16([r"re:.*q_proj"]), "ct-q")
+    with pytest.raises(ModelConfigError, match="does not compile"):
+        _llama(_ct_w4a16([r"re:layers\.(0|1\.mlp"]), "ct-bad-regex")
+
+
+def test_kimi_k25_published_ignore_list() -> None:
+    """moonshotai/Kimi-K2.5's compressed-tensors config (the catalog's copy) keeps attention,
+    the shared experts and the dense MLP of layer 0 in bf16 with three ``re:`` entries; only
+    the routed experts are INT4. Kimi-K2 (DeepSeek-V3 shapes): hidden 7168, 61 layers, q LoRA
+    1536, kv LoRA 512 + 64 rope, 64 heads of 128 (+64 rope) / 128 values, shared expert 2048,
+    dense intermediate 18432."""
+    from inference_capacity.model import load_model
+
+    shape = load_model("moonshotai/Kimi-K2.5")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    hid = 7168
+    mla = hid * 1536 + 1536 * 64 * 192 + hid * 576 + 512 * 64 * 256 + 64 * 128 * hid
+    kv_b = 512 * 64 * 256  # vLLM's MLA keeps kv_b_proj and derives W_UK/W_UV from it (bf16)
+    assert w["attention"] == 61 * (mla + kv_b) * 2
+    assert w["shared_experts"] == 60 * 3 * hid * 2048 * 2
+    assert w["mlp"] == 3 * hid * 18432 * 2

@@ -8,6 +8,7 @@ never a guess.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..vocab import DTYPE_BYTES, QUANT_ALIASES, QUANT_METHODS
 from .errors import ModelConfigError
+from .layerset import LayerSet
 from .shapes import ModelShape, Quantization, Tensor, cdiv
 
 #: OCP MXFP4 experts (gpt-oss, DeepSeek-V4): 4-bit E2M1 weights, one E8M0 byte of scale per 32
@@ -35,11 +37,24 @@ KNOWN_METHODS = QUANT_METHODS
 
 
 def _excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """The config's exclusion list. A compressed-tensors ``re:`` entry is a regex vLLM
+    ``re.match``es against each layer's module path (``should_ignore_layer`` /
+    ``_is_equal_or_regex_match``, compressed_tensors/utils.py, 0.25.0): one without digits is
+    read here into the ledger's module kinds it matches (:func:`_regex_modules`); one with
+    digits may name layers and stays a pattern matched layer by layer
+    (:func:`_pattern_layers`)."""
     names: list[str] = []
     for key in ("modules_to_not_convert", "ignore", "ignored_layers", "llm_int8_skip_modules"):
         value = cfg.get(key)
-        if isinstance(value, list):
-            names.extend(str(v) for v in value)
+        if not isinstance(value, list):
+            continue
+        for v in (str(x) for x in value):
+            if v.startswith("re:") and not _names_digits(v[3:]):
+                names.extend(_regex_modules(v[3:], f"quantization_config.{key}", anchored=True))
+            else:
+                if v.startswith("re:"):
+                    _compile(v[3:], f"quantization_config.{key}")  # refused here, not mid-plan
+                names.append(v)
     return tuple(names)
 
 
@@ -266,44 +281,73 @@ def _auto_round_format(bits: int, group: int, excluded: tuple[str, ...] = ()) ->
 _REGEX_CHARS = frozenset("*+?^$()[]{}|\\")
 
 
-#: vLLM's module paths of a decoder layer (after ``layers.N.``): what an ``extra_config``
-#: regex key is matched against (``re.search`` on the layer prefix,
-#: INCConfigParser._resolve_raw), read into the ledger's names by :func:`module_kind`
-_VLLM_MODULES = (
-    *(f"self_attn.{m}_proj" for m in "qkvo"),
-    *(f"mixer.{m}_proj" for m in "qkvo"),
-    *(f"mlp.{m}_proj" for m in ("gate", "up", "down")),
-    *(f"mlp.experts.0.{m}_proj" for m in ("gate", "up", "down")),
-    *(f"mlp.shared_expert.{m}_proj" for m in ("gate", "up", "down")),
-    *(f"linear_attn.{m}" for m in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")),
-    "linear_attn.out_proj",
-    "mixer.in_proj",
-    "mixer.out_proj",
+#: vLLM's module paths of a decoder layer (after ``layers.N.``) and the ledger's tensor each is
+#: loaded into (the Gated DeltaNet shards by their own names: :data:`FUSED_SHARDS`): what a
+#: regex exclusion is matched against (``re.search``, AutoRound's INCConfigParser._resolve_raw;
+#: ``re.match``, compressed-tensors' should_ignore_layer)
+_VLLM_MODULES: tuple[tuple[str, str], ...] = (
+    *((f"self_attn.{m}_proj", f"attn.{m}_proj") for m in "qkvo"),
+    *((f"mixer.{m}_proj", f"attn.{m}_proj") for m in "qkvo"),
+    *(
+        (f"self_attn.{m}", f"attn.{m}")
+        for m in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+    ),
+    *((f"mlp.{m}_proj", f"mlp.{m}_proj") for m in ("gate", "up", "down")),
+    ("mlp.fc1", "mlp.fc1"),
+    ("mlp.fc2", "mlp.down_proj"),
+    *((f"mlp.experts.0.{m}_proj", "mlp.experts.w13") for m in ("gate", "up")),
+    ("mlp.experts.0.down_proj", "mlp.experts.w2"),
+    *((f"block_sparse_moe.experts.0.{m}", "mlp.experts.w13") for m in ("w1", "w3")),
+    ("block_sparse_moe.experts.0.w2", "mlp.experts.w2"),
+    *(
+        (f"mlp.{s}.{m}_proj", f"mlp.shared_experts.{m}_proj")
+        for s in ("shared_expert", "shared_experts")
+        for m in ("gate", "up", "down")
+    ),
+    *(
+        (f"linear_attn.{m}", f"linear_attn.{m}")
+        for m in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+    ),
+    ("mixer.in_proj", "mixer.in_proj"),
+    ("mixer.out_proj", "mixer.out_proj"),
 )
-#: digits in a regex key: it may name layers, which a module-kind exclusion cannot express
+#: digits in a regex: it may name layers, which a module-kind exclusion cannot express
 _DIGIT = re.compile(r"\d")
+#: the layer prefixes vLLM's module paths take (plain decoders; Qwen3.5 / Gemma 4 wrappers,
+#: before and after vLLM's weight-name mapper), for a layer index
+_LAYER_PREFIXES = (
+    "model.layers.{}.",
+    "model.language_model.layers.{}.",
+    "language_model.model.layers.{}.",
+)
 
 
-def _regex_modules(pattern: str, field: str) -> list[str]:
-    """The ledger's module kinds an ``extra_config`` regex key at >= 16 bits leaves
-    unquantized in every layer: its matches among :data:`_VLLM_MODULES` under
-    ``model.layers.0.`` or ``model.language_model.layers.0.``, and ``lm_head``. Refused: a
-    pattern with digits (it may select layers), one that does not compile, and one that
-    matches some shards of a fused linear but not the others (vLLM raises at load)."""
-    if _DIGIT.search(pattern.replace("\\d", "")):
+def _names_digits(pattern: str) -> bool:
+    """Whether a regex spells digits (``\\d`` is any layer, not a given one)."""
+    return bool(_DIGIT.search(pattern.replace("\\d", "")))
+
+
+def _compile(pattern: str, field: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ModelConfigError(field, f"regex entry {pattern!r} does not compile: {exc}") from exc
+
+
+def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str]:
+    """The ledger's module kinds a regex exclusion leaves unquantized in every layer: its
+    matches among :data:`_VLLM_MODULES` under layer 0's prefixes, and ``lm_head``
+    (``anchored``: ``re.match``, compressed-tensors; else ``re.search``, AutoRound's INC).
+    Refused: a pattern with digits (it may select layers), one that does not compile, and one
+    that matches some shards of a fused linear but not the others (vLLM raises at load)."""
+    if _names_digits(pattern):
         raise ModelConfigError(
             field, f"regex entry {pattern!r} names digits (layers?): not sized per layer"
         )
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise ModelConfigError(field, f"regex entry {pattern!r} does not compile: {exc}") from exc
-    prefixes = ("model.layers.0.", "model.language_model.layers.0.")
-    raw = {
-        _unpacked_module_kind(prefixes[0] + path)[1]
-        for path in _VLLM_MODULES
-        if any(rx.search(p + path) for p in prefixes)
-    }
+    rx = _compile(pattern, field)
+    hit = rx.match if anchored else rx.search
+    prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
+    raw = {name for path, name in _VLLM_MODULES if any(hit(p + path) for p in prefixes)}
     for fused, shards in FUSED_SHARDS:
         if raw & set(shards) and not set(shards) <= raw:
             raise ModelConfigError(
@@ -312,7 +356,7 @@ def _regex_modules(pattern: str, field: str) -> list[str]:
                 f"{fused} ({', '.join(shards)}) unquantized and not the others",
             )
     found = sorted({_PACKED_GDN.get(r, r) for r in raw})
-    return ["lm_head", *found] if rx.search("lm_head") else found
+    return ["lm_head", *found] if hit("lm_head") else found
 
 
 def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
@@ -549,6 +593,8 @@ FUSED_SHARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared_expert.gate_up_proj", ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj")),
     ("in_proj_qkvz", ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z")),
     ("in_proj_ba", ("linear_attn.in_proj_b", "linear_attn.in_proj_a")),
+    # DeepSeek-V2/V3 with a q LoRA rank (models/deepseek_v2.py, 0.25.0)
+    ("fused_qkv_a_proj", ("attn.q_a_proj", "attn.kv_a_proj_with_mqa")),
 )
 
 
@@ -723,26 +769,52 @@ def quantized_copies(q: Quantization, tensor: Tensor, span: range | None = None)
         return 0
     named: set[int] = set()
     for pattern in q.excluded:
-        if not _excludes(pattern, tensor.name):
-            continue
-        if layers is None or "layers" not in pattern:
+        hits = _pattern_layers(pattern, tensor.name, layers)
+        if hits is None:
             return 0
-        # f".{i}." in pattern: dot-delimited digits, spelt without leading zeros
-        named.update(int(m) for m in _LAYER_INDEX.findall(pattern) if str(int(m)) == m)
+        named |= hits
     if layers is None or not named:
         return copies
     return copies - sum(1 for i in named if i in layers)
 
 
+@functools.lru_cache(maxsize=1024)
+def _vllm_paths(name: str) -> tuple[str, ...]:
+    """vLLM's module paths (after the layer prefix) loaded into the ledger's tensor ``name``."""
+    return tuple(p for p, raw in _VLLM_MODULES if _PACKED_GDN.get(raw, raw) == name)
+
+
+def _pattern_layers(pattern: str, name: str, layers: LayerSet | None) -> set[int] | None:
+    """The copies of the ledger's tensor ``name`` (in ``layers``; None: a tensor outside the
+    decoder layers) an exclusion pattern names: None for every copy, else the layer indices
+    (possibly none). A module path names the layers it spells (".3."; without any, every
+    layer); a compressed-tensors ``re:`` pattern with digits is ``re.match``ed against each
+    layer's vLLM module paths (:func:`_excluded` reads the ones without digits)."""
+    if pattern.startswith("re:"):
+        rx = _compile(pattern[3:], "quantization_config.ignore")
+        if layers is None:
+            return None if name == "lm_head" and rx.match("lm_head") else set()
+        paths = _vllm_paths(name)
+        return {
+            i
+            for i in layers
+            if any(rx.match(pre.format(i) + p) for p in paths for pre in _LAYER_PREFIXES)
+        }
+    if not _excludes(pattern, name):
+        return set()
+    if layers is None or "layers" not in pattern:
+        return None
+    # f".{i}." in pattern: dot-delimited digits, spelt without leading zeros
+    return {int(m) for m in _LAYER_INDEX.findall(pattern) if str(int(m)) == m}
+
+
 def _excluded_at(q: Quantization, tensor: Tensor, layer: int) -> bool:
     """Whether ``q``'s exclusions leave ``tensor``'s copy in ``layer`` unquantized (the rule of
     :func:`quantized_copies` for one layer)."""
+    one = LayerSet((range(layer, layer + 1),))
     for pattern in q.excluded:
-        if not _excludes(pattern, tensor.name):
-            continue
-        if "layers" not in pattern:
-            return True
-        if any(str(int(m)) == m and int(m) == layer for m in _LAYER_INDEX.findall(pattern)):
+        hits = _pattern_layers(pattern, tensor.name, one)
+        if hits is None or layer in hits:
             return True
     return False
 
