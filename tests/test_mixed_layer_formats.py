@@ -274,3 +274,79 @@ def test_kimi_k25_published_ignore_list() -> None:
     assert w["attention"] == 61 * (mla + kv_b) * 2
     assert w["shared_experts"] == 60 * 3 * hid * 2048 * 2
     assert w["mlp"] == 3 * hid * 18432 * 2
+
+
+def _gptq(**rules: Any) -> dict[str, Any]:
+    return {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+        **rules,
+    }
+
+
+def test_gptq_modules_in_block_to_quantize() -> None:
+    """is_layer_gptq_quantized (quantization/utils/gptq_utils.py, 0.25.0): a linear is GPTQ
+    only where an entry of ``modules_in_block_to_quantize`` is a substring of its path; the
+    shards of a fused linear must agree. The GPTQ layout is INC's (qweight, scales, qzeros,
+    g_idx), so ``wna16`` above sizes it."""
+    everything = [
+        ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"],
+        ["self_attn.o_proj"],
+        ["mlp.up_proj", "mlp.gate_proj"],
+        ["mlp.down_proj"],
+    ]
+    plain = _llama(_gptq(), "gptq")
+    listed = _llama(_gptq(modules_in_block_to_quantize=everything), "gptq-all")
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    assert weight_breakdown(listed, 1, 1, 0, 2, listed.quantization).by_group == wp
+    assert wp["mlp"] == 32 * (2 * wna16(FF, H) + wna16(H, FF))
+    no_down = _llama(_gptq(modules_in_block_to_quantize=everything[:3]), "gptq-no-down")
+    wn = weight_breakdown(no_down, 1, 1, 0, 2, no_down.quantization).by_group
+    assert wn["mlp"] == 32 * (2 * wna16(FF, H) + H * FF * 2)
+    with pytest.raises(ModelConfigError, match="some but not all shards of qkv_proj"):
+        _llama(_gptq(modules_in_block_to_quantize=["self_attn.q_proj"]), "gptq-q")
+    with pytest.raises(ModelConfigError, match="names a layer"):
+        _llama(_gptq(modules_in_block_to_quantize=["model.layers.0.mlp.down_proj"]), "g0")
+
+
+def test_gptq_blocks_leave_gated_deltanet_unquantized() -> None:
+    """A Qwen3.5 GPTQ checkpoint whose block list names attention and MLP only keeps the Gated
+    DeltaNet projections in bf16: the GDN layers' weights are the unquantized model's."""
+    _, cfg = load_config("Qwen/Qwen3.5-27B")
+    blocks = [
+        ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+        ["self_attn.o_proj"],
+        ["mlp.gate_proj", "mlp.up_proj"],
+        ["mlp.down_proj"],
+    ]
+    bf16 = model_from_dict(cfg, "q35")
+    gq = model_from_dict(
+        {**cfg, "quantization_config": _gptq(modules_in_block_to_quantize=blocks)}, "q35-gptq"
+    )
+    wb = weight_breakdown(bf16, 1, 1, 0, 2, None).by_group
+    wg = weight_breakdown(gq, 1, 1, 0, 2, gq.quantization).by_group
+    assert wg["mamba"] == wb["mamba"]
+    assert wg["mlp"] < wb["mlp"] / 3
+
+
+def test_gptq_dynamic_rules() -> None:
+    """get_dynamic_override: the first rule whose regex re.matches vLLM's fused module path
+    decides; -: leaves it unquantized, +: overrides its bits / group_size."""
+    skip = _llama(_gptq(dynamic={r"-:.*mlp\.down_proj": {}}), "gd-skip")
+    w = weight_breakdown(skip, 1, 1, 0, 2, skip.quantization).by_group
+    assert w["mlp"] == 32 * (2 * wna16(FF, H) + H * FF * 2)
+    eight = _llama(_gptq(dynamic={r"+:.*down_proj": {"bits": 8, "group_size": 64}}), "gd-8")
+    w8 = weight_breakdown(eight, 1, 1, 0, 2, eight.quantization).by_group
+    assert w8["mlp"] == 32 * (2 * wna16(FF, H) + wna16(H, FF, 8, 64))
+    first = _llama(_gptq(dynamic={r"-:.*down": {}, r"+:.*down_proj": {"bits": 8}}), "gd-first")
+    wf = weight_breakdown(first, 1, 1, 0, 2, first.quantization).by_group
+    assert wf["mlp"] == w["mlp"]
+    # the fused gate_up_proj is one module to the rules: gate and up go together
+    gu = _llama(_gptq(dynamic={r"-:.*gate_up_proj": {}}), "gd-gu")
+    wg = weight_breakdown(gu, 1, 1, 0, 2, gu.quantization).by_group
+    assert wg["mlp"] == 32 * (2 * FF * H * 2 + wna16(H, FF))
+    with pytest.raises(ModelConfigError, match="digits"):
+        _llama(_gptq(dynamic={r"+:.*\.(?:1[0-5])\..*": {"bits": 8}}), "gd-layers")

@@ -115,9 +115,11 @@ def _catalog_shape(name_or_path: str, quantization: str | None) -> ModelShape:
 def model_from_dict(
     config: Mapping[str, Any], name: str = "inline", quantization: str | None = None
 ) -> ModelShape:
-    """The shape of an inline config (memoised by content), within :mod:`.limits`."""
+    """The shape of an inline config (memoised by content), within :mod:`.limits`. The memo key
+    keeps the config's key order: it is meaningful where a config lists rules (GPTQ's
+    ``dynamic``: the first matching rule decides)."""
     check_config(config)
-    return _dict_shape(json.dumps(config, sort_keys=True, default=str), name, quantization)
+    return _dict_shape(json.dumps(config, default=str), name, quantization)
 
 
 @lru_cache(maxsize=64)

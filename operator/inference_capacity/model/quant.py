@@ -223,7 +223,7 @@ def parse_quantization(
     if base in ("gptq", "awq"):
         bits = int(cfg.get("bits", cfg.get("w_bit", 4)))
         g = int(cfg.get("group_size", cfg.get("q_group_size", 128)))
-        return Quantization(
+        q = Quantization(
             method=base,
             weight_bits=bits,
             group_size=g if g > 0 else 0,
@@ -232,6 +232,7 @@ def parse_quantization(
             g_idx=base == "gptq",
             excluded=_excluded(cfg),
         )
+        return _gptq_module_rules(cfg, q) if base == "gptq" else q
     if base == "compressed-tensors":
         return _compressed_tensors(cfg)
     if base == "mxfp4":
@@ -254,6 +255,114 @@ def parse_quantization(
         "quantization_config.quant_method",
         f"unsupported quantization {method!r}; supported: {', '.join(KNOWN_METHODS)}",
     )
+
+
+# --- GPTQ per-module rules -----------------------------------------------------------------
+
+#: vLLM's linear and MoE module prefixes of a decoder layer (after ``layers.N.``), fused as
+#: vLLM builds them, and the ledger's tensors each holds: what GPTQ's ``dynamic`` rules are
+#: ``re.match``ed against (``get_dynamic_override``, quantization/utils/gptq_utils.py, 0.25.0)
+_VLLM_FUSED_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("self_attn.qkv_proj", ("attn.q_proj", "attn.k_proj", "attn.v_proj")),
+    ("self_attn.o_proj", ("attn.o_proj",)),
+    ("self_attn.fused_qkv_a_proj", ("attn.q_a_proj", "attn.kv_a_proj_with_mqa")),
+    ("self_attn.q_b_proj", ("attn.q_b_proj",)),
+    ("self_attn.kv_b_proj", ("attn.kv_b_proj",)),
+    ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+    ("mlp.down_proj", ("mlp.down_proj",)),
+    ("mlp.experts", ("mlp.experts",)),
+    (
+        "mlp.shared_expert.gate_up_proj",
+        ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj"),
+    ),
+    ("mlp.shared_expert.down_proj", ("mlp.shared_experts.down_proj",)),
+    ("linear_attn.in_proj_qkvz", ("linear_attn.in_proj_qkvz",)),
+    ("linear_attn.in_proj_ba", ("linear_attn.in_proj_ba",)),
+    ("linear_attn.out_proj", ("linear_attn.out_proj",)),
+    ("mixer.in_proj", ("mixer.in_proj",)),
+    ("mixer.out_proj", ("mixer.out_proj",)),
+)
+
+
+#: a module path naming one layer ("model.layers.3.mlp"); expert indices are not layers
+_NAMES_LAYER = re.compile(r"(?:^|\.)layers\.\d")
+
+
+def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
+    """GPTQ's per-module rules, as ``get_linear_quant_method`` / ``get_moe_quant_method``
+    (quantization/utils/gptq_utils.py and auto_gptq.py, 0.25.0) apply them:
+
+    * ``modules_in_block_to_quantize`` (a list, or a list of lists): a linear is quantized
+      only where an entry is a substring of its module path (``is_layer_gptq_quantized``; the
+      shards of a fused linear must agree, else vLLM raises); the experts are not subject to
+      it;
+    * ``dynamic``: the first rule whose regex ``re.match``es vLLM's (fused) module path
+      decides: ``-:`` leaves the module unquantized, ``+:`` (or none) overrides its ``bits`` /
+      ``group_size``.
+
+    Entries and rules are read per module kind; one with digits (it may name layers) is
+    refused, as is a rule that does not compile or an override the ledger does not size."""
+    blocks_raw = cfg.get("modules_in_block_to_quantize")
+    dynamic = cfg.get("dynamic") or {}
+    if not blocks_raw and not dynamic:
+        return q
+    excluded = list(q.excluded)
+    kinds: dict[str, Quantization] = {}
+    prefix = "model.layers.0."
+    if blocks_raw:
+        field = "quantization_config.modules_in_block_to_quantize"
+        if not isinstance(blocks_raw, list):
+            raise ModelConfigError(field, "must be a list (or a list of lists) of module names")
+        blocks = [str(x) for e in blocks_raw for x in (e if isinstance(e, list) else [e])]
+        by_layer = [b for b in blocks if _NAMES_LAYER.search(b)]
+        if by_layer:
+            raise ModelConfigError(field, f"{by_layer[0]!r} names a layer: not sized per layer")
+        kept = {name for path, name in _VLLM_MODULES if any(b in prefix + path for b in blocks)}
+        for fused, shards in FUSED_SHARDS:
+            if kept & set(shards) and not set(shards) <= kept:
+                raise ModelConfigError(
+                    field,
+                    f"vLLM refuses it: Detected some but not all shards of {fused} "
+                    f"({', '.join(shards)}) are quantized",
+                )
+        expert_kinds = {"mlp.experts.w13", "mlp.experts.w2"}
+        dropped = {n for _, n in _VLLM_MODULES if n not in kept and n not in expert_kinds}
+        excluded += sorted({_PACKED_GDN.get(n, n) for n in dropped})
+    if dynamic:
+        if not isinstance(dynamic, Mapping):
+            raise ModelConfigError("quantization_config.dynamic", "must be an object")
+        decided: set[str] = set()
+        for rule, override in dynamic.items():
+            field = f"quantization_config.dynamic.{rule}"
+            pattern = str(rule)
+            negative = pattern.startswith("-:")
+            pattern = pattern[2:] if pattern[:2] in ("-:", "+:") else pattern
+            if _names_digits(pattern):
+                raise ModelConfigError(field, "a rule with digits may name layers: not sized")
+            rx = _compile(pattern, field)
+            for path, names in _VLLM_FUSED_MODULES:
+                if path in decided or not rx.match(prefix + path):
+                    continue
+                decided.add(path)  # the first matching rule decides (get_dynamic_override)
+                if negative:
+                    excluded += list(names)
+                    continue
+                o = override if isinstance(override, Mapping) else {}
+                unknown = set(o) - {"bits", "group_size", "desc_act", "sym"}
+                if unknown:
+                    raise ModelConfigError(field, f"override keys {sorted(unknown)} not sized")
+                b = int(o.get("bits", q.weight_bits))
+                gs = int(o.get("group_size", q.group_size if q.group_size > 0 else -1))
+                fmt = replace(q, weight_bits=b, group_size=gs if gs > 0 else 0, excluded=())
+                if fmt != replace(q, excluded=()):
+                    kinds.update({n: fmt for n in names})
+            if negative and rx.match("lm_head"):
+                excluded.append("lm_head")
+    out = replace(q, excluded=tuple(excluded))
+    if kinds:
+        default = replace(q, excluded=())
+        out = replace(out, layer_formats=(("*", default), *sorted(kinds.items())))
+    return out
 
 
 # --- AutoRound -------------------------------------------------------------------------------
@@ -731,7 +840,9 @@ def _named_in_formats(q: Quantization, tensor: Tensor) -> bool:
 def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> list[str]:
     """Mixed-precision module kinds that name no quantizable tensor of the model (the ledger
     would silently weigh them in the model dtype)."""
-    if q is None or not (q.layer_formats or q.layer_overrides):
+    if q is None or not (q.layer_formats or q.layer_overrides) or q.method == "gptq":
+        # GPTQ's per-module formats come from vLLM's module list matched by its rules, not
+        # from names in the checkpoint: a kind the model lacks is simply not there
         return []
     names = [t.name for t in tensors if t.quantizable or t.name == "lm_head"]
     kinds = [name for name, _ in q.layer_formats]
