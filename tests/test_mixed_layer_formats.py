@@ -350,3 +350,29 @@ def test_gptq_dynamic_rules() -> None:
     assert wg["mlp"] == 32 * (2 * FF * H * 2 + wna16(H, FF))
     with pytest.raises(ModelConfigError, match="digits"):
         _llama(_gptq(dynamic={r"+:.*\.(?:1[0-5])\..*": {"bits": 8}}), "gd-layers")
+
+
+def test_compressed_tensors_regex_targets() -> None:
+    """find_matched_target (compressed_tensors/utils.py, 0.25.0): a layer's own name or a
+    regex target first, then the module class (``Linear``). FP8 per-channel MLP by regex, the
+    other linears W4A16; a regex-only group leaves the linears it does not name unquantized."""
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "channel"}
+    qc = _ct_w4a16(["lm_head"])
+    qc["config_groups"] = {
+        **qc["config_groups"],
+        "group_1": {"weights": fp8, "targets": [r"re:.*mlp\..*"]},
+    }
+    shape = _llama(qc, "ct-rx-mlp")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+
+    def fp8c(rows: int, cols: int) -> int:  # e4m3 + a float32 scale per output row
+        return rows * cols + rows * 4
+
+    assert w["mlp"] == 32 * (2 * fp8c(FF, H) + fp8c(H, FF))
+    assert w["attention"] == 32 * (2 * ct4(H, H) + 2 * ct4(1024, H))
+    only = _ct_w4a16(["lm_head"])
+    only["config_groups"]["group_0"]["targets"] = [r"re:.*self_attn\..*"]
+    s2 = _llama(only, "ct-rx-attn")
+    w2 = weight_breakdown(s2, 1, 1, 0, 2, s2.quantization).by_group
+    assert w2["attention"] == w["attention"]
+    assert w2["mlp"] == 32 * 3 * FF * H * 2

@@ -62,17 +62,34 @@ def _compressed_tensors(cfg: Mapping[str, Any]) -> Quantization:
     groups = cfg.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise ModelConfigError("quantization_config.config_groups", "compressed-tensors needs it")
-    if len(groups) > 1:
+    first = next(iter(groups.values()))
+    targets = first.get("targets") if isinstance(first, Mapping) else None
+    listed = [str(t) for t in targets] if isinstance(targets, list) else []
+    if len(groups) > 1 or (any(t.startswith("re:") for t in listed) and "Linear" not in listed):
         return _compressed_tensors_groups(cfg, groups)
-    return _compressed_tensors_group(cfg, next(iter(groups.values())))
+    return _compressed_tensors_group(cfg, first)
+
+
+def _ct_target_kinds(target: str, field: str) -> list[str]:
+    """The ledger's module kinds a compressed-tensors target names ("*": ``Linear``, which
+    vLLM matches against the module's class name): a module path, or an ``re:`` regex
+    ``re.match``ed against vLLM's module paths (``find_matched_target``,
+    compressed_tensors/utils.py, 0.25.0: names and regexes first, then the class name, so a
+    named module wins over ``Linear``)."""
+    if target == "Linear":
+        return ["*"]
+    if target.startswith("re:"):
+        return [k for k in _regex_modules(target[3:], field, anchored=True) if k != "lm_head"]
+    return [module_kind(target)[1]]
 
 
 def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]) -> Quantization:
-    """Several config groups (compressed_tensors.py::CompressedTensorsConfig.
-    _get_scheme_from_parts matches a layer to the group whose ``targets`` name it, 0.25.0):
-    one format per module kind when every target is a module path or ``Linear`` (the
-    default for linears no other group names); regex targets are refused."""
+    """Several config groups, or one whose targets are regexes
+    (compressed_tensors.py::CompressedTensorsConfig._get_scheme_from_parts matches a layer to
+    the group whose ``targets`` name it, 0.25.0): one format per module kind
+    (:func:`_ct_target_kinds`); a linear no group names stays unquantized."""
     kinds: dict[str, Quantization] = {}
+    named: list[str] = []
     for gname, group in groups.items():
         fmt = _compressed_tensors_group(cfg, group)
         targets = group.get("targets") if isinstance(group, Mapping) else None
@@ -80,25 +97,25 @@ def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]
             raise ModelConfigError(
                 f"quantization_config.config_groups.{gname}.targets", "missing or empty"
             )
+        field = f"quantization_config.config_groups.{gname}.targets"
         for target in targets:
-            t = str(target)
-            if t.startswith("re:"):
-                raise ModelConfigError(
-                    f"quantization_config.config_groups.{gname}.targets",
-                    f"regex target {t!r} with several groups: not sized per tensor",
-                )
-            name = "*" if t == "Linear" else module_kind(t)[1]
-            prev = kinds.setdefault(name, fmt)
-            if prev != fmt:
-                raise ModelConfigError(
-                    f"quantization_config.config_groups.{gname}.targets",
-                    f"{name} has different schemes in different layers or groups",
-                )
+            if not str(target).startswith("re:"):
+                named += _ct_target_kinds(str(target), field)
+            for name in _ct_target_kinds(str(target), field):
+                if kinds.setdefault(name, fmt) != fmt:
+                    raise ModelConfigError(
+                        field, f"{name} has different schemes in different layers or groups"
+                    )
+    if not kinds:
+        raise ModelConfigError(
+            "quantization_config.config_groups", "no target names a linear the ledger holds"
+        )
     first = next(iter(kinds.values()))
     return replace(
         first,
         weight_bits=min(f.weight_bits for f in kinds.values()),
         layer_formats=tuple(sorted(kinds.items())),
+        named_kinds=tuple(named),
     )
 
 
@@ -361,7 +378,7 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
     out = replace(q, excluded=tuple(excluded))
     if kinds:
         default = replace(q, excluded=())
-        out = replace(out, layer_formats=(("*", default), *sorted(kinds.items())))
+        out = replace(out, layer_formats=(("*", default), *sorted(kinds.items())), named_kinds=())
     return out
 
 
@@ -443,6 +460,23 @@ def _compile(pattern: str, field: str) -> re.Pattern[str]:
         raise ModelConfigError(field, f"regex entry {pattern!r} does not compile: {exc}") from exc
 
 
+#: a fused MoE layer's projections by the module paths of its first expert (Qwen/DeepSeek,
+#: Mixtral), all of which vLLM requires in one scheme (``CompressedTensorsMoEMethod.
+#: get_moe_method``, INC's fused-MoE check)
+_EXPERT_PROJECTIONS = (
+    ("gate", ("mlp.experts.0.gate_proj", "block_sparse_moe.experts.0.w1")),
+    ("up", ("mlp.experts.0.up_proj", "block_sparse_moe.experts.0.w3")),
+    ("down", ("mlp.experts.0.down_proj", "block_sparse_moe.experts.0.w2")),
+)
+
+
+def _shards_of(name: str) -> list[str]:
+    """The :data:`_VLLM_MODULES` names a ledger tensor kind is loaded from."""
+    if name == "mlp.experts":
+        return ["mlp.experts.w13", "mlp.experts.w2"]
+    return [raw for raw, packed in _PACKED_GDN.items() if packed == name] or [name]
+
+
 def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str]:
     """The ledger's module kinds a regex exclusion leaves unquantized in every layer: its
     matches among :data:`_VLLM_MODULES` under layer 0's prefixes, and ``lm_head``
@@ -457,6 +491,23 @@ def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str
     hit = rx.match if anchored else rx.search
     prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
     raw = {name for path, name in _VLLM_MODULES if any(hit(p + path) for p in prefixes)}
+    fused_hits = set()
+    for path, names in _VLLM_FUSED_MODULES:  # vLLM's own (fused) module names match too
+        if any(hit(p + path) for p in prefixes):
+            fused_hits.add(path)
+            raw.update(r for n in names for r in _shards_of(n))
+    projs = {
+        proj
+        for proj, paths in _EXPERT_PROJECTIONS
+        if any(hit(p + path) for path in paths for p in prefixes)
+    }
+    if projs and len(projs) < len(_EXPERT_PROJECTIONS) and "mlp.experts" not in fused_hits:
+        raise ModelConfigError(
+            field,
+            f"vLLM refuses it: regex entry {pattern!r} names the experts' "
+            f"{'/'.join(sorted(projs))} projections and not the others (all MoE projections "
+            "need the same quantization scheme)",
+        )
     for fused, shards in FUSED_SHARDS:
         if raw & set(shards) and not set(shards) <= raw:
             raise ModelConfigError(
@@ -840,13 +891,13 @@ def _named_in_formats(q: Quantization, tensor: Tensor) -> bool:
 def unmatched_layer_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> list[str]:
     """Mixed-precision module kinds that name no quantizable tensor of the model (the ledger
     would silently weigh them in the model dtype)."""
-    if q is None or not (q.layer_formats or q.layer_overrides) or q.method == "gptq":
-        # GPTQ's per-module formats come from vLLM's module list matched by its rules, not
-        # from names in the checkpoint: a kind the model lacks is simply not there
+    if q is None or not (q.layer_formats or q.layer_overrides):
         return []
     names = [t.name for t in tensors if t.quantizable or t.name == "lm_head"]
     kinds = [name for name, _ in q.layer_formats]
     kinds += [name for name, _, fmt in q.layer_overrides if fmt is not None]
+    if q.named_kinds is not None:
+        kinds = [k for k in kinds if k in q.named_kinds]
     return sorted(
         {
             name

@@ -267,6 +267,10 @@ class Quantization:
     #: True (ModelOpt MIXED_PRECISION): a module kind with per-layer entries is quantized only
     #: in the layers they list; False (AutoRound): the other layers keep the default format
     overrides_only: bool = False
+    #: the module kinds of ``layer_formats`` the checkpoint names itself, which must name a
+    #: tensor of the model (model/quant.py::unmatched_layer_formats); None: all of them. Kinds
+    #: a regex matched among vLLM's module names need not exist in every model
+    named_kinds: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
