@@ -335,13 +335,12 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
         if by_layer:
             raise ModelConfigError(field, f"{by_layer[0]!r} names a layer: not sized per layer")
         kept = {name for path, name in _VLLM_MODULES if any(b in prefix + path for b in blocks)}
-        for fused, shards in FUSED_SHARDS:
-            if kept & set(shards) and not set(shards) <= kept:
-                raise ModelConfigError(
-                    field,
-                    f"vLLM refuses it: Detected some but not all shards of {fused} "
-                    f"({', '.join(shards)}) are quantized",
-                )
+        if split := _partial_fused(kept):
+            raise ModelConfigError(
+                field,
+                f"vLLM refuses it: Detected some but not all shards of {split[0]} "
+                f"({', '.join(split[1])}) are quantized",
+            )
         expert_kinds = {"mlp.experts.w13", "mlp.experts.w2"}
         dropped = {n for _, n in _VLLM_MODULES if n not in kept and n not in expert_kinds}
         excluded += sorted({_PACKED_GDN.get(n, n) for n in dropped})
@@ -508,13 +507,12 @@ def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str
             f"{'/'.join(sorted(projs))} projections and not the others (all MoE projections "
             "need the same quantization scheme)",
         )
-    for fused, shards in FUSED_SHARDS:
-        if raw & set(shards) and not set(shards) <= raw:
-            raise ModelConfigError(
-                field,
-                f"vLLM refuses it: regex entry {pattern!r} leaves some shards of the fused "
-                f"{fused} ({', '.join(shards)}) unquantized and not the others",
-            )
+    if split := _partial_fused(raw):
+        raise ModelConfigError(
+            field,
+            f"vLLM refuses it: regex entry {pattern!r} names some shards of the fused "
+            f"{split[0]} ({', '.join(split[1])}) and not the others",
+        )
     found = sorted({_PACKED_GDN.get(r, r) for r in raw})
     return ["lm_head", *found] if hit("lm_head") else found
 
@@ -756,6 +754,12 @@ FUSED_SHARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # DeepSeek-V2/V3 with a q LoRA rank (models/deepseek_v2.py, 0.25.0)
     ("fused_qkv_a_proj", ("attn.q_a_proj", "attn.kv_a_proj_with_mqa")),
 )
+
+
+def _partial_fused(names: set[str]) -> tuple[str, tuple[str, ...]] | None:
+    """The first fused linear (:data:`FUSED_SHARDS`) of which ``names`` hold some shards but
+    not all: a config vLLM refuses at load."""
+    return next((g for g in FUSED_SHARDS if names & set(g[1]) and not set(g[1]) <= names), None)
 
 
 def _fused_group(name: str) -> tuple[str, tuple[str, ...]] | None:
