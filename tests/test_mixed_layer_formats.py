@@ -3,8 +3,9 @@
 vLLM resolves a format per layer, not per module kind:
 
 * AutoRound (``quant_method: auto-round``, vLLM's INC method): ``INCConfigParser._resolve_raw``
-  (inc/config_parser.py, 0.24.0/0.25.0) gives an ``extra_config`` entry naming one layer's module
-  its own bits and group size (>= 16 bits: unquantized); the shards of one fused linear
+  (inc/config_parser.py, 0.24.0/0.25.0; ``INCConfig.get_layer_config``, inc.py, 0.20.0) gives
+  an ``extra_config`` entry naming one layer's module its own bits and group size (>= 16 bits:
+  unquantized); the shards of one fused linear
   (``packed_modules_mapping``: qkv_proj, gate_up_proj, Qwen3.5's in_proj_qkvz / in_proj_ba) and
   the experts of one fused MoE layer must resolve to one config, else it raises ValueError
   ("Fused module ... requires consistent quant config", "Fused MoE layer ... requires consistent

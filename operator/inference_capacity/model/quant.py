@@ -524,8 +524,9 @@ def _auto_round(cfg: Mapping[str, Any]) -> Quantization:
     post-load kernel repacking is not modelled, which over-counts the small qzeros/g_idx).
 
     ``extra_config`` gives layers their own width (``INCConfigParser._resolve_raw``,
-    inc/config_parser.py, 0.24.0/0.25.0): an entry naming one layer's module is that copy's
-    bits and group size (>= 16 bits: unquantized), sized per layer (``layer_overrides``). As
+    inc/config_parser.py, 0.24.0/0.25.0; ``INCConfig.get_layer_config``, inc.py, 0.20.0): an
+    entry naming one layer's module is that copy's bits and group size (>= 16 bits:
+    unquantized), sized per layer (``layer_overrides``). As
     vLLM does, the shards of one fused linear (q/k/v, gate/up, the Gated DeltaNet
     projections) must resolve to one width, and so must the experts of one fused MoE layer:
     vLLM raises at load otherwise, and so does this. Entries without a layer (or regex
