@@ -377,3 +377,44 @@ def test_compressed_tensors_regex_targets() -> None:
     w2 = weight_breakdown(s2, 1, 1, 0, 2, s2.quantization).by_group
     assert w2["attention"] == w["attention"]
     assert w2["mlp"] == 32 * 3 * FF * H * 2
+
+
+def awq4(rows: int, cols: int) -> int:
+    """AWQ 4-bit, group 128 (AWQLinearMethod.create_weights): packed qweight, model-dtype
+    scales and packed zeros per group."""
+    groups = cols // 128
+    return rows * cols // 2 + groups * rows * 2 + groups * rows // 2
+
+
+def _awq(skip: list[str] | None) -> dict[str, Any]:
+    qc: dict[str, Any] = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    if skip is not None:
+        qc["modules_to_not_convert"] = skip
+    return qc
+
+
+def test_awq_modules_to_not_convert_are_substrings() -> None:
+    """is_layer_skipped(..., skip_with_substr=True) (quant_utils.py, from auto_awq.py, 0.25.0):
+    an entry skips every module path it is a substring of, the fused linear's own name first:
+    "mlp.gate" is in "mlp.gate_up_proj", so gate and up stay bf16, down stays AWQ."""
+    plain = _llama(_awq(None), "awq")
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    assert wp["mlp"] == 32 * (2 * awq4(FF, H) + awq4(H, FF))
+    gate = _llama(_awq(["mlp.gate"]), "awq-gate")
+    wg = weight_breakdown(gate, 1, 1, 0, 2, gate.quantization).by_group
+    assert wg["mlp"] == 32 * (2 * FF * H * 2 + awq4(H, FF))
+    assert wg["attention"] == wp["attention"]
+    # one layer's path: that layer's copies
+    one = _llama(_awq(["model.layers.0.mlp.down_proj"]), "awq-l0")
+    wo = weight_breakdown(one, 1, 1, 0, 2, one.quantization).by_group
+    assert wo["mlp"] == wp["mlp"] + H * FF * 2 - awq4(H, FF)
+    with pytest.raises(ModelConfigError, match="some but not all shards of qkv_proj"):
+        _llama(_awq(["q_proj"]), "awq-q")
+    # Qwen3-30B-A3B: "mlp.gate" names the router, not the experts' fused path "mlp.experts"
+    _, cfg = load_config("Qwen/Qwen3-30B-A3B")
+    moe = model_from_dict({**cfg, "quantization_config": _awq(["mlp.gate"])}, "awq-moe")
+    moe0 = model_from_dict({**cfg, "quantization_config": _awq(None)}, "awq-moe0")
+    wm = weight_breakdown(moe, 1, 1, 0, 2, moe.quantization).by_group
+    assert (
+        wm["experts"] == weight_breakdown(moe0, 1, 1, 0, 2, moe0.quantization).by_group["experts"]
+    )

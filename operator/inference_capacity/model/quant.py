@@ -247,7 +247,7 @@ def parse_quantization(
             scale_bytes=2,
             zero_points=True,
             g_idx=base == "gptq",
-            excluded=_excluded(cfg),
+            excluded=_excluded(cfg) if base == "gptq" else _awq_excluded(cfg),
         )
         return _gptq_module_rules(cfg, q) if base == "gptq" else q
     if base == "compressed-tensors":
@@ -272,6 +272,40 @@ def parse_quantization(
         "quantization_config.quant_method",
         f"unsupported quantization {method!r}; supported: {', '.join(KNOWN_METHODS)}",
     )
+
+
+def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """AWQ's ``modules_to_not_convert``, read as vLLM reads it: an entry is a **substring** of
+    the module paths it skips (``is_layer_skipped(..., skip_with_substr=True)``,
+    quantization/utils/quant_utils.py, called from auto_awq.py, 0.25.0; before,
+    ``is_layer_skipped_awq``: ``module_name in prefix``). vLLM tests a fused linear's own
+    name first (``mlp.gate`` skips ``gate_up_proj`` whole), then its shards, which must agree
+    (else it raises); the experts by their fused module path. An entry naming a layer stays a
+    path (the copies of that layer)."""
+    field = "quantization_config.modules_to_not_convert"
+    out: list[str] = []
+    prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
+    for entry in _excluded(cfg):
+        if _NAMES_LAYER.search(entry):
+            out.append(entry)
+            continue
+        raw = {
+            name
+            for path, name in _VLLM_MODULES
+            if "experts.0." not in path and any(entry in p + path for p in prefixes)
+        }
+        for path, names in _VLLM_FUSED_MODULES:
+            if any(entry in p + path for p in prefixes):
+                raw.update(r for n in names for r in _shards_of(n))
+        if split := _partial_fused(raw):
+            raise ModelConfigError(
+                field,
+                f"vLLM refuses it: {entry!r} skips some but not all shards of {split[0]} "
+                f"({', '.join(split[1])})",
+            )
+        out += ["lm_head"] if entry in "lm_head" else []
+        out += sorted({_PACKED_GDN.get(r, r) for r in raw})
+    return tuple(out)
 
 
 # --- GPTQ per-module rules -----------------------------------------------------------------
