@@ -418,3 +418,18 @@ def test_awq_modules_to_not_convert_are_substrings() -> None:
     assert (
         wm["experts"] == weight_breakdown(moe0, 1, 1, 0, 2, moe0.quantization).by_group["experts"]
     )
+
+
+def test_fp8_exclusions_by_fused_name_and_partial_shards() -> None:
+    """is_layer_skipped (quant_utils.py, 0.25.0) for FP8: a fused linear's own name in the
+    list skips all its shards; a layer listing some shards of one fused linear is refused
+    (vLLM: "Detected some but not all shards ... are quantized")."""
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    plain = _llama(fp8, "fp8")
+    fused = _llama({**fp8, "ignored_layers": ["model.layers.0.mlp.gate_up_proj"]}, "fp8-gu")
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    wf = weight_breakdown(fused, 1, 1, 0, 2, fused.quantization).by_group
+    # per-tensor FP8: e4m3 + one float32 scale (the ledger's count)
+    assert wf["mlp"] - wp["mlp"] == 2 * (FF * H * 2 - (FF * H + 4))
+    with pytest.raises(ModelConfigError, match=r"layers\.5\.qkv_proj"):
+        _llama({**fp8, "ignored_layers": ["model.layers.5.self_attn.k_proj"]}, "fp8-k")

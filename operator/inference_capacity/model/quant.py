@@ -36,6 +36,40 @@ ALIASES = QUANT_ALIASES
 KNOWN_METHODS = QUANT_METHODS
 
 
+def _whole_fused(names: tuple[str, ...], field: str) -> tuple[str, ...]:
+    """An exclusion list of exact module paths as FP8's ``is_layer_skipped`` and
+    compressed-tensors' ``should_ignore_layer`` read it (quantization/utils/quant_utils.py,
+    compressed_tensors/utils.py, 0.25.0): a fused linear's own name (``qkv_proj``) skips all
+    its shards (spelt out here as the shards the ledger holds); a layer listing some shards
+    of one fused linear but not the others is refused, as vLLM raises on it."""
+    out: list[str] = []
+    per_layer: dict[int, set[str]] = {}
+    # the ledger's spelling of each fused linear ("attn.qkv_proj") -> its shards
+    fused_names = {
+        shards[0].rsplit(".", 1)[0] + "." + f.rsplit(".", 1)[-1]: shards
+        for f, shards in FUSED_SHARDS
+    }
+    for name in names:
+        layer, raw = _unpacked_module_kind(name)
+        if layer is not None and raw in fused_names and not (_REGEX_CHARS & set(name)):
+            proj = raw.rsplit(".", 1)[-1]
+            shards = fused_names[raw]
+            out += [name[: len(name) - len(proj)] + s.rsplit(".", 1)[-1] for s in shards]
+            per_layer.setdefault(layer, set()).update(shards)
+            continue
+        out.append(name)
+        if layer is not None and not (_REGEX_CHARS & set(name)):
+            per_layer.setdefault(layer, set()).add(raw)
+    for layer, raws in sorted(per_layer.items()):
+        if split := _partial_fused(raws):
+            raise ModelConfigError(
+                field,
+                f"vLLM refuses it: Detected some but not all shards of layers.{layer}."
+                f"{split[0]} are quantized ({', '.join(split[1])}: list all or none)",
+            )
+    return tuple(out)
+
+
 def _excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """The config's exclusion list. A compressed-tensors ``re:`` entry is a regex vLLM
     ``re.match``es against each layer's module path (``should_ignore_layer`` /
@@ -160,7 +194,7 @@ def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantizatio
             method="compressed-tensors",
             weight_bits=bits,
             block=(int(block[0]), int(block[1])),
-            excluded=_excluded(cfg),
+            excluded=_whole_fused(_excluded(cfg), "quantization_config.ignore"),
             kv_cache_fp8=kv_fp8,
             float_format=wtype == "float",
             scope=scope,
@@ -173,7 +207,7 @@ def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantizatio
         group_size=g,
         scale_bytes=_ct_scale_bytes(bits, wtype, g),
         zero_points=not bool(weights.get("symmetric", True)),
-        excluded=_excluded(cfg),
+        excluded=_whole_fused(_excluded(cfg), "quantization_config.ignore"),
         kv_cache_fp8=kv_fp8,
         float_format=wtype == "float",
         scope=scope,
@@ -225,7 +259,7 @@ def parse_quantization(
                 method="fp8",
                 weight_bits=8,
                 block=(int(block[0]), int(block[1])),
-                excluded=_excluded(cfg),
+                excluded=_whole_fused(_excluded(cfg), "quantization_config.ignored_layers"),
                 float_format=True,
                 kv_cache_fp8=kv,
             )
@@ -233,7 +267,7 @@ def parse_quantization(
             method="fp8",
             weight_bits=8,
             group_size=-1,
-            excluded=_excluded(cfg),
+            excluded=_whole_fused(_excluded(cfg), "quantization_config.ignored_layers"),
             float_format=True,
             kv_cache_fp8=kv,
         )
