@@ -70,6 +70,16 @@ def _whole_fused(names: tuple[str, ...], field: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _exclusion_field(cfg: Mapping[str, Any]) -> str:
+    """The key a config spells its exclusion list with, for an error naming it."""
+    key = next((k for k in _EXCLUSION_KEYS if k in cfg), _EXCLUSION_KEYS[0])
+    return f"quantization_config.{key}"
+
+
+#: the keys checkpoints name their unquantized modules under (vLLM reads each method's own)
+_EXCLUSION_KEYS = ("modules_to_not_convert", "ignore", "ignored_layers", "llm_int8_skip_modules")
+
+
 def _excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """The config's exclusion list. A compressed-tensors ``re:`` entry is a regex vLLM
     ``re.match``es against each layer's module path (``should_ignore_layer`` /
@@ -78,7 +88,7 @@ def _excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     digits may name layers and stays a pattern matched layer by layer
     (:func:`_pattern_layers`)."""
     names: list[str] = []
-    for key in ("modules_to_not_convert", "ignore", "ignored_layers", "llm_int8_skip_modules"):
+    for key in _EXCLUSION_KEYS:
         value = cfg.get(key)
         if not isinstance(value, list):
             continue
@@ -133,9 +143,9 @@ def _compressed_tensors_groups(cfg: Mapping[str, Any], groups: Mapping[str, Any]
             )
         field = f"quantization_config.config_groups.{gname}.targets"
         for target in targets:
-            if not str(target).startswith("re:"):
-                named += _ct_target_kinds(str(target), field)
-            for name in _ct_target_kinds(str(target), field):
+            found = _ct_target_kinds(str(target), field)
+            named += [] if str(target).startswith("re:") else found
+            for name in found:
                 if kinds.setdefault(name, fmt) != fmt:
                     raise ModelConfigError(
                         field, f"{name} has different schemes in different layers or groups"
@@ -259,7 +269,7 @@ def parse_quantization(
                 method="fp8",
                 weight_bits=8,
                 block=(int(block[0]), int(block[1])),
-                excluded=_whole_fused(_excluded(cfg), "quantization_config.ignored_layers"),
+                excluded=_whole_fused(_excluded(cfg), _exclusion_field(cfg)),
                 float_format=True,
                 kv_cache_fp8=kv,
             )
@@ -267,7 +277,7 @@ def parse_quantization(
             method="fp8",
             weight_bits=8,
             group_size=-1,
-            excluded=_whole_fused(_excluded(cfg), "quantization_config.ignored_layers"),
+            excluded=_whole_fused(_excluded(cfg), _exclusion_field(cfg)),
             float_format=True,
             kv_cache_fp8=kv,
         )
