@@ -433,3 +433,20 @@ def test_fp8_exclusions_by_fused_name_and_partial_shards() -> None:
     assert wf["mlp"] - wp["mlp"] == 2 * (FF * H * 2 - (FF * H + 4))
     with pytest.raises(ModelConfigError, match=r"layers\.5\.qkv_proj"):
         _llama({**fp8, "ignored_layers": ["model.layers.5.self_attn.k_proj"]}, "fp8-k")
+
+
+def test_modelopt_exclude_modules_fused_names() -> None:
+    """ModelOptQuantConfigBase.is_layer_excluded (modelopt.py, 0.25.0) checks exact paths with
+    the fused mapping first (is_layer_skipped): a fused name skips its shards, a layer
+    excluding some shards of one fused linear makes vLLM raise."""
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    plain = _llama({**nvfp4, "exclude_modules": ["lm_head"]}, "mo-nvfp4")
+    fused = _llama(
+        {**nvfp4, "exclude_modules": ["lm_head", "model.layers.0.mlp.gate_up_proj"]}, "mo-gu"
+    )
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    wf = weight_breakdown(fused, 1, 1, 0, 2, fused.quantization).by_group
+    nv = FF * H // 2 + FF * H // 16  # the ledger's NVFP4 (payload + e4m3 block scales)
+    assert wf["mlp"] - wp["mlp"] == 2 * (FF * H * 2 - nv)
+    with pytest.raises(ModelConfigError, match="exclude_modules"):
+        _llama({**nvfp4, "exclude_modules": ["model.layers.2.self_attn.v_proj"]}, "mo-v")

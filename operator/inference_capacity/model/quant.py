@@ -932,7 +932,11 @@ def _modelopt(cfg: Mapping[str, Any]) -> Quantization:
         raw_excluded = inner.get("exclude_modules") or cfg.get("ignore") or []
     if not isinstance(raw_excluded, list):
         raise ModelConfigError("quantization_config.exclude_modules", "must be a list")
-    excluded = tuple(str(x) for x in raw_excluded)
+    # exact paths first (is_layer_skipped with the fused mapping, modelopt.py is_layer_excluded,
+    # 0.25.0): a fused name skips its shards, a partial list of shards makes vLLM raise
+    excluded = _whole_fused(
+        tuple(str(x) for x in raw_excluded), "quantization_config.exclude_modules"
+    )
     group_size = int(inner.get("group_size") or 16)
     kv = _modelopt_kv(cfg, inner)
     if algo == "MIXED_PRECISION":
