@@ -450,3 +450,35 @@ def test_modelopt_exclude_modules_fused_names() -> None:
     assert wf["mlp"] - wp["mlp"] == 2 * (FF * H * 2 - nv)
     with pytest.raises(ModelConfigError, match="exclude_modules"):
         _llama({**nvfp4, "exclude_modules": ["model.layers.2.self_attn.v_proj"]}, "mo-v")
+
+
+def test_bitsandbytes_skip_modules_by_path_component() -> None:
+    """is_layer_skipped_bnb (bitsandbytes.py, 0.25.0): an llm_int8_skip_modules entry equal to
+    a component of vLLM's fused module path, or to a leading part of it, skips the module:
+    "down_proj" skips every down_proj, "q_proj" nothing (vLLM's module is qkv_proj), and
+    "model.layers.2.mlp" layer 2's MLP; 8-bit checkpoints read the list too."""
+
+    def bnb(skip: list[str], bits: int = 4) -> dict[str, Any]:
+        qc: dict[str, Any] = {"quant_method": "bitsandbytes", "llm_int8_skip_modules": skip}
+        if bits == 8:
+            qc["load_in_8bit"] = True
+        else:
+            qc.update(load_in_4bit=True, bnb_4bit_quant_type="nf4")
+        return qc
+
+    base = _llama(bnb(["lm_head"]), "bnb")
+    wb = weight_breakdown(base, 1, 1, 0, 2, base.quantization).by_group
+    down = _llama(bnb(["lm_head", "down_proj"]), "bnb-down")
+    wd = weight_breakdown(down, 1, 1, 0, 2, down.quantization).by_group
+    nf4_down = H * FF // 2 + H * FF // 64 * 4  # NF4: 4-bit values + a float32 absmax per 64
+    assert wd["mlp"] - wb["mlp"] == 32 * (H * FF * 2 - nf4_down)
+    q = _llama(bnb(["lm_head", "q_proj"]), "bnb-q")
+    assert weight_breakdown(q, 1, 1, 0, 2, q.quantization).by_group == wb
+    two = _llama(bnb(["lm_head", "model.layers.2.mlp"]), "bnb-l2")
+    w2 = weight_breakdown(two, 1, 1, 0, 2, two.quantization).by_group
+    assert w2["mlp"] - wb["mlp"] == (2 * FF * H + H * FF) * 2 - (
+        2 * (FF * H // 2 + FF * H // 64 * 4) + nf4_down
+    )
+    e8 = _llama(bnb(["lm_head", "mlp"], bits=8), "bnb8-mlp")
+    w8 = weight_breakdown(e8, 1, 1, 0, 2, e8.quantization).by_group
+    assert w8["mlp"] == 32 * 3 * FF * H * 2

@@ -300,7 +300,9 @@ def parse_quantization(
         return MXFP4_EXPERTS
     if base == "bitsandbytes":
         if cfg.get("load_in_8bit"):
-            return Quantization(method="bitsandbytes", weight_bits=8, group_size=0)
+            return Quantization(
+                method="bitsandbytes", weight_bits=8, group_size=0, excluded=_bnb_excluded(cfg)
+            )
         double = bool(cfg.get("bnb_4bit_use_double_quant", False))
         # absmax per 64-element block: fp32, or uint8 + fp32 per 256 blocks with double quant
         return Quantization(
@@ -308,7 +310,7 @@ def parse_quantization(
             weight_bits=4,
             group_size=64,
             scale_bytes=1 if double else 4,
-            excluded=_excluded(cfg),
+            excluded=_bnb_excluded(cfg),
         )
     if base == "experts_int8":
         return Quantization(method="experts_int8", weight_bits=8, group_size=0, scope="experts")
@@ -316,6 +318,26 @@ def parse_quantization(
         "quantization_config.quant_method",
         f"unsupported quantization {method!r}; supported: {', '.join(KNOWN_METHODS)}",
     )
+
+
+def _bnb_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """bitsandbytes' ``llm_int8_skip_modules`` (4- and 8-bit alike), as
+    ``is_layer_skipped_bnb`` (bitsandbytes.py, 0.25.0) reads it: an entry equal to one
+    component of vLLM's (fused) module path (``mlp``, ``experts``, ``qkv_proj``; not ``q_proj``,
+    which vLLM's ``qkv_proj`` does not spell) or to a leading part of the path
+    (``model.layers.2.mlp``) skips the module. A bare layer index is refused."""
+    field = "quantization_config.llm_int8_skip_modules"
+    out: list[str] = []
+    for entry in _excluded(cfg):
+        if "." in entry or entry == "lm_head":
+            out.append(entry)  # a leading part of the path: read as a module path
+            continue
+        if entry.isdigit():
+            raise ModelConfigError(field, f"{entry!r} (every module of a layer) is not sized")
+        for path, names in _VLLM_FUSED_MODULES:
+            if entry in ("model", "layers", *path.split(".")):
+                out += list(names)
+    return tuple(dict.fromkeys(out))
 
 
 def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
