@@ -307,7 +307,7 @@ def test_gptq_modules_in_block_to_quantize() -> None:
     no_down = _llama(_gptq(modules_in_block_to_quantize=everything[:3]), "gptq-no-down")
     wn = weight_breakdown(no_down, 1, 1, 0, 2, no_down.quantization).by_group
     assert wn["mlp"] == 32 * (2 * wna16(FF, H) + H * FF * 2)
-    with pytest.raises(ModelConfigError, match="some but not all shards of qkv_proj"):
+    with pytest.raises(ModelConfigError, match="shards of qkv_proj"):
         _llama(_gptq(modules_in_block_to_quantize=["self_attn.q_proj"]), "gptq-q")
     with pytest.raises(ModelConfigError, match="names a layer"):
         _llama(_gptq(modules_in_block_to_quantize=["model.layers.0.mlp.down_proj"]), "g0")
@@ -408,7 +408,7 @@ def test_awq_modules_to_not_convert_are_substrings() -> None:
     one = _llama(_awq(["model.layers.0.mlp.down_proj"]), "awq-l0")
     wo = weight_breakdown(one, 1, 1, 0, 2, one.quantization).by_group
     assert wo["mlp"] == wp["mlp"] + H * FF * 2 - awq4(H, FF)
-    with pytest.raises(ModelConfigError, match="some but not all shards of qkv_proj"):
+    with pytest.raises(ModelConfigError, match="shards of qkv_proj"):
         _llama(_awq(["q_proj"]), "awq-q")
     # Qwen3-30B-A3B: "mlp.gate" names the router, not the experts' fused path "mlp.experts"
     _, cfg = load_config("Qwen/Qwen3-30B-A3B")
@@ -482,3 +482,34 @@ def test_bitsandbytes_skip_modules_by_path_component() -> None:
     e8 = _llama(bnb(["lm_head", "mlp"], bits=8), "bnb8-mlp")
     w8 = weight_breakdown(e8, 1, 1, 0, 2, e8.quantization).by_group
     assert w8["mlp"] == 32 * 3 * FF * H * 2
+
+
+def test_a_split_is_refused_only_where_the_model_has_the_modules() -> None:
+    """AutoRound keeps MoE routers in 16 bits with the regex ``.*mlp\\.gate.*``. On a MoE
+    model it names the routers (never quantized) and no dense gate_up_proj exists, so it plans;
+    on a dense model it also names gate_proj and not up_proj, splitting vLLM's gate_up_proj,
+    which vLLM refuses (INCConfigParser: "Fused module ... requires consistent quant
+    config")."""
+    router16 = _auto_round({r".*mlp\.gate.*": {"bits": 16, "data_type": "float"}})
+    _, cfg = load_config("Qwen/Qwen3-30B-A3B")
+    moe = model_from_dict({**cfg, "quantization_config": router16}, "ar-moe-router")
+    plain = model_from_dict({**cfg, "quantization_config": _auto_round({})}, "ar-moe-plain")
+    w = weight_breakdown(moe, 1, 1, 0, 2, moe.quantization).by_group
+    assert w == weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    with pytest.raises(ModelConfigError, match="shards of gate_up_proj"):
+        _llama(router16, "ar-dense-router")
+
+
+def test_compressed_tensors_target_naming_some_shards_does_not_match() -> None:
+    """_match_fused_layer (compressed_tensors/utils.py, 0.25.0) matches a fused linear only
+    where every shard matches: a target naming q_proj alone leaves qkv_proj to Linear."""
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "channel"}
+    qc = _ct_w4a16(["lm_head"])
+    qc["config_groups"] = {
+        **qc["config_groups"],
+        "group_1": {"weights": fp8, "targets": [r"re:.*q_proj"]},
+    }
+    shape = _llama(qc, "ct-rx-q")
+    plain = _llama(_ct_w4a16(["lm_head"]), "ct-plain-q")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    assert w == weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group

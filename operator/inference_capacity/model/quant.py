@@ -123,7 +123,8 @@ def _ct_target_kinds(target: str, field: str) -> list[str]:
     if target == "Linear":
         return ["*"]
     if target.startswith("re:"):
-        return [k for k in _regex_modules(target[3:], field, anchored=True) if k != "lm_head"]
+        found = _regex_modules(target[3:], field, anchored=True, fused_names=True, whole_only=True)
+        return [k for k in found if k != "lm_head"]
     return [module_kind(target)[1]]
 
 
@@ -346,9 +347,8 @@ def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     quantization/utils/quant_utils.py, called from auto_awq.py, 0.25.0; before,
     ``is_layer_skipped_awq``: ``module_name in prefix``). vLLM tests a fused linear's own
     name first (``mlp.gate`` skips ``gate_up_proj`` whole), then its shards, which must agree
-    (else it raises); the experts by their fused module path. An entry naming a layer stays a
-    path (the copies of that layer)."""
-    field = "quantization_config.modules_to_not_convert"
+    (else it raises: :func:`split_fused_formats`); the experts by their fused module path. An
+    entry naming a layer stays a path (the copies of that layer)."""
     out: list[str] = []
     prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
     for entry in _excluded(cfg):
@@ -363,12 +363,6 @@ def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
         for path, names in _VLLM_FUSED_MODULES:
             if any(entry in p + path for p in prefixes):
                 raw.update(r for n in names for r in _shards_of(n))
-        if split := _partial_fused(raw):
-            raise ModelConfigError(
-                field,
-                f"vLLM refuses it: {entry!r} skips some but not all shards of {split[0]} "
-                f"({', '.join(split[1])})",
-            )
         out += ["lm_head"] if entry in "lm_head" else []
         out += sorted({_PACKED_GDN.get(r, r) for r in raw})
     return tuple(out)
@@ -435,12 +429,6 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
         if by_layer:
             raise ModelConfigError(field, f"{by_layer[0]!r} names a layer: not sized per layer")
         kept = {name for path, name in _VLLM_MODULES if any(b in prefix + path for b in blocks)}
-        if split := _partial_fused(kept):
-            raise ModelConfigError(
-                field,
-                f"vLLM refuses it: Detected some but not all shards of {split[0]} "
-                f"({', '.join(split[1])}) are quantized",
-            )
         expert_kinds = {"mlp.experts.w13", "mlp.experts.w2"}
         dropped = {n for _, n in _VLLM_MODULES if n not in kept and n not in expert_kinds}
         excluded += sorted({_PACKED_GDN.get(n, n) for n in dropped})
@@ -559,16 +547,6 @@ def _compile(pattern: str, field: str) -> re.Pattern[str]:
         raise ModelConfigError(field, f"regex entry {pattern!r} does not compile: {exc}") from exc
 
 
-#: a fused MoE layer's projections by the module paths of its first expert (Qwen/DeepSeek,
-#: Mixtral), all of which vLLM requires in one scheme (``CompressedTensorsMoEMethod.
-#: get_moe_method``, INC's fused-MoE check)
-_EXPERT_PROJECTIONS = (
-    ("gate", ("mlp.experts.0.gate_proj", "block_sparse_moe.experts.0.w1")),
-    ("up", ("mlp.experts.0.up_proj", "block_sparse_moe.experts.0.w3")),
-    ("down", ("mlp.experts.0.down_proj", "block_sparse_moe.experts.0.w2")),
-)
-
-
 def _shards_of(name: str) -> list[str]:
     """The :data:`_VLLM_MODULES` names a ledger tensor kind is loaded from."""
     if name == "mlp.experts":
@@ -576,12 +554,22 @@ def _shards_of(name: str) -> list[str]:
     return [raw for raw, packed in _PACKED_GDN.items() if packed == name] or [name]
 
 
-def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str]:
-    """The ledger's module kinds a regex exclusion leaves unquantized in every layer: its
-    matches among :data:`_VLLM_MODULES` under layer 0's prefixes, and ``lm_head``
-    (``anchored``: ``re.match``, compressed-tensors; else ``re.search``, AutoRound's INC).
-    Refused: a pattern with digits (it may select layers), one that does not compile, and one
-    that matches some shards of a fused linear but not the others (vLLM raises at load)."""
+def _regex_modules(
+    pattern: str,
+    field: str,
+    anchored: bool = False,
+    fused_names: bool = False,
+    whole_only: bool = False,
+) -> list[str]:
+    """The ledger's module kinds a regex names in every layer: its matches among
+    :data:`_VLLM_MODULES` under layer 0's prefixes, and ``lm_head`` (``anchored``:
+    ``re.match``, compressed-tensors; else ``re.search``, AutoRound's INC). ``fused_names``:
+    vLLM's fused module names match too (compressed-tensors targets are matched against the
+    fused layer's name first); ``whole_only``: a fused linear only some of whose shards match
+    does not match (``_match_fused_layer`` needs all of them). Where a match splits a fused
+    linear between formats, vLLM raises at load: :func:`split_fused_formats` refuses it once
+    the model's tensors are known (a split of modules the model lacks is no split). Refused
+    here: a pattern with digits (it may select layers) and one that does not compile."""
     if _names_digits(pattern):
         raise ModelConfigError(
             field, f"regex entry {pattern!r} names digits (layers?): not sized per layer"
@@ -590,29 +578,14 @@ def _regex_modules(pattern: str, field: str, anchored: bool = False) -> list[str
     hit = rx.match if anchored else rx.search
     prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
     raw = {name for path, name in _VLLM_MODULES if any(hit(p + path) for p in prefixes)}
-    fused_hits = set()
-    for path, names in _VLLM_FUSED_MODULES:  # vLLM's own (fused) module names match too
-        if any(hit(p + path) for p in prefixes):
-            fused_hits.add(path)
-            raw.update(r for n in names for r in _shards_of(n))
-    projs = {
-        proj
-        for proj, paths in _EXPERT_PROJECTIONS
-        if any(hit(p + path) for path in paths for p in prefixes)
-    }
-    if projs and len(projs) < len(_EXPERT_PROJECTIONS) and "mlp.experts" not in fused_hits:
-        raise ModelConfigError(
-            field,
-            f"vLLM refuses it: regex entry {pattern!r} names the experts' "
-            f"{'/'.join(sorted(projs))} projections and not the others (all MoE projections "
-            "need the same quantization scheme)",
-        )
-    if split := _partial_fused(raw):
-        raise ModelConfigError(
-            field,
-            f"vLLM refuses it: regex entry {pattern!r} names some shards of the fused "
-            f"{split[0]} ({', '.join(split[1])}) and not the others",
-        )
+    if whole_only:
+        for _, shards in FUSED_SHARDS:
+            if not set(shards) <= raw:
+                raw -= set(shards)
+    if fused_names:
+        for path, names in _VLLM_FUSED_MODULES:
+            if any(hit(p + path) for p in prefixes):
+                raw.update(r for n in names for r in _shards_of(n))
     found = sorted({_PACKED_GDN.get(r, r) for r in raw})
     return ["lm_head", *found] if hit("lm_head") else found
 
@@ -861,6 +834,38 @@ def _partial_fused(names: set[str]) -> tuple[str, tuple[str, ...]] | None:
     """The first fused linear (:data:`FUSED_SHARDS`) of which ``names`` hold some shards but
     not all: a config vLLM refuses at load."""
     return next((g for g in FUSED_SHARDS if names & set(g[1]) and not set(g[1]) <= names), None)
+
+
+#: tensors vLLM loads into one module and so into one format, with the name its error gives:
+#: the fused linears' shards, and a fused MoE layer's projections
+#: (``CompressedTensorsMoEMethod.get_moe_method``: "All MoE projections need to have same
+#: quantization scheme"; INC's fused-MoE check)
+_ONE_FORMAT = (
+    *FUSED_SHARDS,
+    ("MoE projections", ("mlp.experts.w13", "mlp.experts.w2")),
+    ("MoE projections", ("moe.experts.w13", "moe.experts.w2")),
+)
+
+
+def split_fused_formats(q: Quantization | None, tensors: tuple[Tensor, ...]) -> str | None:
+    """Why vLLM would refuse ``q`` on a model with these tensors, if it would: the shards of one
+    fused linear (or one MoE layer's projections) that a pattern, a substring list or a
+    per-module rule puts in different formats (vLLM raises at load: "Detected some but not all
+    shards ... are quantized", "Fused module ... requires consistent quant config", "All MoE
+    projections need to have same quantization scheme"). Checked once the model is known,
+    because a rule may split modules another model does not have."""
+    if q is None:
+        return None
+    by_name = {t.name: t for t in tensors if t.quantizable}
+    for label, shards in _ONE_FORMAT:
+        present = [by_name[s] for s in shards if s in by_name]
+        if len(present) > 1 and len({frozenset(copies_by_format(q, t)) for t in present}) > 1:
+            return (
+                f"vLLM refuses it: its rules put the shards of {label} "
+                f"({', '.join(shards)}) in different formats; vLLM loads them as one module "
+                "and raises at load"
+            )
+    return None
 
 
 def _fused_group(name: str) -> tuple[str, tuple[str, ...]] | None:

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ModelConfigError
 from ..layerset import Pattern
 from ..limits import check_config
-from ..quant import parse_quantization, unmatched_layer_formats
+from ..quant import parse_quantization, split_fused_formats, unmatched_layer_formats
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build, config_indices
@@ -117,6 +117,10 @@ def shape_from_config(
     )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
+    split = split_fused_formats(quant, shape.tensors)
+    if split:
+        assert quant is not None
+        raise ModelConfigError(_PER_MODULE_FIELD.get(quant.method, "quantization_config"), split)
     unmatched = unmatched_layer_formats(quant, shape.tensors)
     if unmatched:
         assert quant is not None  # unmatched names come from its per-module formats
