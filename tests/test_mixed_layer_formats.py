@@ -349,8 +349,31 @@ def test_gptq_dynamic_rules() -> None:
     gu = _llama(_gptq(dynamic={r"-:.*gate_up_proj": {}}), "gd-gu")
     wg = weight_breakdown(gu, 1, 1, 0, 2, gu.quantization).by_group
     assert wg["mlp"] == 32 * (2 * FF * H * 2 + wna16(H, FF))
-    with pytest.raises(ModelConfigError, match="digits"):
-        _llama(_gptq(dynamic={r"+:.*\.(?:1[0-5])\..*": {"bits": 8}}), "gd-layers")
+    # a rule naming layers: layers 10-15 at 8 bits, every module (resolve_layer_rules)
+    mid = _llama(_gptq(dynamic={r"+:.*\.(?:1[0-5])\..*": {"bits": 8}}), "gd-layers")
+    wm = weight_breakdown(mid, 1, 1, 0, 2, mid.quantization).by_group
+    mlp4, mlp8 = 2 * wna16(FF, H) + wna16(H, FF), 2 * wna16(FF, H, 8) + wna16(H, FF, 8)
+    assert wm["mlp"] == 26 * mlp4 + 6 * mlp8
+    attn4 = 2 * wna16(H, H) + 2 * wna16(1024, H)
+    attn8 = 2 * wna16(H, H, 8) + 2 * wna16(1024, H, 8)
+    assert wm["attention"] == 26 * attn4 + 6 * attn8
+
+
+def test_gptq_dynamic_per_layer_skips_of_a_qwen35_export() -> None:
+    """AutoRound's GPTQ-format export of a Qwen3.5 model skips each Gated DeltaNet layer's
+    in_proj_b / in_proj_a with one ``-:`` rule per layer (``-:.*model\\.layers\\.N\\.
+    linear_attn\\.in_proj_b.*``): vLLM's fused in_proj_ba (96 x 5,120) stays bf16 in the 48
+    GDN layers of Qwen3.5-27B, every other linear GPTQ."""
+    _, cfg = load_config("Qwen/Qwen3.5-27B")
+    gdn = [i for i, k in enumerate(cfg["text_config"]["layer_types"]) if k == "linear_attention"]
+    assert len(gdn) == 48
+    rules = {rf"-:.*model\.layers\.{i}\.linear_attn\.in_proj_{p}.*": {} for i in gdn for p in "ba"}
+    plain = model_from_dict({**cfg, "quantization_config": _gptq()}, "q35-gptq-plain")
+    skip = model_from_dict({**cfg, "quantization_config": _gptq(dynamic=rules)}, "q35-gptq-ba")
+    wp = weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+    ws = weight_breakdown(skip, 1, 1, 0, 2, skip.quantization).by_group
+    assert ws["mamba"] - wp["mamba"] == 48 * (96 * 5120 * 2 - wna16(96, 5120))
+    assert ws["mlp"] == wp["mlp"] and ws["attention"] == wp["attention"]
 
 
 def test_compressed_tensors_regex_targets() -> None:

@@ -435,38 +435,96 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
     if dynamic:
         if not isinstance(dynamic, Mapping):
             raise ModelConfigError("quantization_config.dynamic", "must be an object")
-        decided: set[str] = set()
+        base = replace(q, excluded=())
+        rules: list[tuple[str, bool, Quantization | None]] = []
         for rule, override in dynamic.items():
             field = f"quantization_config.dynamic.{rule}"
             pattern = str(rule)
             negative = pattern.startswith("-:")
             pattern = pattern[2:] if pattern[:2] in ("-:", "+:") else pattern
-            if _names_digits(pattern):
-                raise ModelConfigError(field, "a rule with digits may name layers: not sized")
-            rx = _compile(pattern, field)
-            for path, names in _VLLM_FUSED_MODULES:
-                if path in decided or not rx.match(prefix + path):
-                    continue
-                decided.add(path)  # the first matching rule decides (get_dynamic_override)
-                if negative:
-                    excluded += list(names)
-                    continue
-                o = override if isinstance(override, Mapping) else {}
-                unknown = set(o) - {"bits", "group_size", "desc_act", "sym"}
-                if unknown:
-                    raise ModelConfigError(field, f"override keys {sorted(unknown)} not sized")
-                b = int(o.get("bits", q.weight_bits))
-                gs = int(o.get("group_size", q.group_size if q.group_size > 0 else -1))
-                fmt = replace(q, weight_bits=b, group_size=gs if gs > 0 else 0, excluded=())
-                if fmt != replace(q, excluded=()):
-                    kinds.update({n: fmt for n in names})
-            if negative and rx.match("lm_head"):
-                excluded.append("lm_head")
+            _compile(pattern, field)
+            o = override if isinstance(override, Mapping) else {}
+            unknown = set(o) - {"bits", "group_size", "desc_act", "sym"}
+            if unknown and not negative:
+                raise ModelConfigError(field, f"override keys {sorted(unknown)} not sized")
+            b = int(o.get("bits", q.weight_bits))
+            gs = int(o.get("group_size", q.group_size if q.group_size > 0 else -1))
+            fmt = replace(base, weight_bits=b, group_size=gs if gs > 0 else 0)
+            rules.append((pattern, negative, None if negative or fmt == base else fmt))
+        if any(_names_digits(r[0]) for r in rules):
+            # rules naming layers: resolved layer by layer once the model's layers are known
+            return replace(q, excluded=tuple(excluded), layer_rules=tuple(rules), named_kinds=())
+        compiled = _compiled(rules)
+        for path, names in _VLLM_FUSED_MODULES:
+            decided = _first_rule(compiled, [prefix + path])
+            if decided is None:
+                continue
+            if decided[0]:
+                excluded += list(names)
+            elif (own := decided[1]) is not None:
+                kinds.update({n: own for n in names})
+        if _first_rule([r for r in compiled if r[1]], ["lm_head"]) is not None:
+            excluded.append("lm_head")
     out = replace(q, excluded=tuple(excluded))
     if kinds:
         default = replace(q, excluded=())
         out = replace(out, layer_formats=(("*", default), *sorted(kinds.items())), named_kinds=())
     return out
+
+
+#: ``dynamic`` rules compiled: (regex, negative, override format or None)
+_Rules = list[tuple[re.Pattern[str], bool, "Quantization | None"]]
+
+
+def _compiled(rules: list[tuple[str, bool, Quantization | None]]) -> _Rules:
+    return [(_compile(p, "quantization_config.dynamic"), neg, fmt) for p, neg, fmt in rules]
+
+
+def _first_rule(rules: _Rules, paths: list[str]) -> tuple[bool, Quantization | None] | None:
+    """The first ``dynamic`` rule whose regex ``re.match``es one of ``paths``
+    (``get_dynamic_override``): (negative, its format: None where it keeps the checkpoint's),
+    or None."""
+    for rx, negative, fmt in rules:
+        if any(rx.match(path) for path in paths):
+            return negative, fmt
+    return None
+
+
+#: the most layer × rule pairs a checkpoint's per-layer rules may ask to resolve
+MAX_LAYER_RULE_CHECKS = 1_000_000
+
+
+def resolve_layer_rules(q: Quantization | None, num_layers: int) -> Quantization | None:
+    """GPTQ ``dynamic`` rules that name layers, resolved layer by layer: in each layer, each of
+    vLLM's (fused) modules takes the first rule whose regex matches its path (``-:``
+    unquantized, ``+:`` its own bits / group size), as per-layer formats (``layer_overrides``).
+    A checkpoint of Qwen3.5 exported by AutoRound in the GPTQ format skips each Gated DeltaNet
+    layer's ``in_proj_b`` / ``in_proj_a`` this way."""
+    if q is None or not q.layer_rules:
+        return q
+    if num_layers * len(q.layer_rules) > MAX_LAYER_RULE_CHECKS:
+        raise ModelConfigError(
+            "quantization_config.dynamic",
+            f"{len(q.layer_rules)} rules over {num_layers} layers: more than this planner "
+            f"resolves ({MAX_LAYER_RULE_CHECKS:,} checks)",
+        )
+    rules = _compiled(list(q.layer_rules))
+    per: dict[tuple[str, Quantization | None], list[int]] = {}
+    for i in range(num_layers):
+        for path, names in _VLLM_FUSED_MODULES:
+            decided = _first_rule(rules, [pre.format(i) + path for pre in _LAYER_PREFIXES])
+            if decided is None or (not decided[0] and decided[1] is None):
+                continue  # no rule, or one that keeps the checkpoint's format
+            for n in names:
+                per.setdefault((n, None if decided[0] else decided[1]), []).append(i)
+    overrides = tuple((n, tuple(ls), fmt) for (n, fmt), ls in per.items())
+    head = _first_rule([r for r in rules if r[1]], ["lm_head"]) is not None
+    return replace(
+        q,
+        layer_rules=(),
+        layer_overrides=q.layer_overrides + overrides,
+        excluded=q.excluded + (("lm_head",) if head else ()),
+    )
 
 
 # --- AutoRound -------------------------------------------------------------------------------

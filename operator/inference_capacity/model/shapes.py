@@ -271,6 +271,9 @@ class Quantization:
     #: tensor of the model (model/quant.py::unmatched_layer_formats); None: all of them. Kinds
     #: a regex matched among vLLM's module names need not exist in every model
     named_kinds: tuple[str, ...] | None = None
+    #: GPTQ ``dynamic`` rules naming layers, (regex, negative, override format or None), until
+    #: model/quant.py::resolve_layer_rules turns them into ``layer_overrides``
+    layer_rules: tuple[tuple[str, bool, Quantization | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

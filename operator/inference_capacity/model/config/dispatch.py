@@ -11,7 +11,12 @@ from typing import Any
 from ..errors import ModelConfigError
 from ..layerset import Pattern
 from ..limits import check_config
-from ..quant import parse_quantization, split_fused_formats, unmatched_layer_formats
+from ..quant import (
+    parse_quantization,
+    resolve_layer_rules,
+    split_fused_formats,
+    unmatched_layer_formats,
+)
 from ..shapes import AttnKind, ModelShape, Tensor
 from .access import _Cfg, resolve_dtype
 from .decoder import _build, config_indices
@@ -117,6 +122,9 @@ def shape_from_config(
     )
     dtype = resolve_dtype(str(dtype_raw) if dtype_raw else None, "auto")
     shape = _build(name, family_type, arch, decoder, text, dtype, quant, multimodal, vision)
+    if quant is not None and quant.layer_rules:
+        quant = resolve_layer_rules(quant, shape.num_layers)
+        shape = replace(shape, quantization=quant)
     split = split_fused_formats(quant, shape.tensors)
     if split:
         assert quant is not None
