@@ -536,3 +536,43 @@ def test_compressed_tensors_target_naming_some_shards_does_not_match() -> None:
     plain = _llama(_ct_w4a16(["lm_head"]), "ct-plain-q")
     w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
     assert w == weight_breakdown(plain, 1, 1, 0, 2, plain.quantization).by_group
+
+
+def test_mtp_layers_left_out_of_the_quantization() -> None:
+    """nvidia/Qwen3.5-397B-A17B-NVFP4 ignores ``mtp.layers.0*`` (its published config), so
+    vLLM builds the MTP layer (models/qwen3_5_mtp.py: ``mtp.layers.N``, one full-attention
+    decoder layer plus fc and norms) unquantized: the drafter weighs the decoder's last layer in
+    bf16. An AutoRound config whose block_name_to_quantize names the decoder only does the
+    same (INCConfigParser: a layer outside it stays 16-bit)."""
+    from inference_capacity.engines.vllm import EngineSettings, predict_startup
+    from inference_capacity.engines.vllm_flags import SpeculativeConfig
+    from inference_capacity.hardware import get_gpu
+    from inference_capacity.model import load_model
+
+    b200 = get_gpu("B200")
+    mtp = EngineSettings("0.25.0", speculative=SpeculativeConfig("mtp", 1))
+
+    def drafter(shape: Any, tp: int) -> int:
+        p = predict_startup(shape, b200.total_bytes, b200.name, tp, 1, mtp)
+        return int(p.ranks[0].weights.by_group["drafter"])
+
+    def last_layer(shape: Any, tp: int, q: Any) -> int:
+        n = shape.num_layers
+        w = weight_breakdown(shape, tp, n, n - 1, 2, q).by_group
+        return sum(v for g, v in w.items() if g not in ("embedding", "lm_head"))
+
+    big = load_model("nvidia/Qwen3.5-397B-A17B-NVFP4")
+    assert big.quantization is not None and big.quantization.mtp_unquantized
+    h = big.hidden_size
+    eh = (2 * h * h + 2 * h) * 2  # eh_proj (2H -> H) and two norms, bf16
+    assert drafter(big, 8) == last_layer(big, 8, None) + eh
+    assert last_layer(big, 8, None) > 3 * last_layer(big, 8, big.quantization)
+    _, cfg = load_config("Qwen/Qwen3.5-27B")
+    qc = {**_auto_round({}), "block_name_to_quantize": "model.language_model.layers"}
+    ar = model_from_dict({**cfg, "quantization_config": qc}, "ar-mtp")
+    assert ar.quantization is not None and ar.quantization.mtp_unquantized
+    plain = model_from_dict({**cfg, "quantization_config": _auto_round({})}, "ar-mtp-q")
+    assert plain.quantization is not None and not plain.quantization.mtp_unquantized
+    assert drafter(ar, 1) - drafter(plain, 1) == last_layer(ar, 1, None) - last_layer(
+        plain, 1, plain.quantization
+    )

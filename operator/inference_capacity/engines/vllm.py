@@ -1289,9 +1289,13 @@ def pcie_only(gpu_name: str) -> bool:
 def _decoder_layer_bytes(
     shape: ModelShape, tp: int, dtype_bytes: int, ep: int, moe_tp: int = 0
 ) -> int:
-    """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats)."""
+    """Weights of the model's last decoder layer on one TP rank (what one MTP layer repeats),
+    in the model dtype where the checkpoint leaves its MTP layers out of its quantization
+    (``Quantization.mtp_unquantized``)."""
     n = shape.num_layers
     q = shape.quantization
+    if q is not None and q.mtp_unquantized:
+        q = None
     w = weight_breakdown(shape, tp, n, n - 1, dtype_bytes, q, ep=ep, moe_tp=moe_tp)  # O(1)
     skip = ("embedding", "lm_head")
     return sum(b for g, b in w.by_group.items() if g not in skip)

@@ -228,6 +228,59 @@ def _compressed_tensors_group(cfg: Mapping[str, Any], first: Any) -> Quantizatio
 def parse_quantization(
     config_quant: Mapping[str, Any] | None, flag: str | None
 ) -> Quantization | None:
+    """The quantization in effect (:func:`_parse_quantization`), with whether it leaves the
+    MTP (next-token) layers unquantized (:func:`_mtp_unquantized`)."""
+    q = _parse_quantization(config_quant, flag)
+    if q is not None and config_quant is not None and _mtp_unquantized(config_quant, q):
+        return replace(q, mtp_unquantized=True)
+    return q
+
+
+#: module paths of an MTP layer as vLLM names them (models/qwen3_5_mtp.py ``mtp.layers.N``,
+#: deepseek_mtp.py ``model.layers.<num_hidden_layers + N>`` is a decoder layer path and not
+#: named here), for the rules that may leave it out of the checkpoint's quantization
+_MTP_PATHS = ("mtp.layers.0.mlp.down_proj", "mtp.layers.0.self_attn.o_proj")
+
+
+def _mtp_unquantized(cfg: Mapping[str, Any], q: Quantization) -> bool:
+    """Whether vLLM loads the MTP layers (``mtp.layers.N``, Qwen3.5 / Qwen3-Next) unquantized
+    under this config: AutoRound's ``block_name_to_quantize`` names only the decoder
+    (``INCConfigParser``: a layer outside it stays 16-bit), a ModelOpt MIXED_PRECISION config
+    lists no ``mtp`` module (``_resolve_quant_algo`` resolves nothing), or an exclusion list
+    names them (a ModelOpt wildcard, a compressed-tensors ``re:`` entry, a path prefix). The
+    checkpoints store them in bf16 then; the ledger weighs the MTP layers with the decoder's
+    last layer, in the model dtype where this is True (engines/vllm.py::_decoder_layer_bytes)."""
+    inner_raw = cfg.get("quantization")
+    inner: Mapping[str, Any] = inner_raw if isinstance(inner_raw, Mapping) else cfg
+    if q.method == "auto-round":
+        blocks = cfg.get("block_name_to_quantize") or cfg.get("to_quant_block_names")
+        names = blocks.split(",") if isinstance(blocks, str) else blocks
+        if isinstance(names, list) and names:
+            return not any(str(b).strip().startswith("mtp") for b in names)
+    if q.method == "modelopt_mixed":
+        listed = inner.get("quantized_layers")
+        return isinstance(listed, Mapping) and not any("mtp" in str(k) for k in listed)
+    entries: list[str] = []
+    for key in (*_EXCLUSION_KEYS, "exclude_modules"):
+        for src in (cfg, inner):
+            value = src.get(key)
+            entries += [str(v) for v in value] if isinstance(value, list) else []
+    for e in entries:
+        for path in _MTP_PATHS:
+            if e.startswith("re:"):
+                try:
+                    if re.match(e[3:], path):
+                        return True
+                except re.error:
+                    continue
+            elif fnmatch(path, e) or path.startswith(e + ".") or e == "mtp":
+                return True
+    return False
+
+
+def _parse_quantization(
+    config_quant: Mapping[str, Any] | None, flag: str | None
+) -> Quantization | None:
     """The quantization in effect: the checkpoint's config, or an online ``--quantization``.
 
     ``flag`` may confirm the checkpoint's method (``gptq_marlin`` for a GPTQ checkpoint) or, on an

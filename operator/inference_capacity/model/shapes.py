@@ -274,6 +274,8 @@ class Quantization:
     #: GPTQ ``dynamic`` rules naming layers, (regex, negative, override format or None), until
     #: model/quant.py::resolve_layer_rules turns them into ``layer_overrides``
     layer_rules: tuple[tuple[str, bool, Quantization | None], ...] = ()
+    #: the MTP (next-token) layers stay in the model dtype (model/quant.py::_mtp_unquantized)
+    mtp_unquantized: bool = False
 
 
 @dataclass(frozen=True, slots=True)
