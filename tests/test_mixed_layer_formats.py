@@ -576,3 +576,13 @@ def test_mtp_layers_left_out_of_the_quantization() -> None:
     assert drafter(ar, 1) - drafter(plain, 1) == last_layer(ar, 1, None) - last_layer(
         plain, 1, plain.quantization
     )
+
+
+def test_gptq_dynamic_rule_on_mixtral_experts() -> None:
+    """vLLM names Mixtral's fused MoE module ``block_sparse_moe.experts``
+    (models/mixtral.py): a ``-:`` rule on it keeps the 8 experts of every layer in bf16."""
+    _, cfg = load_config("mistralai/Mixtral-8x7B-v0.1")
+    skip = {**cfg, "quantization_config": _gptq(dynamic={r"-:.*block_sparse_moe.*": {}})}
+    shape = model_from_dict(skip, "gptq-mixtral")
+    w = weight_breakdown(shape, 1, 1, 0, 2, shape.quantization).by_group
+    assert w["experts"] == 32 * 8 * 3 * 4096 * 14336 * 2

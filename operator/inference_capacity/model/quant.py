@@ -435,6 +435,11 @@ _VLLM_FUSED_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
     ("mlp.down_proj", ("mlp.down_proj",)),
     ("mlp.experts", ("mlp.experts",)),
+    ("block_sparse_moe.experts", ("mlp.experts",)),  # Mixtral
+    ("mixer.experts", ("mlp.experts",)),  # Nemotron-H
+    ("moe.experts", ("moe.experts",)),  # Gemma 4
+    ("mixer.shared_experts.up_proj", ("mlp.shared_experts.fc1",)),
+    ("mixer.shared_experts.down_proj", ("mlp.shared_experts.down_proj",)),
     (
         "mlp.shared_expert.gate_up_proj",
         ("mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj"),
@@ -623,6 +628,10 @@ _VLLM_MODULES: tuple[tuple[str, str], ...] = (
     ("mlp.experts.0.down_proj", "mlp.experts.w2"),
     *((f"block_sparse_moe.experts.0.{m}", "mlp.experts.w13") for m in ("w1", "w3")),
     ("block_sparse_moe.experts.0.w2", "mlp.experts.w2"),
+    ("mixer.experts.0.up_proj", "mlp.experts.w13"),  # Nemotron-H (non-gated experts)
+    ("mixer.experts.0.down_proj", "mlp.experts.w2"),
+    ("mixer.shared_experts.up_proj", "mlp.shared_experts.fc1"),
+    ("mixer.shared_experts.down_proj", "mlp.shared_experts.down_proj"),
     *(
         (f"mlp.{s}.{m}_proj", f"mlp.shared_experts.{m}_proj")
         for s in ("shared_expert", "shared_experts")
@@ -660,8 +669,8 @@ def _compile(pattern: str, field: str) -> re.Pattern[str]:
 
 def _shards_of(name: str) -> list[str]:
     """The :data:`_VLLM_MODULES` names a ledger tensor kind is loaded from."""
-    if name == "mlp.experts":
-        return ["mlp.experts.w13", "mlp.experts.w2"]
+    if name.endswith("experts"):
+        return [f"{name}.w13", f"{name}.w2"]
     return [raw for raw, packed in _PACKED_GDN.items() if packed == name] or [name]
 
 
