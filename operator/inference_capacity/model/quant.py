@@ -265,7 +265,7 @@ def _mtp_unquantized(cfg: Mapping[str, Any], q: Quantization) -> bool:
         for src in (cfg, inner):
             value = src.get(key)
             entries += [str(v) for v in value] if isinstance(value, list) else []
-    for e in entries:
+    for e in (e for e in entries if "mtp" in e):  # a module rule (self_attn) is not an MTP one
         for path in _MTP_PATHS:
             if e.startswith("re:"):
                 try:
