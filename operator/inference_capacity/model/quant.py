@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fnmatch import fnmatch
 from typing import Any
@@ -394,6 +394,11 @@ def _bnb_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _substring_of(entry: str) -> Callable[[str], bool]:
+    """A path test: ``entry`` is a substring of the path (vLLM's ``skip_with_substr``)."""
+    return lambda path: entry in path
+
+
 def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """AWQ's ``modules_to_not_convert``, read as vLLM reads it: an entry is a **substring** of
     the module paths it skips (``is_layer_skipped(..., skip_with_substr=True)``,
@@ -403,21 +408,12 @@ def _awq_excluded(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     (else it raises: :func:`split_fused_formats`); the experts by their fused module path. An
     entry naming a layer stays a path (the copies of that layer)."""
     out: list[str] = []
-    prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
     for entry in _excluded(cfg):
         if _NAMES_LAYER.search(entry):
             out.append(entry)
             continue
-        raw = {
-            name
-            for path, name in _VLLM_MODULES
-            if "experts.0." not in path and any(entry in p + path for p in prefixes)
-        }
-        for path, names in _VLLM_FUSED_MODULES:
-            if any(entry in p + path for p in prefixes):
-                raw.update(r for n in names for r in _shards_of(n))
         out += ["lm_head"] if entry in "lm_head" else []
-        out += sorted({_PACKED_GDN.get(r, r) for r in raw})
+        out += _packed(_raw_kinds(_substring_of(entry), fused=True, experts=False))
     return tuple(out)
 
 
@@ -486,10 +482,9 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
         by_layer = [b for b in blocks if _NAMES_LAYER.search(b)]
         if by_layer:
             raise ModelConfigError(field, f"{by_layer[0]!r} names a layer: not sized per layer")
-        kept = {name for path, name in _VLLM_MODULES if any(b in prefix + path for b in blocks)}
-        expert_kinds = {"mlp.experts.w13", "mlp.experts.w2"}
-        dropped = {n for _, n in _VLLM_MODULES if n not in kept and n not in expert_kinds}
-        excluded += sorted({_PACKED_GDN.get(n, n) for n in dropped})
+        kept = _raw_kinds(lambda path: any(b in path for b in blocks))
+        everything = _raw_kinds(lambda path: True, experts=False)  # experts: not subject to it
+        excluded += _packed(everything - kept)
     if dynamic:
         if not isinstance(dynamic, Mapping):
             raise ModelConfigError("quantization_config.dynamic", "must be an object")
@@ -674,6 +669,38 @@ def _shards_of(name: str) -> list[str]:
     return [raw for raw, packed in _PACKED_GDN.items() if packed == name] or [name]
 
 
+def _raw_kinds(
+    hit: Callable[[str], object],
+    fused: bool = False,
+    experts: bool = True,
+    whole_only: bool = False,
+) -> set[str]:
+    """The ledger's (unfused) module names whose vLLM path under a layer-0 prefix ``hit``
+    accepts: the shard paths (:data:`_VLLM_MODULES`; ``experts``: the experts' own too),
+    ``whole_only``: less the shards of a fused linear only some of which are accepted, and
+    ``fused``: the modules of every fused path accepted (:data:`_VLLM_FUSED_MODULES`)."""
+    prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
+    raw = {
+        name
+        for path, name in _VLLM_MODULES
+        if (experts or "experts.0." not in path) and any(hit(p + path) for p in prefixes)
+    }
+    if whole_only:
+        for _, shards in FUSED_SHARDS:
+            if not set(shards) <= raw:
+                raw -= set(shards)
+    if fused:
+        for path, names in _VLLM_FUSED_MODULES:
+            if any(hit(p + path) for p in prefixes):
+                raw.update(r for n in names for r in _shards_of(n))
+    return raw
+
+
+def _packed(raw: set[str]) -> list[str]:
+    """Unfused module names as the ledger's tensors spell them (Gated DeltaNet shards fused)."""
+    return sorted({_PACKED_GDN.get(r, r) for r in raw})
+
+
 def _regex_modules(
     pattern: str,
     field: str,
@@ -696,17 +723,7 @@ def _regex_modules(
         )
     rx = _compile(pattern, field)
     hit = rx.match if anchored else rx.search
-    prefixes = [pre.format(0) for pre in _LAYER_PREFIXES]
-    raw = {name for path, name in _VLLM_MODULES if any(hit(p + path) for p in prefixes)}
-    if whole_only:
-        for _, shards in FUSED_SHARDS:
-            if not set(shards) <= raw:
-                raw -= set(shards)
-    if fused_names:
-        for path, names in _VLLM_FUSED_MODULES:
-            if any(hit(p + path) for p in prefixes):
-                raw.update(r for n in names for r in _shards_of(n))
-    found = sorted({_PACKED_GDN.get(r, r) for r in raw})
+    found = _packed(_raw_kinds(hit, fused=fused_names, whole_only=whole_only))
     return ["lm_head", *found] if hit("lm_head") else found
 
 
