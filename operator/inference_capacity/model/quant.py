@@ -44,11 +44,7 @@ def _whole_fused(names: tuple[str, ...], field: str) -> tuple[str, ...]:
     of one fused linear but not the others is refused, as vLLM raises on it."""
     out: list[str] = []
     per_layer: dict[int, set[str]] = {}
-    # the ledger's spelling of each fused linear ("attn.qkv_proj") -> its shards
-    fused_names = {
-        shards[0].rsplit(".", 1)[0] + "." + f.rsplit(".", 1)[-1]: shards
-        for f, shards in FUSED_SHARDS
-    }
+    fused_names = _fused_by_ledger_name()
     for name in names:
         layer, raw = _unpacked_module_kind(name)
         if layer is not None and raw in fused_names and not (_REGEX_CHARS & set(name)):
@@ -965,6 +961,16 @@ FUSED_SHARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # DeepSeek-V2/V3 with a q LoRA rank (models/deepseek_v2.py, 0.25.0)
     ("fused_qkv_a_proj", ("attn.q_a_proj", "attn.kv_a_proj_with_mqa")),
 )
+
+
+@functools.cache
+def _fused_by_ledger_name() -> dict[str, tuple[str, ...]]:
+    """Each fused linear spelt as the ledger spells its shards ("attn.qkv_proj") -> its shards
+    (built once from :data:`FUSED_SHARDS`)."""
+    return {
+        shards[0].rsplit(".", 1)[0] + "." + fused.rsplit(".", 1)[-1]: shards
+        for fused, shards in FUSED_SHARDS
+    }
 
 
 def _partial_fused(names: set[str]) -> tuple[str, tuple[str, ...]] | None:
