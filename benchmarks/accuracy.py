@@ -67,7 +67,8 @@ DATA_GAPS = (
     "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"
-    " one KV-layout replay (vllm-startup-095, its budget not replayed); Gemma-4 only in another"
+    " KV-layout replays (vllm-startup-069/071/073/095, their budgets not replayed); Gemma-4 only"
+    " in another"
     " (vllm-startup-103: its encoder profile is not modelled); the other >= 0.20"
     " Qwen3.6/3.8-27B logs lack their checkpoint's quantization block or their flags",
 )

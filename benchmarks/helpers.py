@@ -94,6 +94,32 @@ class PointSetup:
     limit_mm_per_prompt: str | None = None
 
 
+#: vllm-startup-069/071 (club-3090 issue #602 and PR #594, 2x RTX 3090, 2026-07-06): the
+#: dual-max compose models/qwen3.6-27b/vllm/compose/dual/fp8/mtp.yml (noonghunna/club-3090
+#: 6eaeb2bd, the PR that moved its KV from int8_per_token_head to fp8, and its parent):
+#: --quantization fp8, --dtype bfloat16, --max-num-seqs 2, --max-num-batched-tokens 8192,
+#: prefix caching, --speculative-config {"method":"mtp","num_speculative_tokens":3}; both logs'
+#: non-default args print the same dtype, length, TP and KV dtype (and 071's a speculative
+#: config, cut). The Qwen3.6-27B shapes are nvidia/Qwen3.6-27B-NVFP4's (catalog); the KV
+#: layout does not depend on the weights' format.
+_QWEN36_27B_DUAL_LAYOUT_FP8 = PointSetup(
+    "nvidia/Qwen3.6-27B-NVFP4",
+    version="0.24.0",  # gpu_worker.py:508 / kv_cache_utils.py:2146, 0.24.0's lines
+    gpu="RTX-3090",
+    layout=True,
+    speculative=("mtp", 3),
+    settings={
+        "dtype": "bfloat16",
+        "enable_prefix_caching": True,
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 2,
+    },
+    note="flags of club-3090's dual-max compose (dual/fp8/mtp.yml, 6eaeb2bd and its parent); "
+    "without the MTP drafter the layout gives +12 % tokens, so the compose's drafter is the "
+    "replay's assumption where the excerpt's args are cut",
+)
+
+
 #: vllm-startup-049/051 (club-3090 issues #612/#652, 1x RTX 5090, vLLM 0.24.0): the checkpoint
 #: of the compose's model registry (nvidia/Qwen3.6-35B-A3B-NVFP4, catalog), the compose's flags
 #: as committed on 2026-07-06 (noonghunna/club-3090 1ba1a89d, models/qwen3.6-35b-a3b/vllm/
@@ -293,9 +319,29 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-063": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (patched image)"),
     "vllm-startup-065": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
     "vllm-startup-067": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
-    "vllm-startup-069": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B-FP8"),
-    "vllm-startup-071": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B-FP8"),
-    "vllm-startup-073": PointSetup(None, skip=_NO_CONFIG % "Qwen3.6-27B (AutoRound INT4)"),
+    # club-3090's dual-card Qwen3.6-27B composes at the logs' dates (noonghunna/club-3090):
+    # the checkpoints' quantization blocks are not public here, so only the KV layout is
+    # replayed; its flags are the compose's, which the logs' non-default args print in part
+    "vllm-startup-069": _QWEN36_27B_DUAL_LAYOUT_FP8,
+    "vllm-startup-071": _QWEN36_27B_DUAL_LAYOUT_FP8,
+    "vllm-startup-073": PointSetup(
+        "nvidia/Qwen3.6-27B-NVFP4",
+        version="0.24.0",
+        gpu="RTX-3090",
+        layout=True,
+        speculative=("mtp", 3),
+        settings={
+            "dtype": "float16",
+            "enable_prefix_caching": True,
+            "max_num_batched_tokens": 8192,
+            "max_num_seqs": 2,
+        },
+        note="the Qwen3.6-27B shapes; flags of models/qwen3.6-27b/vllm/compose/dual/"
+        "autoround-int4/fp8-mtp.yml at 3036766a (2026-07-08: auto_round, float16, max-num-seqs "
+        "2, 8,192 batched tokens, prefix caching, MTP n=3); its default fp8_e5m2 KV or the "
+        "excerpt's unknown override give the same layout here (the attention page is padded "
+        "to the GDN state's)",
+    ),
     "vllm-startup-075": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B NVFP4"),
     "vllm-startup-077": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B (AutoRound INT4)"),
     "vllm-startup-079": PointSetup(None, skip=_NO_CONFIG % "Qwen3.8-27B-FP8"),

@@ -84,3 +84,28 @@ def test_the_tp4_int8_log_replays_its_layout_exactly() -> None:
     assert pred["replay"] == "layout"
     assert pred["kv_cache_tokens"] == 1746661
     assert pred["max_concurrency"] == 6.66
+
+
+def test_the_dual_3090_logs_of_vllm_0_24_replay_their_layout() -> None:
+    # club-3090's dual-card Qwen3.6-27B composes on vLLM 0.24.0 (2x RTX 3090, 262,144, MTP 3,
+    # max-num-seqs 2): vllm-startup-069 (issue #602, int8_per_token_head) 5.23 GiB -> 289,661
+    # tokens, 1.10x; vllm-startup-071 (PR #594, fp8) 5.33 GiB -> 300,220, 1.15x;
+    # vllm-startup-073 (issue #642, AutoRound INT4) 11.05 GiB -> 623,873, 2.38x (tokens given
+    # the logged KV; out of sample, nothing is fitted on them)
+    from benchmarks.helpers import load_points, predict_point
+
+    from tests.test_startup_log_sources import DATA
+
+    points = {p.id: p for p in load_points(DATA)}
+    got = {}
+    for pid in ("vllm-startup-069", "vllm-startup-071", "vllm-startup-073"):
+        pred, reason = predict_point(points[pid])
+        assert reason is None and pred is not None, pid
+        assert pred["replay"] == "layout" and pred["engine_version"] == "0.24.0"
+        got[pid] = (pred["kv_cache_tokens"], pred["max_concurrency"])
+    assert got["vllm-startup-069"] == (289661, 1.1)
+    assert got["vllm-startup-071"] == (300220, 1.15)
+    # 073: -0.23 % of the log's 623,873 tokens (1,465 tokens: about what two boots of one
+    # setup differ by, vllm-startup-065/067)
+    tokens, conc = got["vllm-startup-073"]
+    assert abs(tokens - 623873) / 623873 < 0.0025 and abs(conc - 2.38) <= 0.01
