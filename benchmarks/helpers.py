@@ -324,18 +324,9 @@ POINT_SETUP: dict[str, PointSetup] = {
     # replayed; its flags are the compose's, which the logs' non-default args print in part
     "vllm-startup-069": _QWEN36_27B_DUAL_LAYOUT_FP8,
     "vllm-startup-071": _QWEN36_27B_DUAL_LAYOUT_FP8,
-    "vllm-startup-073": PointSetup(
-        "nvidia/Qwen3.6-27B-NVFP4",
-        version="0.24.0",
-        gpu="RTX-3090",
-        layout=True,
-        speculative=("mtp", 3),
-        settings={
-            "dtype": "float16",
-            "enable_prefix_caching": True,
-            "max_num_batched_tokens": 8192,
-            "max_num_seqs": 2,
-        },
+    "vllm-startup-073": replace(
+        _QWEN36_27B_DUAL_LAYOUT_FP8,
+        settings={**(_QWEN36_27B_DUAL_LAYOUT_FP8.settings or {}), "dtype": "float16"},
         note="the Qwen3.6-27B shapes; flags of models/qwen3.6-27b/vllm/compose/dual/"
         "autoround-int4/fp8-mtp.yml at 3036766a (2026-07-08: auto_round, float16, max-num-seqs "
         "2, 8,192 batched tokens, prefix caching, MTP n=3); its default fp8_e5m2 KV or the "
