@@ -20,7 +20,8 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
   1..8) of the two MoE checkpoints' formats: FP8 block (Qwen3-235B-A22B-FP8: Triton on Hopper,
   FlashInfer-TRTLLM on B200) and MXFP4 (gpt-oss: ``vllm_gptossmxfp4moe_*``) → ``MOE_EFFICIENCY``,
   ``MOE_LAUNCH_S``; its weight-only INT4 rows (``int4_wo``, Marlin, h200/b200: the Kimi-K2
-  shape) → ``MOE_WO_BANDWIDTH``, ``MOE_WO_EFFICIENCY``, ``MOE_WO_LAUNCH_S``.
+  shape) → ``MOE_WO_LAUNCH_S`` (shared) and a (bandwidth share, BF16-peak efficiency) pair per
+  system: ``MOE_WO_OTHER`` (h200_sxm), ``MOE_WO_BLACKWELL_DC`` (b200_sxm).
 * ``attention/vllm/0.24.0/context_attention_perf.parquet``: prefill attention (FA3 on Hopper,
   FlashInfer-TRTLLM prefill on B200), BF16 KV, no window, head_dim 64/128, prompts ≥ 1024 →
   ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
@@ -231,11 +232,16 @@ MOE_WO_BYTES = 0.5 + 2 / 32
 MOE_WO_SYSTEMS = ("h200_sxm", "b200_sxm")  # the systems whose table has the kernel
 
 
-def fit_moe_weight_only(root: Path) -> dict[str, float]:
+#: the perf.py constant each system's (bandwidth share, efficiency) pair fits
+MOE_WO_PAIRS = {"h200_sxm": "MOE_WO_OTHER", "b200_sxm": "MOE_WO_BLACKWELL_DC"}
+
+
+def fit_moe_weight_only(root: Path) -> dict[str, Any]:
     """t = launch + max(touched experts' bytes / (BW × share), FLOPs / (BF16 peak × eff)), eff
     flat in M (Marlin dequantizes in the kernel: a small M is bound by the weight reads), on the
-    Marlin rows (balanced routing, MoE-TP 1..8)."""
-    parts: list[tuple[Any, ...]] = []
+    Marlin rows (balanced routing, MoE-TP 1..8): the launch shared, the share and the efficiency
+    per system (one pair for both leaves H200 20 % slow and B200 15 % fast)."""
+    parts: dict[str, tuple[Any, ...]] = {}
     for system in MOE_WO_SYSTEMS:
         gname = SYSTEMS[system]
         bw, top = _hbm(gname), tensor_flops(get_gpu(gname), "bf16") or 0.0
@@ -244,20 +250,31 @@ def fit_moe_weight_only(root: Path) -> dict[str, float]:
         t, kk, per_expert, touched = _moe_terms(s)
         mem = touched * per_expert * MOE_WO_BYTES / bw
         fl = 2 * per_expert * kk * t / top
-        parts.append((mem, fl, s.latency.to_numpy(np.float64) * 1e-3))
-    mem, fl, meas = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        parts[system] = (mem, fl, s.latency.to_numpy(np.float64) * 1e-3)
+    meas = np.concatenate([p[2] for p in parts.values()])
+
+    def model(x: dict[str, float]) -> Any:
+        return np.concatenate(
+            [
+                x["MOE_WO_LAUNCH_S"] + np.maximum(mem / x[f"{sy}_share"], fl / x[f"{sy}_eff"])
+                for sy, (mem, fl, _) in parts.items()
+            ]
+        )
 
     def loss(x: dict[str, float]) -> float:
-        bound = np.maximum(mem / x["MOE_WO_BANDWIDTH"], fl / x["MOE_WO_EFFICIENCY"])
-        return _logerr(x["MOE_WO_LAUNCH_S"] + bound, meas)
+        return _logerr(model(x), meas)
 
-    x = descend(
-        loss,
-        {"MOE_WO_BANDWIDTH": 0.8, "MOE_WO_EFFICIENCY": 0.2, "MOE_WO_LAUNCH_S": 20e-6},
-        {"MOE_WO_BANDWIDTH": 1.0, "MOE_WO_EFFICIENCY": 1.0},
-    )
+    start: dict[str, float] = {"MOE_WO_LAUNCH_S": 20e-6}
+    bounds: dict[str, float] = {}
+    for sy in parts:
+        start |= {f"{sy}_share": 0.8, f"{sy}_eff": 0.2}
+        bounds |= {f"{sy}_share": 1.0, f"{sy}_eff": 1.0}
+    x = descend(loss, start, bounds)
     print(f"weight-only MoE (Marlin): {len(meas)} rows, mean |log err| {loss(x):.3f}")
-    return x
+    out: dict[str, Any] = {"MOE_WO_LAUNCH_S": x["MOE_WO_LAUNCH_S"]}
+    for sy, name in MOE_WO_PAIRS.items():
+        out[name] = (round(x[f"{sy}_share"], 4), round(x[f"{sy}_eff"], 4))
+    return out
 
 
 def fit_attention(root: Path) -> dict[str, float]:
@@ -346,7 +363,7 @@ def main(argv: Sequence[str]) -> int:
         print(__doc__)
         return 2
     root = Path(argv[0])
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     out.update(fit_gemm(root))
     block_fp8_floors(root)
     out.update(fit_moe(root, out["GEMM_HALF_M"]))
@@ -355,7 +372,7 @@ def main(argv: Sequence[str]) -> int:
     out.update(fit_allreduce(root))
     out.update(fit_small_kernel(root))
     for name, value in out.items():
-        print(f"{name} = {value:.4g}")
+        print(f"{name} = {value if isinstance(value, tuple) else format(value, '.4g')}")
     return 0
 
 

@@ -161,16 +161,54 @@ def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
         without = float(replace(model, stages=(bare,)).step_seconds(t, [kv], 0.0, 0.0)[0])
         return with_experts - without
 
+    # Hopper: the h200_sxm rows' share of the bandwidth and of the BF16 peak
+    share, eff = perf.MOE_WO_OTHER
+    assert stage.moe_wo_terms == (share, eff)
     for t in (1.0, 64.0, 4096.0):
         touched = e * (1 - (1 - k / e) ** t)
-        mem = stage.expert_weight_bytes * touched / e / (model.bandwidth * perf.MOE_WO_BANDWIDTH)
-        fl = 2 * k / e * stage.expert_params * t / (bf16 * perf.MOE_WO_EFFICIENCY)
+        mem = stage.expert_weight_bytes * touched / e / (model.bandwidth * share)
+        fl = 2 * k / e * stage.expert_params * t / (bf16 * eff)
         assert experts_term(t) == pytest.approx(max(mem, fl), rel=1e-9)
     # at 64 tokens the weight reads bind (the M-dependent fused-MoE efficiency made the FLOPs
     # bind there, at 3.3 × the reads); at 4,096 the FLOPs do
     touched64 = e * (1 - (1 - k / e) ** 64)
-    assert 2 * k / e * stage.expert_params * 64 / (bf16 * perf.MOE_WO_EFFICIENCY) < (
-        stage.expert_weight_bytes * touched64 / e / (model.bandwidth * perf.MOE_WO_BANDWIDTH)
+    assert 2 * k / e * stage.expert_params * 64 / (bf16 * eff) < (
+        stage.expert_weight_bytes * touched64 / e / (model.bandwidth * share)
+    )
+
+
+def test_marlins_moe_terms_follow_the_gpu_family() -> None:
+    # per-op (aiconfigurator-core 0.12.0, moe/vllm/0.24.0, int4_wo Marlin rows): Marlin's
+    # mma.sync kernel reaches 84 % of H200's bandwidth but 58 % of B200's, and a smaller share
+    # of B200's BF16 peak; one pair for both left H200 20 % slow and B200 15 % fast
+    b200_share, b200_eff = perf.MOE_WO_BLACKWELL_DC
+    h200_share, h200_eff = perf.MOE_WO_OTHER
+    assert b200_share < h200_share and b200_eff < h200_eff
+    for name, cc in (
+        ("B200-180GB", (10, 0)),
+        ("B300-288GB", (10, 3)),
+        ("H200-SXM-141GB", (9, 0)),
+        ("A100-SXM-80GB", (8, 0)),
+        ("RTX-PRO-6000-Blackwell", (12, 0)),  # consumer Blackwell: mma.sync is its own path
+    ):
+        gpu = get_gpu(name)
+        assert gpu.compute_capability == cc, name
+        want = perf.MOE_WO_BLACKWELL_DC if cc[0] == 10 else perf.MOE_WO_OTHER
+        assert perf.moe_weight_only_terms(gpu.compute_capability) == want, name
+    assert perf.moe_weight_only_terms(None) == perf.MOE_WO_OTHER
+    kimi = load_model("moonshotai/Kimi-K2.5")
+    b200 = get_gpu("B200-180GB")
+    pred = predict_startup(kimi, b200.total_bytes, b200.name, 8, 1, ENGINE)
+    model = build_latency_model(kimi, b200, pred)
+    assert model is not None
+    [stage] = model.stages
+    assert stage.moe_wo_terms == perf.MOE_WO_BLACKWELL_DC
+    # a weight-bound decode step reads the touched experts at the family's share: the same
+    # step is slower on B200's model than with H200's share at B200's bandwidth
+    hopper = replace(model, stages=(replace(stage, moe_wo_terms=perf.MOE_WO_OTHER),))
+    kv = np.zeros((1,))
+    assert float(model.step_seconds(8.0, [kv], 0.0, 0.0)[0]) > float(
+        hopper.step_seconds(8.0, [kv], 0.0, 0.0)[0]
     )
 
 

@@ -123,6 +123,9 @@ class StageModel:
     fixed_s: float = 0.0  # the stage's kernels' fixed latencies per step (launch_seconds)
     #: the routed experts are weight-only integers (Marlin's MoE kernel: perf.MOE_WO_*)
     experts_weight_only: bool = False
+    #: Marlin's bandwidth share and BF16-peak efficiency on this GPU
+    #: (:func:`perf.moe_weight_only_terms`)
+    moe_wo_terms: tuple[float, float] = perf.MOE_WO_OTHER
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -186,12 +189,11 @@ class LatencyModel:
             e, k = self.num_experts, self.experts_per_token
             wo = stage.experts_weight_only
             touched = e * (1.0 - (1.0 - k / e) ** tokens)
-            mem = (
-                stage.expert_weight_bytes * touched / e / (bw * perf.MOE_WO_BANDWIDTH if wo else bw)
-            )
+            wo_share, wo_eff = stage.moe_wo_terms
+            mem = stage.expert_weight_bytes * touched / e / (bw * wo_share if wo else bw)
             if flops:
                 if wo:  # Marlin dequantizes in the kernel: a share of the BF16 peak, flat in M
-                    eff = perf.MOE_WO_EFFICIENCY
+                    eff = wo_eff
                 else:
                     # each touched expert's grouped GEMM sees M = T × k / touched rows; a step
                     # of no tokens (a prefill-only workload's decode step) has no expert FLOPs:
@@ -473,6 +475,7 @@ def build_latency_model(
                     perf.MOE_WO_LAUNCH_S if weight_only else perf.MOE_LAUNCH_S,
                 ),
                 experts_weight_only=weight_only,
+                moe_wo_terms=perf.moe_weight_only_terms(gpu.compute_capability),
             )
         )
     return LatencyModel(

@@ -69,11 +69,29 @@ MOE_LAUNCH_S = 32.9e-6
 #: GEMMs sustain (flat in M: Marlin dequantizes in the kernel, so small M is bound by the weight
 #: reads, not by idle tensor cores) and its fixed latency per layer (*per-op*:
 #: moe/vllm/0.24.0/moe_perf.parquet, ``int4_wo`` ``vllm_compressedtensorswna16marlinmoe_marlin``
-#: rows of h200_sxm and b200_sxm, balanced routing, MoE-TP 1..8: the Kimi-K2 shape, 200 rows;
-#: |log err| 0.23).
-MOE_WO_BANDWIDTH = 0.672
-MOE_WO_EFFICIENCY = 0.125
-MOE_WO_LAUNCH_S = 39.9e-6
+#: rows of h200_sxm and b200_sxm, balanced routing, MoE-TP 1..8: the Kimi-K2 shape, 100 rows a
+#: system). The share and the efficiency by GPU family (:func:`moe_weight_only_terms`): one pair
+#: for both systems left H200 20 % slow and B200 15 % fast on the table (|log err| 0.23); a pair
+#: per system with the launch shared, |log err| 0.124 over the 200 rows. Marlin issues the
+#: mma.sync instructions of Ampere and Hopper, which datacenter Blackwell runs beside its own
+#: tcgen05 path, so it reaches a smaller share of B200's bandwidth and BF16 peak.
+MOE_WO_LAUNCH_S = 38.7e-6
+#: (bandwidth share, BF16-peak efficiency) of Marlin's MoE kernel on datacenter Blackwell
+#: (SM100 family, compute capability 10.x: the b200_sxm rows) ...
+MOE_WO_BLACKWELL_DC = (0.582, 0.0856)
+#: ... and on every other CUDA GPU (the h200_sxm rows; Ampere, Ada and the SM12x cards run the
+#: same mma.sync path natively: assumed to be the Hopper figure, no table of theirs has it)
+MOE_WO_OTHER = (0.839, 0.182)
+
+
+def moe_weight_only_terms(compute_capability: tuple[int, int] | None) -> tuple[float, float]:
+    """(bandwidth share, BF16-peak efficiency) of Marlin's MoE kernel on a GPU of this compute
+    capability (:data:`MOE_WO_BLACKWELL_DC` for 10.x, else :data:`MOE_WO_OTHER`)."""
+    if compute_capability is not None and compute_capability[0] == 10:
+        return MOE_WO_BLACKWELL_DC
+    return MOE_WO_OTHER
+
+
 #: Fraction of the BF16 tensor peak prefill attention sustains (*per-op*:
 #: attention/vllm/0.24.0/context_attention_perf.parquet, FA3 on Hopper, FlashInfer-TRTLLM on
 #: B200, BF16 KV, prompts ≥ 1024; causal FLOPs 4 × heads × head_dim × isl²/2; |log err| 0.43).
