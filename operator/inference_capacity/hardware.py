@@ -435,6 +435,12 @@ DEFAULT_COMPUTE_EFFICIENCY = 0.50
 _DENSE_BF16_FLOPS: dict[str, float] = _LOADED.dense_flops
 
 
+def sm100_family(compute_capability: tuple[int, int] | None) -> bool:
+    """vLLM's ``is_device_capability_family(100)``: datacenter Blackwell, SM100/SM103 (B200,
+    B300, GB200, GB300); not the SM12x cards (RTX 50xx, RTX PRO)."""
+    return compute_capability is not None and compute_capability[0] == 10
+
+
 def dense_flops(gpu: Gpu) -> float | None:
     """Dense BF16 (or FP16) tensor peak in FLOP/s from the datasheet; None when unknown."""
     return _DENSE_BF16_FLOPS.get(gpu.name)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
+from ..hardware import sm100_family
 from ..ledger.kv import (
     PACKED_FORMATS,
     KvLayout,
@@ -412,7 +413,7 @@ def mxfp4_moe_backend(v: Version, gpu_name: str) -> str:
         return "marlin"
     if cc < (8, 0):
         raise SettingsError(f"gpt-oss MXFP4 on {gpu_name} (SM{cc[0]}{cc[1]}): vLLM needs SM80+")
-    if cc[0] == 10:
+    if sm100_family(cc):
         return "trtllm"
     if cc == (9, 0):
         return "triton"

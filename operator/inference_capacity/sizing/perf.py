@@ -17,6 +17,8 @@ per step and per request) are *assumed* values argued below, not tuned on end-to
 
 from __future__ import annotations
 
+from ..hardware import sm100_family
+
 #: Fixed CPU cost of one engine step, seconds (*assumed*): vLLM V1's engine-core loop between
 #: two forward passes (scheduler, input preparation, the GPU→CPU copy of the sampled ids and
 #: the output update) plus the CUDA-graph replay launch. No per-op table measures it; 1 ms is
@@ -87,7 +89,7 @@ MOE_WO_OTHER = (0.839, 0.182)
 def moe_weight_only_terms(compute_capability: tuple[int, int] | None) -> tuple[float, float]:
     """(bandwidth share, BF16-peak efficiency) of Marlin's MoE kernel on a GPU of this compute
     capability (:data:`MOE_WO_BLACKWELL_DC` for 10.x, else :data:`MOE_WO_OTHER`)."""
-    if compute_capability is not None and compute_capability[0] == 10:
+    if sm100_family(compute_capability):
         return MOE_WO_BLACKWELL_DC
     return MOE_WO_OTHER
 
