@@ -22,6 +22,9 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
   ``MOE_LAUNCH_S``; its weight-only INT4 rows (``int4_wo``, Marlin, h200/b200: the Kimi-K2
   shape) → ``MOE_WO_LAUNCH_S`` (shared) and a (bandwidth share, BF16-peak efficiency) pair per
   system: ``MOE_WO_OTHER`` (h200_sxm), ``MOE_WO_BLACKWELL_DC`` (b200_sxm).
+* ``mla/vllm/0.24.0/mla_generation_module_perf.parquet``: the MLA attention module of a decode
+  step (DeepSeek-V3, BF16 weights and KV; FLASH_ATTN_MLA on h200, FLASHINFER_MLA on b200) →
+  ``MLA_MODULE_FIXED_S_OTHER`` (h200_sxm), ``MLA_MODULE_FIXED_S_SM100`` (b200_sxm).
 * ``attention/vllm/0.24.0/context_attention_perf.parquet``: prefill attention (FA3 on Hopper,
   FlashInfer-TRTLLM prefill on B200), BF16 KV, no window, head_dim 64/128, prompts ≥ 1024 →
   ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
@@ -277,6 +280,43 @@ def fit_moe_weight_only(root: Path) -> dict[str, Any]:
     return out
 
 
+#: the perf.py constant each system's MLA module fits
+MLA_MODULE_CONSTANTS = {
+    "h200_sxm": "MLA_MODULE_FIXED_S_OTHER",
+    "b200_sxm": "MLA_MODULE_FIXED_S_SM100",
+}
+
+
+def fit_mla_module(root: Path) -> dict[str, float]:
+    """t = fixed + (the module's weights + the batch's latent KV) / BW, per system, on the MLA
+    generation-module rows (DeepSeek-V3, BF16 weights and KV, batch ≤ 256, context ≤ 32,768,
+    1..128 heads a rank: TP 1..128 of its 128 heads). The module's BF16 weights on a rank with h
+    heads: q_a 7168×1536 and kv_a 7168×576 (replicated), q_b 1536 × h·192, the absorbed kv_b
+    512 × h·256, o_proj h·128 × 7168; the latent KV 576 elements a token."""
+    out: dict[str, float] = {}
+    for system, name in MLA_MODULE_CONSTANTS.items():
+        bw = _hbm(SYSTEMS[system])
+        d = _read(root / system / "mla/vllm/0.24.0/mla_generation_module_perf.parquet")
+        d = d[
+            (d.kv_cache_dtype == "bfloat16")
+            & (d.model == "deepseek-ai/DeepSeek-V3")
+            & (d.step <= 32768)
+            & (d.batch_size <= 256)
+        ]
+        h, b, ctx = (d[c].to_numpy(np.float64) for c in ("num_heads", "batch_size", "step"))
+        weights = 2 * (7168 * 1536 + 1536 * h * 192 + 7168 * 576 + 512 * h * 256 + h * 128 * 7168)
+        reads = (weights + b * ctx * 576 * 2) / bw
+        meas = d.latency.to_numpy(np.float64) * 1e-3
+
+        def loss(x: dict[str, float], reads: Any = reads, meas: Any = meas) -> float:
+            return _logerr(x["F"] + reads, meas)
+
+        x = descend(loss, {"F": 30e-6})
+        print(f"MLA module ({system}): {len(meas)} rows, mean |log err| {loss(x):.3f}")
+        out[name] = x["F"]
+    return out
+
+
 def fit_attention(root: Path) -> dict[str, float]:
     """Prefill: t = 4 × heads × head_dim × (isl / 2) × isl × batch / (BF16 peak × eff) (the
     model's FLOPs: every prompt token attends to its mean causal position); decode floor."""
@@ -368,6 +408,7 @@ def main(argv: Sequence[str]) -> int:
     block_fp8_floors(root)
     out.update(fit_moe(root, out["GEMM_HALF_M"]))
     out.update(fit_moe_weight_only(root))
+    out.update(fit_mla_module(root))
     out.update(fit_attention(root))
     out.update(fit_allreduce(root))
     out.update(fit_small_kernel(root))

@@ -146,7 +146,15 @@ def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
     [stage] = model.stages
     assert stage.experts_weight_only
     assert stage.fixed_s == pytest.approx(
-        launch_seconds(kimi.num_layers, True, True, False, perf.MOE_WO_LAUNCH_S)
+        launch_seconds(
+            kimi.num_layers,
+            True,
+            True,
+            False,
+            perf.MOE_WO_LAUNCH_S,
+            kimi.num_layers,  # every Kimi-K2.5 layer is MLA
+            perf.MLA_MODULE_FIXED_S_OTHER,
+        )
     )
     # the experts' term of a decode step of T tokens, by hand: touched experts' bytes at the
     # kernel's share of the bandwidth, or 2 k/E × expert parameters × T at its share of BF16
@@ -444,3 +452,43 @@ def test_plans_in_a_row_on_one_cache_keep_their_own_probabilities() -> None:
         alone = make_plan(inp)
         assert alone.latency is not None and plan.latency is not None
         assert alone.latency.curve == plan.latency.curve
+
+
+def test_an_mla_layer_costs_the_mla_modules_fixed_latency() -> None:
+    # per-op (aiconfigurator-core 0.12.0, mla/vllm/0.24.0 generation module, DeepSeek-V3):
+    # an MLA layer's attention half runs about a dozen kernels, 81.4 us on H200 and 37.8 us on
+    # B200 beyond its reads, where a GQA layer's runs two GEMMs, three small kernels and the
+    # attention kernel; by hand, per MLA layer, the difference replaces the GQA half
+    half = (
+        perf.ATTENTION_GEMMS_PER_LAYER * perf.GEMM_LAUNCH_S
+        + perf.ATTENTION_SMALL_KERNELS_PER_LAYER * perf.SMALL_KERNEL_S
+        + perf.ATTENTION_LAUNCH_S
+    )
+    base = launch_seconds(61, True, True, False)
+    assert launch_seconds(61, True, True, False, perf.MOE_LAUNCH_S, 61, 81.4e-6) == pytest.approx(
+        base + 61 * (81.4e-6 - half)
+    )
+    assert launch_seconds(61, True, True, False, perf.MOE_LAUNCH_S, 0, 81.4e-6) == base
+    assert perf.mla_module_fixed_s((9, 0)) == perf.MLA_MODULE_FIXED_S_OTHER
+    assert perf.mla_module_fixed_s((10, 0)) == perf.MLA_MODULE_FIXED_S_SM100
+    assert perf.MLA_MODULE_FIXED_S_SM100 < perf.MLA_MODULE_FIXED_S_OTHER
+    assert perf.MLA_MODULE_FIXED_S_OTHER > half  # more kernels than a GQA half
+    # the step model counts the stage's MLA layers only: Kimi-K2.5 all 61, Llama none, and
+    # DeepSeek-V4's compressed attention (its own kernels) none
+    from inference_capacity.sizing.latency import _mla_layers
+
+    assert _mla_layers(load_model("moonshotai/Kimi-K2.5"), 1, 0) == 61
+    assert _mla_layers(load_model("moonshotai/Kimi-K2.5"), 2, 1) == 30  # PP2: the second stage
+    assert _mla_layers(load_model("meta-llama/Llama-3.1-8B-Instruct"), 1, 0) == 0
+    assert _mla_layers(load_model("deepseek-ai/DeepSeek-V4-Flash"), 1, 0) == 0
+    kimi = load_model("moonshotai/Kimi-K2.5")
+    fixed = {}
+    for name in ("H200-SXM-141GB", "B200-180GB"):
+        gpu = get_gpu(name)
+        pred = predict_startup(kimi, gpu.total_bytes, gpu.name, 8, 1, ENGINE)
+        model = build_latency_model(kimi, gpu, pred)
+        assert model is not None
+        fixed[name] = model.stages[0].fixed_s
+    assert fixed["H200-SXM-141GB"] - fixed["B200-180GB"] == pytest.approx(
+        61 * (perf.MLA_MODULE_FIXED_S_OTHER - perf.MLA_MODULE_FIXED_S_SM100)
+    )

@@ -323,6 +323,16 @@ def _stage_reads(
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes, kv_format), make)
 
 
+def _mla_layers(shape: ModelShape, pp: int, stage: int) -> int:
+    """MLA layers of a stage (DeepSeek-V2/V3, Kimi-K2; not DeepSeek-V4's compressed attention,
+    whose kernels are its own)."""
+    return sum(
+        n
+        for layer, n in layers_on_rank(shape, pp, stage)
+        if layer.kind is AttnKind.MLA and not layer.compress_ratio
+    )
+
+
 def _gemm_eff(m: Any, mx: Callable[[Any, Any], Any]) -> Any:
     mm = mx(m, 1.0)
     return perf.GEMM_EFFICIENCY * mm / (mm + perf.GEMM_HALF_M)
@@ -338,7 +348,13 @@ def gemm_efficiency(m: FloatArray | float) -> FloatArray:
 
 
 def launch_seconds(
-    layers: int, moe: bool, head: bool, fp8: bool, moe_launch_s: float = perf.MOE_LAUNCH_S
+    layers: int,
+    moe: bool,
+    head: bool,
+    fp8: bool,
+    moe_launch_s: float = perf.MOE_LAUNCH_S,
+    mla_layers: int = 0,
+    mla_fixed_s: float = 0.0,
 ) -> float:
     """The fixed latencies of one rank's kernels in a step (sizing/perf.py, per-op tables):
     per layer its GEMMs (4 dense; 3 and the fused-MoE kernel in a MoE layer), the small
@@ -348,14 +364,23 @@ def launch_seconds(
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
     dense layers or Llama 4's interleaved dense ones are an approximation). A block-FP8 linear
     costs a plain GEMM's fixed latency (sizing/perf.py says why); ``moe_launch_s``: the fused-MoE
-    kernel's (:func:`experts_weight_only` ones: ``perf.MOE_WO_LAUNCH_S``)."""
+    kernel's (:func:`experts_weight_only` ones: ``perf.MOE_WO_LAUNCH_S``). ``mla_layers`` of the
+    layers are MLA ones, whose attention half is the MLA module's ``mla_fixed_s``
+    (:func:`perf.mla_module_fixed_s`) instead of two GEMMs, three small kernels and the
+    attention kernel."""
     gemms = perf.GEMMS_PER_MOE_LAYER if moe else perf.GEMMS_PER_DENSE_LAYER
     small = perf.SMALL_KERNELS_PER_LAYER - (1 if moe else 0)  # SiLU inside the fused MoE
     small += perf.FP8_QUANT_PER_LAYER if fp8 else 0
     per_layer = gemms * perf.GEMM_LAUNCH_S + small * perf.SMALL_KERNEL_S + perf.ATTENTION_LAUNCH_S
     if moe:
         per_layer += moe_launch_s
-    return layers * per_layer + (perf.GEMM_LAUNCH_S if head else 0.0)
+    attention_half = (
+        perf.ATTENTION_GEMMS_PER_LAYER * perf.GEMM_LAUNCH_S
+        + perf.ATTENTION_SMALL_KERNELS_PER_LAYER * perf.SMALL_KERNEL_S
+        + perf.ATTENTION_LAUNCH_S
+    )
+    mla = mla_layers * (mla_fixed_s - attention_half)
+    return layers * per_layer + mla + (perf.GEMM_LAUNCH_S if head else 0.0)
 
 
 def gemm_dtype(shape: ModelShape, experts: bool) -> str:
@@ -473,6 +498,8 @@ def build_latency_model(
                     has_head,
                     gemm_dtype(shape, False) == "fp8",
                     perf.MOE_WO_LAUNCH_S if weight_only else perf.MOE_LAUNCH_S,
+                    _mla_layers(shape, pp, stage),
+                    perf.mla_module_fixed_s(gpu.compute_capability),
                 ),
                 experts_weight_only=weight_only,
                 moe_wo_terms=perf.moe_weight_only_terms(gpu.compute_capability),

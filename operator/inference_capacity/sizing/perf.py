@@ -121,6 +121,30 @@ FP8_QUANT_PER_LAYER = 1
 #: the router; the experts are the fused-MoE kernel).
 GEMMS_PER_DENSE_LAYER = 4
 GEMMS_PER_MOE_LAYER = 3
+#: The attention half of those kernels: the qkv and o GEMMs and the input RMSNorm, rotary
+#: embedding and KV-cache write (with the attention kernel, ``ATTENTION_LAUNCH_S``).
+ATTENTION_GEMMS_PER_LAYER = 2
+ATTENTION_SMALL_KERNELS_PER_LAYER = 3
+#: Fixed latency of one MLA attention module in a decode step (DeepSeek-V2/V3, Kimi-K2: the
+#: q_a / q_b / kv_a projections, their RMSNorms, rotary, the absorbed kv_b BMMs, the latent
+#: KV-cache write, the MLA kernel and o_proj), seconds, beyond its weight and latent-KV reads at
+#: the model's bandwidth; it replaces the attention half above in an MLA layer (*per-op*:
+#: mla/vllm/0.24.0/mla_generation_module_perf.parquet, DeepSeek-V3, BF16 weights and KV, 1..128
+#: heads a rank, batch ≤ 256, context ≤ 32,768: FLASH_ATTN_MLA on h200_sxm, 2,160 rows, |log
+#: err| 0.106; FLASHINFER_MLA on b200_sxm, 3,240 rows, 0.170). An MLA layer runs about a dozen
+#: kernels where a GQA layer's attention half runs six: 81 µs on H200 against the six's 30.
+#: By :func:`mla_module_fixed_s`: the b200 figure on the SM100 family, the h200 figure
+#: elsewhere (Ampere, Ada and SM12x run TRITON_MLA: assumed, no table of theirs has it).
+MLA_MODULE_FIXED_S_SM100 = 37.8e-6
+MLA_MODULE_FIXED_S_OTHER = 81.4e-6
+
+
+def mla_module_fixed_s(compute_capability: tuple[int, int] | None) -> float:
+    """The MLA module's fixed latency on a GPU of this compute capability."""
+    if sm100_family(compute_capability):
+        return MLA_MODULE_FIXED_S_SM100
+    return MLA_MODULE_FIXED_S_OTHER
+
 
 #: Latency of one TP all-reduce (vLLM custom all-reduce under CUDA graphs), seconds, before its
 #: bytes over the link; two per layer at TP > 1 (*per-op*:
