@@ -475,12 +475,15 @@ def test_an_mla_layer_costs_the_mla_modules_fixed_latency() -> None:
     assert perf.MLA_MODULE_FIXED_S_OTHER > half  # more kernels than a GQA half
     # the step model counts the stage's MLA layers only: Kimi-K2.5 all 61, Llama none, and
     # DeepSeek-V4's compressed attention (its own kernels) none
-    from inference_capacity.sizing.latency import _mla_layers
+    from inference_capacity.sizing.latency import _stage_reads
 
-    assert _mla_layers(load_model("moonshotai/Kimi-K2.5"), 1, 0) == 61
-    assert _mla_layers(load_model("moonshotai/Kimi-K2.5"), 2, 1) == 30  # PP2: the second stage
-    assert _mla_layers(load_model("meta-llama/Llama-3.1-8B-Instruct"), 1, 0) == 0
-    assert _mla_layers(load_model("deepseek-ai/DeepSeek-V4-Flash"), 1, 0) == 0
+    def mla_layers(model: str, pp: int = 1, stage: int = 0) -> int:
+        return _stage_reads(load_model(model), 1, pp, stage, 2, 2).mla_layers
+
+    assert mla_layers("moonshotai/Kimi-K2.5") == 61
+    assert mla_layers("moonshotai/Kimi-K2.5", 2, 1) == 30  # PP2: the second stage
+    assert mla_layers("meta-llama/Llama-3.1-8B-Instruct") == 0
+    assert mla_layers("deepseek-ai/DeepSeek-V4-Flash") == 0
     kimi = load_model("moonshotai/Kimi-K2.5")
     fixed = {}
     for name in ("H200-SXM-141GB", "B200-180GB"):

@@ -284,6 +284,20 @@ def _params(shape: ModelShape) -> dict[str, float]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StageReads:
+    """What one rank of a stage reads in a decode step, and its layers by kind."""
+
+    full_bytes_per_token: int  # full attention + MLA
+    windowed: tuple[tuple[int, int], ...]  # (window, bytes/token) of sliding/chunked layers
+    state_bytes: int  # Mamba/GDN state per sequence
+    attn_layers: int  # full-attention and MLA layers
+    layers: int
+    #: MLA layers (DeepSeek-V2/V3, Kimi-K2; not DeepSeek-V4's compressed attention, whose
+    #: kernels are its own): their attention half is the MLA module (launch_seconds)
+    mla_layers: int
+
+
 def _stage_reads(
     shape: ModelShape,
     tp: int,
@@ -292,17 +306,17 @@ def _stage_reads(
     kv_bytes: int,
     dtype_bytes: int,
     kv_format: str = "",
-) -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
-    """(full-attention bytes/token, (window, bytes/token) of windowed layers, state bytes per
-    sequence, full-attention layers, layers) of one rank of a stage; ``kv_format``: the KV
-    dtype's page layout (``ledger.kv.kv_token_format``)."""
+) -> StageReads:
+    """One rank of a stage's reads and layers; ``kv_format``: the KV dtype's page layout
+    (``ledger.kv.kv_token_format``)."""
     packed = kv_format in PACKED_FORMATS  # a decode step reads the packed page's bytes
 
-    def make() -> tuple[int, tuple[tuple[int, int], ...], int, int, int]:
+    def make() -> StageReads:
         full = 0
         windowed: dict[int, int] = {}
         state = 0
         attn_layers = 0
+        mla_layers = 0
         layers = 0
         for layer, n in layers_on_rank(shape, pp, stage):
             layers += n
@@ -314,23 +328,17 @@ def _stage_reads(
             if layer.kind in (AttnKind.FULL, AttnKind.MLA):
                 full += tb
                 attn_layers += n
+                if layer.kind is AttnKind.MLA and not layer.compress_ratio:
+                    mla_layers += n
             elif layer.kind in (AttnKind.SLIDING, AttnKind.CHUNKED):
                 windowed[layer.window] = windowed.get(layer.window, 0) + tb
             elif layer.mamba is not None:
                 state += n * layer.mamba.bytes_per_sequence(tp, dtype_bytes)
-        return full, tuple(sorted(windowed.items())), state, attn_layers, layers
+        return StageReads(
+            full, tuple(sorted(windowed.items())), state, attn_layers, layers, mla_layers
+        )
 
     return _memo(shape, ("reads", tp, pp, stage, kv_bytes, dtype_bytes, kv_format), make)
-
-
-def _mla_layers(shape: ModelShape, pp: int, stage: int) -> int:
-    """MLA layers of a stage (DeepSeek-V2/V3, Kimi-K2; not DeepSeek-V4's compressed attention,
-    whose kernels are its own)."""
-    return sum(
-        n
-        for layer, n in layers_on_rank(shape, pp, stage)
-        if layer.kind is AttnKind.MLA and not layer.compress_ratio
-    )
 
 
 def _gemm_eff(m: Any, mx: Callable[[Any, Any], Any]) -> Any:
@@ -446,9 +454,10 @@ def build_latency_model(
         r = next(x for x in pred.ranks if x.stage == stage)
         experts = r.weights.by_group.get("experts", 0)
         embedding = r.weights.by_group.get("embedding", 0)
-        full, windowed, state, attn_layers, layers = _stage_reads(
+        reads = _stage_reads(
             shape, tp, pp, stage, rs.kv_bytes, rs.dtype_bytes, kv_token_format(rs.kv_cache_dtype)
         )
+        layers = reads.layers
         heads = max(1, shape.num_attention_heads // tp)
         share = layers / max(shape.num_layers, 1)
         has_head = r.weights.by_group.get("lm_head", 0) > 0 or (
@@ -478,14 +487,14 @@ def build_latency_model(
                 - embedding
                 - r.weights.by_group.get("lm_head", 0),
                 expert_weight_bytes=experts,
-                full_bytes_per_token=full,
-                windowed=windowed,
-                state_bytes=state,
+                full_bytes_per_token=reads.full_bytes_per_token,
+                windowed=reads.windowed,
+                state_bytes=reads.state_bytes,
                 dense_params=dense_total * share / tp,
                 lm_head_params=head_params / tp if has_head else 0.0,
                 lm_head_bytes=head_bytes if has_head else 0,
                 expert_params=params.get("experts", 0.0) * share / tp,
-                attn_flops_per_ctx=4.0 * heads * shape.head_dim * attn_layers,
+                attn_flops_per_ctx=4.0 * heads * shape.head_dim * reads.attn_layers,
                 layers=layers,
                 dense_flops=dense_peak,
                 expert_flops=expert_peak,
@@ -498,7 +507,7 @@ def build_latency_model(
                     has_head,
                     gemm_dtype(shape, False) == "fp8",
                     perf.MOE_WO_LAUNCH_S if weight_only else perf.MOE_LAUNCH_S,
-                    _mla_layers(shape, pp, stage),
+                    reads.mla_layers,
                     perf.mla_module_fixed_s(gpu.compute_capability),
                 ),
                 experts_weight_only=weight_only,
