@@ -469,7 +469,6 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
         return q
     excluded = list(q.excluded)
     kinds: dict[str, Quantization] = {}
-    prefix = "model.layers.0."
     if blocks_raw:
         field = "quantization_config.modules_in_block_to_quantize"
         if not isinstance(blocks_raw, list):
@@ -504,15 +503,12 @@ def _gptq_module_rules(cfg: Mapping[str, Any], q: Quantization) -> Quantization:
             # rules naming layers: resolved layer by layer once the model's layers are known
             return replace(q, excluded=tuple(excluded), layer_rules=tuple(rules), named_kinds=())
         compiled = _compiled(rules)
-        for path, names in _VLLM_FUSED_MODULES:
-            decided = _first_rule(compiled, [prefix + path])
-            if decided is None:
-                continue
-            if decided[0]:
+        for names, own in _decisions(compiled, 0):  # no rule names a layer: layer 0's hold
+            if own is None:
                 excluded += list(names)
-            elif (own := decided[1]) is not None:
+            else:
                 kinds.update({n: own for n in names})
-        if _first_rule([r for r in compiled if r[1]], ["lm_head"]) is not None:
+        if _skips_lm_head(compiled):
             excluded.append("lm_head")
     out = replace(q, excluded=tuple(excluded))
     if kinds:
@@ -539,6 +535,24 @@ def _first_rule(rules: _Rules, paths: list[str]) -> tuple[bool, Quantization | N
     return None
 
 
+def _decisions(rules: _Rules, layer: int) -> list[tuple[tuple[str, ...], Quantization | None]]:
+    """What the ``dynamic`` rules decide in one layer: for each of vLLM's (fused) modules the
+    first rule matching its path under the layer's prefixes (:func:`_first_rule`) gives (the
+    ledger's names, None: unquantized, or the rule's own format); a module no rule matches, or
+    whose rule keeps the checkpoint's format, is left out."""
+    out: list[tuple[tuple[str, ...], Quantization | None]] = []
+    for path, names in _VLLM_FUSED_MODULES:
+        decided = _first_rule(rules, [pre.format(layer) + path for pre in _LAYER_PREFIXES])
+        if decided is not None and (decided[0] or decided[1] is not None):
+            out.append((names, None if decided[0] else decided[1]))
+    return out
+
+
+def _skips_lm_head(rules: _Rules) -> bool:
+    """Whether a negative ``dynamic`` rule matches ``lm_head`` (vLLM then leaves it 16-bit)."""
+    return _first_rule([r for r in rules if r[1]], ["lm_head"]) is not None
+
+
 #: the most layer × rule pairs a checkpoint's per-layer rules may ask to resolve
 MAX_LAYER_RULE_CHECKS = 1_000_000
 
@@ -560,14 +574,11 @@ def resolve_layer_rules(q: Quantization | None, num_layers: int) -> Quantization
     rules = _compiled(list(q.layer_rules))
     per: dict[tuple[str, Quantization | None], list[int]] = {}
     for i in range(num_layers):
-        for path, names in _VLLM_FUSED_MODULES:
-            decided = _first_rule(rules, [pre.format(i) + path for pre in _LAYER_PREFIXES])
-            if decided is None or (not decided[0] and decided[1] is None):
-                continue  # no rule, or one that keeps the checkpoint's format
+        for names, fmt in _decisions(rules, i):
             for n in names:
-                per.setdefault((n, None if decided[0] else decided[1]), []).append(i)
+                per.setdefault((n, fmt), []).append(i)
     overrides = tuple((n, tuple(ls), fmt) for (n, fmt), ls in per.items())
-    head = _first_rule([r for r in rules if r[1]], ["lm_head"]) is not None
+    head = _skips_lm_head(rules)
     return replace(
         q,
         layer_rules=(),
