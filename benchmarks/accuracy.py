@@ -23,6 +23,7 @@ from typing import Any
 from benchmarks.helpers import (
     LogPoint,
     cudagraph_estimate_rows,
+    cudagraph_validation_rows,
     load_points,
     logged_version,
     predict_point,
@@ -201,7 +202,9 @@ def term_errors(pr: dict[str, Any], logged: dict[str, Any]) -> dict[str, float |
 def cudagraph_estimate_report(rows: list[Row]) -> None:
     """vLLM's CUDA-graph estimate (what it subtracts from the KV budget from 0.20) against the
     ledger's: in sample, the catalog's setups of tests/data/vllm-cudagraph-estimates.jsonl (the
-    constants' fit, vLLM 0.19.0 H100); out of sample, the replayed >= 0.20 logs that print it."""
+    constants' fit, vLLM 0.19.0 H100); out of sample, the FlashInfer boots of
+    tests/data/vllm-cudagraph-estimates-validation.jsonl and the replayed >= 0.20 logs that
+    print it."""
     fit = cudagraph_estimate_rows()
     errors = [est - p["estimate_gib"] for p, est in fit]
     print("  vLLM's CUDA-graph estimate ('Estimated CUDA graph memory', in the budget from 0.20):")
@@ -211,6 +214,13 @@ def cudagraph_estimate_report(rows: list[Row]) -> None:
             f"tests/data/vllm-cudagraph-estimates.jsonl): mean |error| "
             f"{statistics.fmean(abs(e) for e in errors):.2f} GiB, median "
             f"{statistics.median(abs(e) for e in errors):.2f}, largest {max(errors, key=abs):+.2f}"
+        )
+    for boot, ours in cudagraph_validation_rows():
+        print(
+            f"    out of sample {boot['id']} ({boot['gpu']}, {boot['attention_backend']}, vLLM "
+            f"{boot['vllm_version']}, {boot['piecewise_graphs']} + {boot['full_graphs']} graphs): "
+            f"logged {boot['estimate_gib']:.2f} GiB, ledger {ours:.2f} "
+            f"({ours - boot['estimate_gib']:+.2f})"
         )
     for r in rows:
         logged = r.point.logged.get("cuda_graph_estimate_gib")

@@ -20,7 +20,7 @@ from inference_capacity.engines.vllm import EngineSettings, SettingsError, predi
 from inference_capacity.engines.vllm_config import MultimodalSettings
 from inference_capacity.engines.vllm_flags import SpeculativeConfig
 from inference_capacity.hardware import UnknownGpuError, get_gpu
-from inference_capacity.model import load_config, shape_from_config
+from inference_capacity.model import load_config, load_model, shape_from_config
 from inference_capacity.model.errors import ModelConfigError, UnknownModelError
 from inference_capacity.resolve import size_dynamic
 from inference_capacity.units import GiB
@@ -609,7 +609,6 @@ def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict
         profiled_cuda_graph_estimate,
     )
     from inference_capacity.engines.vllm_rules import VllmRules
-    from inference_capacity.model import load_model
 
     out = []
     for line in path.read_text().splitlines():
@@ -635,4 +634,34 @@ def cudagraph_estimate_rows(path: Path = CUDAGRAPH_ESTIMATES) -> list[tuple[dict
             rules=VllmRules.for_version(parse_version("0.19.0")),
         )
         out.append((p, est / GiB))
+    return out
+
+
+CUDAGRAPH_VALIDATION = CUDAGRAPH_ESTIMATES.with_name("vllm-cudagraph-estimates-validation.jsonl")
+
+
+def cudagraph_validation_rows(
+    path: Path = CUDAGRAPH_VALIDATION,
+) -> list[tuple[dict[str, Any], float]]:
+    """(boot, the ledger's estimate in GiB) for the out-of-sample boots of ``path``: vLLM's
+    printed 'Estimated CUDA graph memory' against the whole prediction's CUDA-graph term at the
+    boot's flags (text only: the encoder does not enter the graphs' estimate), on the
+    architecture the row names (its checkpoint's config is not in the data)."""
+    out = []
+    for line in path.read_text().splitlines():
+        b = json.loads(line)
+        gpu = get_gpu(b["gpu"])
+        s = EngineSettings(
+            version=b["vllm_version"],
+            max_model_len=b["max_model_len"],
+            max_num_seqs=b["max_num_seqs"],
+            max_num_batched_tokens=b["max_num_batched_tokens"],
+            max_cudagraph_capture_size=b["max_cudagraph_capture_size"],
+            kv_cache_dtype=b["kv_cache_dtype"],
+            enable_prefix_caching=True,
+            mm_limits=(("audio", 0), ("image", 0), ("video", 0)),
+        )
+        shape = load_model(b["architecture_from"])
+        pred = predict_startup(shape, gpu.total_bytes, gpu.name, b["tp"], b["pp"], s)
+        out.append((b, float(pred.to_json()["cuda_graph_gib"])))
     return out

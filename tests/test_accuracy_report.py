@@ -30,7 +30,8 @@ def test_accuracy_report() -> None:
     # vLLM >= 0.20 points (vllm-startup-047, gpt-oss-120b TP8 on a PCIe Blackwell card, 0.28.0:
     # +1.2 %, its weights 1.33 GiB under; vllm-startup-089, Qwen3-8B on an RTX A5000, 0.21.0:
     # -1.5 % with vLLM's CUDA-graph estimate structure; vllm-startup-049/051, Qwen3.6-35B-A3B
-    # NVFP4 with images on an RTX 5090, 0.24.0: +3 to +3.6 %) are reported, not fitted on
+    # NVFP4 with images on an RTX 5090, 0.24.0: -2.0 / -2.5 % with FlashInfer's workspace in the
+    # estimate's first FULL capture) are reported, not fitted on
     assert out_kv < 2.0
     flagged = re.search(r"failed starts flagged: (\d+)/(\d+)", text)
     assert flagged is not None and flagged.group(1) == flagged.group(2)
@@ -57,6 +58,17 @@ def test_accuracy_report() -> None:
     assert len(kv_errs) == int(mae.group(2)) >= 1
     assert "    vllm-startup-047: available KV " in text
     assert abs(sum(abs(x) for x in kv_errs) / len(kv_errs) - float(mae.group(1))) < 0.01
+    # issue 21's goal, out of sample: available-KV MAE <= 2 % on the >= 0.20 logs (1.67 %)
+    assert float(mae.group(1)) <= 2.0
+    # FlashInfer's workspace in vLLM's printed estimate (0.20.0 RTX 5090 boots, not fitted on)
+    boots = re.findall(
+        r"^    out of sample cg-v-\d+ \(RTX-5090, FLASHINFER, .*\): logged ([\d.]+) GiB, "
+        r"ledger ([\d.]+) ",
+        text,
+        re.M,
+    )
+    assert len(boots) == 5
+    assert all(abs(float(a) - float(b)) <= 0.05 for a, b in boots)
     blocked = re.findall(r"^      (vllm-startup-\d+) \(vLLM [^)]*\): (\w+): ", text, re.M)
     assert len(blocked) == n_logs - int(rep.group(1))
     assert {term for _, term in blocked} <= {"model", "device", "version", "settings", "other"}
@@ -65,5 +77,5 @@ def test_accuracy_report() -> None:
     assert "vllm-startup-089" not in dict(blocked)
     # the NVFP4 MoE of issue 21's item 1 (6 GiB of KV where the plan said "cannot start")
     # replays with its encoder profile
-    assert "    vllm-startup-049: available KV +" in text
+    assert "    vllm-startup-049: available KV " in text
     assert "out-of-sample mean |error| per vLLM version band" in text

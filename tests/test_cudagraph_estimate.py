@@ -21,9 +21,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from benchmarks.helpers import cudagraph_estimate_rows, logged_capture_top
+from benchmarks.helpers import (
+    cudagraph_estimate_rows,
+    cudagraph_validation_rows,
+    logged_capture_top,
+)
 
 from inference_capacity.engines import EngineSettings
+from inference_capacity.engines.versions import parse_version
 from inference_capacity.engines.vllm import (
     CG_EST_FULL_FIRST_MIB,
     CG_EST_FULL_PER_GRAPH_LAYER_MIB,
@@ -31,14 +36,17 @@ from inference_capacity.engines.vllm import (
     CG_EST_PIECEWISE_FIRST_PER_FORWARD,
     CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB,
     FA3_CUDA_GRAPH_SPLITS,
+    FLASHINFER_WORKSPACE_BYTES,
     FORWARD_HIDDEN_COPIES,
     MOE_WORKSPACE_HIDDEN_COPIES,
     fa3_split_buffer_bytes,
+    flashinfer_workspaces,
     predict_startup,
 )
+from inference_capacity.engines.vllm_rules import VllmRules
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
-from inference_capacity.units import MiB
+from inference_capacity.units import GiB, MiB
 
 DATA = Path(__file__).parent / "data" / "vllm-cudagraph-estimates.jsonl"
 POINTS: list[dict[str, Any]] = [json.loads(line) for line in DATA.read_text().splitlines()]
@@ -297,3 +305,71 @@ def test_gpt_oss_captures_up_to_1024() -> None:
         EngineSettings(version="0.21.0", max_model_len=8192),
     )
     assert "captures 51 PIECEWISE + 51 FULL CUDA graphs, largest 512" in llama.notes
+
+
+# --- FlashInfer's workspace in the first FULL capture ------------------------------------------
+
+
+def test_which_setups_hold_flashinfers_workspace_in_the_estimate() -> None:
+    # envs.VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE (0.19.0–0.28.0): 394 * 1024 * 1024
+    assert FLASHINFER_WORKSPACE_BYTES == 394 * 1024 * 1024
+    r20, r24 = (VllmRules.for_version(parse_version(v)) for v in ("0.20.0", "0.24.0"))
+    qwen, gemma2 = load_model("Qwen/Qwen3-8B"), load_model("google/gemma-2-9b-it")
+
+    def n(shape: Any, gpu: str, kv: str, rules: VllmRules = r24, groups: int = 1) -> int:
+        return flashinfer_workspaces(shape, gpu, kv, rules, groups)
+
+    # FlashAttention 2 (Ampere, Ada, SM12x) reads 16-bit KV caches only: an fp8 cache goes to
+    # FlashInfer (platforms/cuda.py::_get_backend_priorities: FLASH_ATTN, then FLASHINFER)
+    for gpu in ("RTX-5090", "A100-SXM-80GB", "L40S", "RTX-3090"):
+        assert n(qwen, gpu, "auto") == 0
+        assert n(qwen, gpu, "fp8") == n(qwen, gpu, "fp8_e4m3") == 1
+    # one per builder: a KV-cache group of standard attention each
+    assert n(gemma2, "RTX-5090", "fp8", groups=2) == 2
+    # FlashInfer takes no per-token-head cache (TRITON_ATTN)
+    assert n(qwen, "RTX-3090", "int8_per_token_head") == 0
+    # Hopper: FlashAttention 3 takes fp8; fp8_e5m2 from 0.22 goes to FlashInfer
+    assert n(qwen, "H100-SXM-80GB", "fp8") == 0
+    assert n(qwen, "H100-SXM-80GB", "fp8_e5m2", r20) == 0
+    assert n(qwen, "H100-SXM-80GB", "fp8_e5m2", r24) == 1
+    # SM100: FlashInfer first, its TRT-LLM decode workspace one module-wide buffer
+    assert n(qwen, "B200-180GB", "auto") == n(gemma2, "B200-180GB", "auto", groups=2) == 1
+    # gpt-oss's sinks: FlashInfer only on SM100; MLA, head size 80, Turing: never
+    oss = load_model("openai/gpt-oss-20b")
+    assert n(oss, "RTX-5090", "fp8", groups=2) == 0
+    assert n(oss, "B200-180GB", "auto", groups=2) == 1
+    assert n(load_model("deepseek-ai/DeepSeek-V2-Lite"), "RTX-5090", "fp8") == 0
+    assert n(load_model("microsoft/phi-2"), "RTX-5090", "fp8") == 0
+    assert n(qwen, "T4", "fp8") == 0
+
+
+def test_the_flashinfer_boots_print_its_workspace_in_their_estimate() -> None:
+    # out of sample (nothing fitted on them): five vLLM 0.20.0 boots of a Qwen3.6-35B-A3B NVFP4
+    # on an RTX 5090 (FLASHINFER, fp8 KV; 99sono/DockerBuildFiles, each row's source_url)
+    rows = cudagraph_validation_rows()
+    assert len(rows) == 5
+    for boot, ours in rows:
+        assert boot["attention_backend"] == "FLASHINFER"
+        assert ours == pytest.approx(boot["estimate_gib"], abs=0.05), boot["id"]
+        # without the workspace the rule gives about 0.06-0.10 GiB: 0.3 GiB short
+        assert ours - FLASHINFER_WORKSPACE_BYTES / GiB < boot["estimate_gib"] - 0.25
+    # one graph of each mode: the estimate is the larger first capture, FULL's (the 6 MiB of
+    # the H100 fit and the workspace); with a 16-bit cache (FlashAttention 2) PIECEWISE's
+    shape, g = load_model("nvidia/Qwen3.6-35B-A3B-NVFP4"), get_gpu("RTX-5090")
+
+    def cg(kv: str, version: str = "0.20.0") -> int:
+        s = EngineSettings(
+            version=version,
+            max_model_len=65536,
+            max_num_seqs=1,
+            max_num_batched_tokens=8192,
+            max_cudagraph_capture_size=1,
+            kv_cache_dtype=kv,
+            mm_limits=(("audio", 0), ("image", 0), ("video", 0)),
+        )
+        return int(predict_startup(shape, g.total_bytes, g.name, 1, 1, s).ranks[0].cuda_graph)
+
+    assert cg("fp8_e4m3") == CG_EST_FULL_FIRST_MIB * MiB + FLASHINFER_WORKSPACE_BYTES
+    assert cg("auto") < 100 * MiB
+    # 0.19 does not subtract its estimate: the pool's term is the same for both caches
+    assert cg("fp8_e4m3", "0.19.0") == cg("auto", "0.19.0")

@@ -43,7 +43,13 @@ from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flag_table import flag_table
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
 from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
-from .vllm_rules import CUDAGRAPH_MODES, DEFAULT_CUDAGRAPH_MODE, VllmRules
+from .vllm_rules import (
+    CUDAGRAPH_MODES,
+    DEFAULT_CUDAGRAPH_MODE,
+    FLASH_ATTN_KV_16BIT,
+    FLASHINFER_KV_DTYPES,
+    VllmRules,
+)
 
 # --- calibrated constants -------------------------------------------------------------------
 #: Sampler peak per logits element (R × V): bf16 logits + their fp32 copies in the sampler.
@@ -116,6 +122,13 @@ CG_EST_FULL_FIRST_MIB = 6.0
 #: (dense, MoE) MiB a further graph adds per layer on the rank
 CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB = (0.19, 0.30)
 CG_EST_FULL_PER_GRAPH_LAYER_MIB = (0.15, 0.25)
+#: FlashInfer's float workspace: ``envs.VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE``, 394 MiB by
+#: default in the 0.19.0, 0.20.0, 0.22.0, 0.24.0, 0.26.0 and 0.28.0 sources. From the code, not
+#: fitted: :func:`flashinfer_workspaces` says where the estimate's first FULL capture holds it.
+FLASHINFER_WORKSPACE_BYTES = 394 * MiB
+#: head sizes FlashInfer's backend takes in every release read
+#: (``FlashInferBackend.get_supported_head_sizes``: 64, 128, 256; 0.24.0 adds 512)
+FLASHINFER_HEAD_SIZES = frozenset({64, 128, 256})
 #: ``AttentionConfig.flash_attn_max_num_splits_for_cuda_graph`` (config/attention.py, 0.18.0–
 #: 0.28.0): the split count FlashAttention 3 is given under full CUDA graphs
 FA3_CUDA_GRAPH_SPLITS = 32
@@ -843,7 +856,7 @@ def cuda_graph_estimate(shape: ModelShape, layers_on_stage: int, cudagraphs: boo
 
 #: attention with sinks (gpt-oss): no split buffer in the 0.19.0 gpt-oss-20b logs (FULL first
 #: captures of 6 and 8 MiB at TP1/TP2 where the split count would give 256 and 128 MiB)
-_FA3_NO_SPLIT_MODEL_TYPES = frozenset({"gpt_oss"})
+_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 
 
 def fa3_split_buffer_bytes(
@@ -888,12 +901,65 @@ def fa3_split_buffer_bytes(
             if a.head_dim_k > 256 or a.head_dim_v > 256:
                 return 0
             value_dim = max(value_dim, a.head_dim_v)
-    if shape.model_type in _FA3_NO_SPLIT_MODEL_TYPES:
+    if shape.model_type in _SINK_MODEL_TYPES:
         return 0
     if shape.model_type.startswith("gemma3") and shape.is_multimodal:
         return 0
     heads = shape.num_attention_heads // tp
     return FA3_CUDA_GRAPH_SPLITS * tokens * heads * value_dim * 4
+
+
+#: the attention kinds vLLM's standard backends run (FLASH_ATTN, FlashInfer, Triton)
+_STANDARD_ATTENTION = frozenset({AttnKind.FULL, AttnKind.SLIDING, AttnKind.CHUNKED})
+
+
+def flashinfer_workspaces(
+    shape: ModelShape,
+    gpu_name: str,
+    kv_cache_dtype: str,
+    rules: VllmRules,
+    attention_groups: int,
+) -> int:
+    """FlashInfer float workspaces (:data:`FLASHINFER_WORKSPACE_BYTES` each) the V1 runner's
+    CUDA-graph estimate allocates in its first FULL capture, from the code (0.20.0, 0.24.0,
+    0.28.0): ``profile_cudagraph_memory`` builds fresh attention metadata builders
+    (``_init_minimal_kv_cache_for_profiling``), PIECEWISE warm-ups run without attention
+    metadata, and the first FULL warm-up (``force_attention``) builds a decode wrapper, whose
+    workspace ``FlashInferMetadataBuilder._get_workspace_buffer`` allocates lazily, one per
+    builder: one per KV-cache group of standard attention (``attention_groups``). On the SM100
+    family the decode runs on TRT-LLM kernels whose workspace is one module-wide buffer of the
+    same size (``_get_trtllm_gen_workspace_buffer``): one in all.
+
+    Where vLLM picks FLASHINFER for standard (not MLA) attention (platforms/cuda.py::
+    ``_get_backend_priorities``, 0.20.0–0.28.0: the first backend whose checks pass): first on
+    the SM100 family; elsewhere after FLASH_ATTN, which on Ampere, Ada and SM12x
+    (FlashAttention 2) takes only 16-bit KV caches (``FlashAttentionBackend.
+    supports_kv_cache_dtype``: fp8 only with FA3 on SM90) and on Hopper the dtypes of
+    :attr:`VllmRules.flash_attn_kv_dtypes`. FlashInfer takes head sizes 64/128/256
+    (:data:`FLASHINFER_HEAD_SIZES`; others go to TRITON_ATTN), attention sinks only on SM100
+    (``supports_sink``), compute capability 8.0–12.1. The 0.20.0 boots of a Qwen3.6-35B-A3B
+    NVFP4 on an RTX 5090 (FLASHINFER, fp8 KV) print 0.36 GiB for one graph of each mode where
+    the H100-fitted rule alone gives 0.01 (99sono/DockerBuildFiles, README)."""
+    cc = _compute_capability(gpu_name)
+    if cc is None or not (8, 0) <= cc <= (12, 1) or attention_groups <= 0:
+        return 0
+    heads: set[int] = set()
+    for group in shape.layer_groups:
+        a = group.attention
+        if a.kind is AttnKind.MLA or a.compress_ratio:
+            return 0
+        if a.kind in _STANDARD_ATTENTION:
+            heads |= {a.head_dim_k, a.head_dim_v}
+    if not heads or not heads <= FLASHINFER_HEAD_SIZES:
+        return 0
+    if sm100_family(cc):
+        return 1 if kv_cache_dtype in FLASHINFER_KV_DTYPES | {"nvfp4"} else 0
+    if shape.model_type in _SINK_MODEL_TYPES:
+        return 0
+    flash_attn_takes = rules.flash_attn_kv_dtypes if cc == (9, 0) else FLASH_ATTN_KV_16BIT
+    if kv_cache_dtype in flash_attn_takes:
+        return 0
+    return attention_groups if kv_cache_dtype in FLASHINFER_KV_DTYPES else 0
 
 
 def profiled_cuda_graph_estimate(
@@ -907,14 +973,17 @@ def profiled_cuda_graph_estimate(
     cases: int = 1,
     kv_cache_dtype: str = "auto",
     rules: VllmRules | None = None,
+    workspaces: int = 0,
 ) -> int:
     """vLLM's CUDA-graph estimate (the V1 runner's ``profile_cudagraph_memory``, 0.18–0.28):
     per mode the first capture plus (descriptors − 1) × a further graph's increment; the
     larger first capture plus both increments. ``capture.mixed`` are the PIECEWISE graphs,
     ``capture.decode`` the FULL ones (none with chunked local attention, whose NEVER support
     turns the mode PIECEWISE: the Llama-4-Scout log shows PIECEWISE only); ``cases``: the LoRA
-    cases, which multiply the descriptors (``CudagraphDispatcher._get_lora_cases``). The
-    constants: :data:`CG_EST_PIECEWISE_FIRST_MIB` and the lines after it."""
+    cases, which multiply the descriptors (``CudagraphDispatcher._get_lora_cases``);
+    ``workspaces``: the FlashInfer workspaces the first FULL capture allocates
+    (:func:`flashinfer_workspaces`). The constants: :data:`CG_EST_PIECEWISE_FIRST_MIB` and the
+    lines after it."""
     n_layers = len(layers)
     mixed = capture.mixed
     decode = () if shape.has_kind(AttnKind.CHUNKED) else capture.decode
@@ -934,7 +1003,7 @@ def profiled_cuda_graph_estimate(
         split = fa3_split_buffer_bytes(
             shape, gpu_name, dtype, max(decode), tp, kv_cache_dtype, rules
         )
-        firsts.append(CG_EST_FULL_FIRST_MIB * MiB + split)
+        firsts.append(CG_EST_FULL_FIRST_MIB * MiB + split + workspaces * FLASHINFER_WORKSPACE_BYTES)
         per = CG_EST_FULL_PER_GRAPH_LAYER_MIB[shape.is_moe] * MiB * n_layers
         increments += (len(decode) * cases - 1) * per
     return int(max(firsts) + increments)
@@ -1785,6 +1854,7 @@ def _cuda_graph(
     last: bool,
     tp: int,
     gpu_name: str,
+    layout: KvLayout,
 ) -> int:
     """The stage's CUDA-graph term. Where vLLM subtracts its own estimate from the KV budget
     (the V1 runner, :attr:`ResolvedSettings.cg_in_budget`), that estimate's structure
@@ -1797,6 +1867,7 @@ def _cuda_graph(
     stage_layers = len(stage_range)
     mode_graphs, default_graphs = su.graph_scale
     if rs.cg_in_budget and not rs.v2_runner and su.capture is not None:
+        groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
         est = profiled_cuda_graph_estimate(
             shape,
             stage_range,
@@ -1808,6 +1879,9 @@ def _cuda_graph(
             lora_graph_cases(rs.version, settings.max_loras),
             rs.kv_cache_dtype,
             rs.rules,
+            flashinfer_workspaces(shape, gpu_name, rs.kv_cache_dtype, rs.rules, groups)
+            if su.capture.query_len == 1
+            else 0,
         )
         return est * mode_graphs // default_graphs if default_graphs else 0
     if su.capture is not None:
@@ -1892,7 +1966,8 @@ def _predict_stage(
     mm = prof.extra_over(act) if prof is not None else 0
     act += mm
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
-    cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name)
+    layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
+    cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name, layout)
     avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0)
     rank_requested = su.requested
     if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
@@ -1901,7 +1976,6 @@ def _predict_stage(
         # feeds the free-memory check. What vLLM then holds is the non-KV terms + N.
         rank_requested = su.requested - avail + settings.kv_cache_memory_bytes
         avail = settings.kv_cache_memory_bytes
-    layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     blocks = layout.num_blocks(avail)
     return [
         RankPrediction(
