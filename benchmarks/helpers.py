@@ -157,6 +157,25 @@ _QWEN36_35B_NVFP4_5090 = PointSetup(
     "sizes assumed (the checkpoint's own files are not in the data)",
 )
 
+
+def _qwen36_35b_5090_layout(batched_tokens: int, max_capture: int) -> PointSetup:
+    """vllm-startup-151…157: the boot's non-default args as printed (fp8_e4m3 KV, prefix
+    caching, its batched tokens and largest capture size; length and max-num-seqs are the
+    point's); the KV layout only (tokens and concurrency given the logged KV)."""
+    return PointSetup(
+        "nvidia/Qwen3.6-35B-A3B-NVFP4",
+        gpu="RTX-5090",
+        layout=True,
+        settings={
+            "max_num_batched_tokens": batched_tokens,
+            "max_cudagraph_capture_size": max_capture,
+            "enable_prefix_caching": True,
+        },
+        note="the catalog's Qwen3.6-35B-A3B shapes for RedHatAI's checkpoint (not in the "
+        "data); the boot's flags as its non-default args print them",
+    )
+
+
 POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-001": PointSetup(
         "meta-llama/Llama-3.1-8B-Instruct",
@@ -376,6 +395,18 @@ POINT_SETUP: dict[str, PointSetup] = {
         settings={"max_num_batched_tokens": 16384, "enable_prefix_caching": True},
         note="the compose's flags as the log's non-default args print them (16,384 batched "
         "tokens: the sliding groups' per-request blocks depend on it)",
+    ),
+    # 99sono/DockerBuildFiles (1x RTX 5090, 0.20.0): RedHatAI's compressed-tensors NVFP4 of
+    # Qwen3.6-35B-A3B, whose quantization block is not in the data: the KV layout on the
+    # catalog's shapes of the same architecture (the weights' format does not move it)
+    "vllm-startup-151": _qwen36_35b_5090_layout(8192, 1),
+    "vllm-startup-153": _qwen36_35b_5090_layout(16384, 1),
+    "vllm-startup-155": _qwen36_35b_5090_layout(4096, 4),
+    "vllm-startup-157": _qwen36_35b_5090_layout(4096, 4),
+    "vllm-startup-159": PointSetup(
+        None,
+        skip=_NO_CONFIG % "RedHatAI/Qwen3.6-35B-A3B-NVFP4 (its quantization block)"
+        + "; a failed start (-3.31 GiB of KV printed) whose budget needs its weights",
     ),
     # vllm-project/vllm issue #51041 (2x H20 TP2, 0.26.0): the predictor refuses DeepSeek-V4 with
     # MTP (engines/vllm.py raises SettingsError); the issue states neither num_speculative_tokens

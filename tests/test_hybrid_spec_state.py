@@ -109,3 +109,29 @@ def test_the_dual_3090_logs_of_vllm_0_24_replay_their_layout() -> None:
     # setup differ by, vllm-startup-065/067)
     tokens, conc = got["vllm-startup-073"]
     assert abs(tokens - 623873) / 623873 < 0.0025 and abs(conc - 2.38) <= 0.01
+
+
+def test_the_0_20_0_rtx_5090_boots_replay_their_layout() -> None:
+    # 99sono/DockerBuildFiles' vLLM 0.20.0 boots of a Qwen3.6-35B-A3B NVFP4 on one RTX 5090
+    # (fp8 KV, prefix caching on: Mamba cache mode 'align', attention block 2,096 tokens, both
+    # printed): the tokens 0.20.0 prints (num_blocks // groups x block size) and the
+    # concurrency, given the logged KV (out of sample, nothing is fitted on them)
+    from benchmarks.helpers import load_points, predict_point
+
+    from tests.test_startup_log_sources import DATA
+
+    points = {p.id: p for p in load_points(DATA)}
+    logged = {
+        "vllm-startup-151": (75456, 3.87),  # 2.95 GiB, 65,536 a request
+        "vllm-startup-153": (33536, 1.68),  # 1.28 GiB
+        "vllm-startup-155": (79648, 4.03),  # 3.07 GiB
+        "vllm-startup-157": (75456, 14.7),  # 2.95 GiB, 8,192 a request
+    }
+    for pid, want in logged.items():
+        pred, reason = predict_point(points[pid])
+        assert reason is None and pred is not None, pid
+        assert pred["replay"] == "layout" and pred["engine_version"] == "0.20.0"
+        assert pred["block_size"] == 2096
+        assert (pred["kv_cache_tokens"], pred["max_concurrency"]) == want, pid
+        # 36, 16, 38 and 36 blocks of 2,096 tokens
+        assert pred["kv_cache_tokens"] % 2096 == 0
