@@ -28,7 +28,9 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
 * ``attention/vllm/0.24.0/context_attention_perf.parquet``: prefill attention (FA3 on Hopper,
   FlashInfer-TRTLLM prefill on B200), BF16 KV, no window, head_dim 64/128, prompts ≥ 1024 →
   ``ATTENTION_EFFICIENCY``; ``generation_attention_perf.parquet`` (one decode sequence, the
-  shortest context) → ``ATTENTION_LAUNCH_S``.
+  shortest context) → ``ATTENTION_LAUNCH_S``; its FP8-KV rows of FlashAttention 3 (h100/h200:
+  ``vllm_flash_attn_fa3``, head_dim 64/128, no window, contexts ≥ 128) →
+  ``FA3_FP8_KV_DECODE_BYTES_PER_S`` (:func:`fit_fa3_fp8_decode`).
 * ``comm/vllm/<v>/custom_allreduce_perf.parquet``: vLLM's custom all-reduce under CUDA graphs
   (``backend == vllm_graph``), BF16, TP 2/4/8, messages of 128 .. 512 Mi ELEMENTS (2 bytes
   each; a step's are hidden × tokens: up to 64 Mi), at the vLLM
@@ -359,6 +361,41 @@ def fit_attention(root: Path) -> dict[str, float]:
     return x
 
 
+def fit_fa3_fp8_decode(root: Path) -> dict[str, float]:
+    """FlashAttention 3's decode over an FP8 KV cache (Hopper): t = ATTENTION_LAUNCH_S + the
+    KV bytes (batch × context × KV heads × head_dim × 2 × 1 byte) / one read rate shared by
+    H100 and H200. The BF16 rows of the same table read at 0.79–0.89 of the datasheet
+    bandwidth (the model's default 0.8 holds), the FP8 ones at 0.61 (H100) and 0.45 (H200): about
+    the same bytes per second on both, a kernel bound, not the HBM's share."""
+    parts = []
+    for system in ("h100_sxm", "h200_sxm"):
+        g = _read(root / system / "attention/vllm/0.24.0/generation_attention_perf.parquet")
+        g = g[
+            (g.kernel_source == "vllm_flash_attn_fa3")
+            & (g.kv_cache_dtype == "fp8")
+            & (g.window_size == 0)
+            & g.head_dim.isin([64, 128])
+            & (g.step >= 127)
+        ]
+        kv = (
+            g.batch_size.to_numpy(np.float64)
+            * (g.step.to_numpy(np.float64) + 1.0)
+            * g.num_key_value_heads.to_numpy(np.float64)
+            * g.head_dim.to_numpy(np.float64)
+            * 2.0
+        )
+        parts.append((kv, g.latency.to_numpy(np.float64) * 1e-3))
+    kv, meas = (np.concatenate([p[i] for p in parts]) for i in range(2))
+
+    def loss(x: dict[str, float]) -> float:
+        rate = x["FA3_FP8_KV_DECODE_TBPS"] * 1e12
+        return _logerr(perf.ATTENTION_LAUNCH_S + kv / rate, meas)
+
+    x = descend(loss, {"FA3_FP8_KV_DECODE_TBPS": 2.0}, {})
+    print(f"FA3 decode, FP8 KV: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    return {"FA3_FP8_KV_DECODE_BYTES_PER_S": x["FA3_FP8_KV_DECODE_TBPS"] * 1e12}
+
+
 def fit_allreduce(root: Path) -> dict[str, float]:
     """t = latency + 2 (tp − 1)/tp × bytes / (one-direction link × efficiency)."""
     parts = []
@@ -410,6 +447,7 @@ def main(argv: Sequence[str]) -> int:
     out.update(fit_moe_weight_only(root))
     out.update(fit_mla_module(root))
     out.update(fit_attention(root))
+    out.update(fit_fa3_fp8_decode(root))
     out.update(fit_allreduce(root))
     out.update(fit_small_kernel(root))
     for name, value in out.items():

@@ -39,6 +39,7 @@ from inference_capacity.engines.vllm import (
     FLASHINFER_WORKSPACE_BYTES,
     FORWARD_HIDDEN_COPIES,
     MOE_WORKSPACE_HIDDEN_COPIES,
+    attention_backend,
     fa3_split_buffer_bytes,
     flashinfer_workspaces,
     predict_startup,
@@ -317,7 +318,7 @@ def test_which_setups_hold_flashinfers_workspace_in_the_estimate() -> None:
     qwen, gemma2 = load_model("Qwen/Qwen3-8B"), load_model("google/gemma-2-9b-it")
 
     def n(shape: Any, gpu: str, kv: str, rules: VllmRules = r24, groups: int = 1) -> int:
-        return flashinfer_workspaces(shape, gpu, kv, rules, groups)
+        return flashinfer_workspaces(shape, gpu, "bfloat16", kv, rules, groups)
 
     # FlashAttention 2 (Ampere, Ada, SM12x) reads 16-bit KV caches only: an fp8 cache goes to
     # FlashInfer (platforms/cuda.py::_get_backend_priorities: FLASH_ATTN, then FLASHINFER)
@@ -341,6 +342,28 @@ def test_which_setups_hold_flashinfers_workspace_in_the_estimate() -> None:
     assert n(load_model("deepseek-ai/DeepSeek-V2-Lite"), "RTX-5090", "fp8") == 0
     assert n(load_model("microsoft/phi-2"), "RTX-5090", "fp8") == 0
     assert n(qwen, "T4", "fp8") == 0
+    # float32 activations: neither FlashAttention nor FlashInfer (TRITON_ATTN)
+    assert flashinfer_workspaces(qwen, "RTX-5090", "float32", "fp8", r24, 1) == 0
+    assert attention_backend(qwen, "RTX-5090", "float32", "fp8", r24) == "TRITON_ATTN"
+    # the backend each case above runs (platforms/cuda.py::_get_backend_priorities)
+    assert attention_backend(qwen, "RTX-5090", "bfloat16", "auto", r24) == "FLASH_ATTN"
+    assert attention_backend(qwen, "RTX-5090", "bfloat16", "fp8", r24) == "FLASHINFER"
+    assert attention_backend(qwen, "RTX-3090", "bfloat16", "int8_per_token_head", r24) == (
+        "TRITON_ATTN"
+    )
+    assert attention_backend(qwen, "H100-SXM-80GB", "bfloat16", "fp8", r24) == "FLASH_ATTN"
+    assert attention_backend(qwen, "B200-180GB", "bfloat16", "auto", r24) == "FLASHINFER"
+    assert attention_backend(oss, "RTX-5090", "bfloat16", "auto", r24) == "TRITON_ATTN"
+    assert attention_backend(load_model("microsoft/phi-2"), "B200-180GB", "bfloat16", "auto") == (
+        "FLASH_ATTN"
+    )
+    # Gemma 3's image prefix: no FlashInfer (no mm_prefix support), FA3 neither: TRITON_ATTN,
+    # and no workspace for its seven KV-cache groups
+    g3 = load_model("google/gemma-3-4b-it")
+    assert attention_backend(g3, "RTX-5090", "bfloat16", "fp8", r24) == "TRITON_ATTN"
+    assert n(g3, "RTX-5090", "fp8", groups=7) == 0
+    ds = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    assert attention_backend(ds, "H100-SXM-80GB", "bfloat16") is None  # MLA: its own backends
 
 
 def test_the_flashinfer_boots_print_its_workspace_in_their_estimate() -> None:

@@ -495,3 +495,39 @@ def test_an_mla_layer_costs_the_mla_modules_fixed_latency() -> None:
     assert fixed["H200-SXM-141GB"] - fixed["B200-180GB"] == pytest.approx(
         61 * (perf.MLA_MODULE_FIXED_S_OTHER - perf.MLA_MODULE_FIXED_S_SM100)
     )
+
+
+def test_flash_attention_3_reads_an_fp8_kv_cache_at_its_measured_rate() -> None:
+    # perf.FA3_FP8_KV_DECODE_BYTES_PER_S: FA3's decode over an FP8 cache reads 2.09 TB/s on
+    # H100 and H200 alike (per-op rows: 0.61 / 0.45 of their datasheet bandwidths), below the
+    # default 0.8 × 3.35 TB/s = 2.68 TB/s of an H100; a BF16 cache keeps the default share
+    assert perf.FA3_FP8_KV_DECODE_BYTES_PER_S == 2.09e12
+
+    def stage(gpu: Any, version: str = "0.19.0", **kw: Any) -> Any:
+        pred = predict_startup(
+            LLAMA8B, gpu.total_bytes, gpu.name, 1, 1, replace(ENGINE, version=version, **kw)
+        )
+        model = build_latency_model(LLAMA8B, gpu, pred)
+        assert model is not None
+        return model, model.stages[0]
+
+    fp8, s8 = stage(H100, kv_cache_dtype="fp8")
+    bf16, s16 = stage(H100)
+    assert s8.kv_read_cap == 2.09e12 and s16.kv_read_cap == 0.0
+    # 64 sequences at 2,000 tokens: 64 × 2,000 × 65,536 B of FP8 KV, read at 2.09 TB/s
+    kv = float(s8.kv_bytes(np.full(64, 2000.0)).sum())
+    assert kv == 64 * 2000 * 65_536
+    with_kv = float(fp8.step_seconds(64.0, np.array([[kv]]), 0.0, 2000.0)[0])
+    without = float(fp8.step_seconds(64.0, np.array([[0.0]]), 0.0, 2000.0)[0])
+    assert with_kv - without == pytest.approx(kv / 2.09e12)
+    # the BF16 cache's twice the bytes at 2.68 TB/s: about 1.56 × the FP8 read, not 2 ×
+    kv16 = 2 * kv
+    with16 = float(bf16.step_seconds(64.0, np.array([[kv16]]), 0.0, 2000.0)[0])
+    assert with16 - without == pytest.approx(kv16 / (0.8 * 3.35e12))
+    # not FA3: FlashAttention 2 on an A100 cannot read fp8 (FlashInfer runs it), the B200 runs
+    # FlashInfer first, and fp8_e5m2 goes to FlashInfer from 0.22 (FlashAttentionBackend.
+    # supports_kv_cache_dtype): the default share
+    assert stage(get_gpu("A100-SXM-80GB"), kv_cache_dtype="fp8")[1].kv_read_cap == 0.0
+    assert stage(get_gpu("B200-180GB"), kv_cache_dtype="fp8")[1].kv_read_cap == 0.0
+    assert stage(H100, "0.22.0", kv_cache_dtype="fp8_e5m2")[1].kv_read_cap == 0.0
+    assert stage(get_gpu("H200-SXM-141GB"), kv_cache_dtype="fp8_e4m3")[1].kv_read_cap == 2.09e12

@@ -873,40 +873,106 @@ def fa3_split_buffer_bytes(
     (``FlashAttentionMetadataBuilder``, v1/attention/backends/flash_attn.py, 0.19.0 and 0.21.0:
     "intermediate buffers of size [num_splits, num_heads, num_tokens, head_size] are
     allocated"), in float32, so the first FULL capture holds splits × tokens × the rank's query
-    heads × the value head size × 4 bytes (one layer's: each call frees its own). FA3 only on
-    Hopper (``get_flash_attn_version``, fa_utils.py 0.21.0; FA2 elsewhere has no AOT split
-    count) and only where vLLM picks FLASH_ATTN: not for float32 (no FlashAttention), head
-    sizes over 256, the attention sinks of gpt-oss, or Gemma 3's bidirectional image prefix
-    (TRITON_ATTN: the 0.19.0 logs of those setups show no buffer). MLA on Hopper
-    (FLASH_ATTN_MLA) holds the latent value head (kv_lora_rank); DeepSeek-V4's sparse MLA has
-    its own kernels. The 0.19.0 H100 logs agree within 4–14 MiB
-    (tests/data/vllm-cudagraph-estimates.jsonl). With ``rules``, a KV dtype FLASH_ATTN does not
-    take in that release (:attr:`VllmRules.flash_attn_kv_dtypes`: fp8_e5m2 and the
-    per-token-head and nvfp4 formats from 0.22) or an fp8 MLA cache (FlashMLA,
-    :attr:`VllmRules.mla_fp8_hopper_flashmla`) sends attention to a backend without it."""
-    if _gpu_family(gpu_name) != "hopper" or dtype == "float32" or tokens <= 0:
+    heads × the value head size × 4 bytes (one layer's: each call frees its own), where vLLM
+    runs FA3 (:func:`runs_flash_attn_3`; FA2 elsewhere has no AOT split count). MLA on Hopper
+    (FLASH_ATTN_MLA) holds the latent value head (kv_lora_rank). The 0.19.0 H100 logs agree
+    within 4–14 MiB (tests/data/vllm-cudagraph-estimates.jsonl)."""
+    if tokens <= 0 or not runs_flash_attn_3(shape, gpu_name, dtype, kv_cache_dtype, rules):
         return 0
-    if rules is not None:
-        if kv_cache_dtype not in rules.flash_attn_kv_dtypes:
-            return 0
-        mla = shape.has_kind(AttnKind.MLA)
-        if mla and kv_cache_dtype.startswith("fp8") and rules.mla_fp8_hopper_flashmla:
-            return 0
     value_dim = 0
     for group in shape.layer_groups:
         a = group.attention
         if a.kind is AttnKind.MLA and not a.compress_ratio:
             value_dim = max(value_dim, a.head_dim_v)
-        elif a.kind in (AttnKind.FULL, AttnKind.SLIDING, AttnKind.CHUNKED):
-            if a.head_dim_k > 256 or a.head_dim_v > 256:
-                return 0
+        elif a.kind in _STANDARD_ATTENTION:
             value_dim = max(value_dim, a.head_dim_v)
-    if shape.model_type in _SINK_MODEL_TYPES:
-        return 0
-    if shape.model_type.startswith("gemma3") and shape.is_multimodal:
-        return 0
     heads = shape.num_attention_heads // tp
     return FA3_CUDA_GRAPH_SPLITS * tokens * heads * value_dim * 4
+
+
+def attention_backend(
+    shape: ModelShape,
+    gpu_name: str,
+    dtype: str,
+    kv_cache_dtype: str = "auto",
+    rules: VllmRules | None = None,
+) -> str | None:
+    """The backend vLLM runs the model's standard (not MLA) attention on: FLASH_ATTN,
+    FLASHINFER or TRITON_ATTN, the first of platforms/cuda.py::``_get_backend_priorities``
+    (0.20.0, 0.24.0, 0.28.0) whose checks pass: FLASHINFER first on the SM100 family,
+    FLASH_ATTN first elsewhere. None for MLA and DeepSeek-V4's compressed attention (their own
+    backends) and where the GPU's compute capability is unknown.
+
+    FLASH_ATTN: FlashAttention 3 on Hopper (``get_flash_attn_version``, fa_utils.py 0.21.0),
+    FlashAttention 2 on other GPUs from SM80; not for float32, head sizes over 256, the
+    attention sinks of gpt-oss or Gemma 3's bidirectional image prefix (TRITON_ATTN: the 0.19.0
+    H100 logs of those setups show no FA3 split buffer; ``supports_mm_prefix`` needs
+    FlashAttention 4, which an SM100 GPU may resolve: not modelled, and neither label holds a
+    term the ledger counts there; FlashInfer has no mm_prefix); its KV dtypes
+    (``FlashAttentionBackend.supports_kv_cache_dtype``): fp8 only with FA3 on SM90, where
+    ``rules`` gives the release's list (:attr:`VllmRules.flash_attn_kv_dtypes`; without
+    ``rules`` any), 16-bit elsewhere. FLASHINFER: compute capability 8.0–12.1, head sizes
+    :data:`FLASHINFER_HEAD_SIZES`, :data:`FLASHINFER_KV_DTYPES` (nvfp4 too on SM100), sinks
+    only on SM100 (``supports_sink``), 16-bit activations. Else TRITON_ATTN."""
+    cc = _compute_capability(gpu_name)
+    if cc is None:
+        return None
+    heads: set[int] = set()
+    for group in shape.layer_groups:
+        a = group.attention
+        if a.kind is AttnKind.MLA or a.compress_ratio:
+            return None
+        if a.kind in _STANDARD_ATTENTION:
+            heads |= {a.head_dim_k, a.head_dim_v}
+    sinks = shape.model_type in _SINK_MODEL_TYPES
+    if (
+        sinks
+        or dtype == "float32"
+        or (shape.model_type.startswith("gemma3") and shape.is_multimodal)
+    ):
+        flash_attn = False
+    elif cc == (9, 0):
+        flash_attn = rules is None or kv_cache_dtype in rules.flash_attn_kv_dtypes
+    else:
+        flash_attn = cc >= (8, 0) and kv_cache_dtype in FLASH_ATTN_KV_16BIT
+    flash_attn = flash_attn and all(h <= 256 for h in heads)
+    sm100 = sm100_family(cc)
+    flashinfer = (
+        (8, 0) <= cc <= (12, 1)
+        and dtype != "float32"
+        and heads <= FLASHINFER_HEAD_SIZES
+        and kv_cache_dtype in (FLASHINFER_KV_DTYPES | {"nvfp4"} if sm100 else FLASHINFER_KV_DTYPES)
+        and (not sinks or sm100)
+        and not (shape.model_type.startswith("gemma3") and shape.is_multimodal)
+    )
+    order = (("FLASHINFER", flashinfer), ("FLASH_ATTN", flash_attn))
+    for name, ok in order if sm100 else order[::-1]:
+        if ok:
+            return name
+    return "TRITON_ATTN"
+
+
+def runs_flash_attn_3(
+    shape: ModelShape,
+    gpu_name: str,
+    dtype: str,
+    kv_cache_dtype: str = "auto",
+    rules: VllmRules | None = None,
+) -> bool:
+    """Whether vLLM runs the model's attention on FlashAttention 3: on Hopper, standard
+    attention where :func:`attention_backend` picks FLASH_ATTN, MLA on FLASH_ATTN_MLA unless
+    the cache is fp8 (FlashMLA from 0.18: :attr:`VllmRules.mla_fp8_hopper_flashmla`), not
+    float32, not DeepSeek-V4's compressed attention. Read by the split buffer
+    (:func:`fa3_split_buffer_bytes`) and the latency model's FP8 KV reads (sizing/latency.py,
+    ``perf.FA3_FP8_KV_DECODE_BYTES_PER_S``)."""
+    if _gpu_family(gpu_name) != "hopper" or dtype == "float32":
+        return False
+    if shape.has_kind(AttnKind.MLA):
+        if any(g.attention.compress_ratio for g in shape.layer_groups):
+            return False
+        fp8 = kv_cache_dtype.startswith("fp8")
+        return not (rules is not None and fp8 and rules.mla_fp8_hopper_flashmla)
+    return attention_backend(shape, gpu_name, dtype, kv_cache_dtype, rules) == "FLASH_ATTN"
 
 
 #: the attention kinds vLLM's standard backends run (FLASH_ATTN, FlashInfer, Triton)
@@ -916,6 +982,7 @@ _STANDARD_ATTENTION = frozenset({AttnKind.FULL, AttnKind.SLIDING, AttnKind.CHUNK
 def flashinfer_workspaces(
     shape: ModelShape,
     gpu_name: str,
+    dtype: str,
     kv_cache_dtype: str,
     rules: VllmRules,
     attention_groups: int,
@@ -926,40 +993,18 @@ def flashinfer_workspaces(
     (``_init_minimal_kv_cache_for_profiling``), PIECEWISE warm-ups run without attention
     metadata, and the first FULL warm-up (``force_attention``) builds a decode wrapper, whose
     workspace ``FlashInferMetadataBuilder._get_workspace_buffer`` allocates lazily, one per
-    builder: one per KV-cache group of standard attention (``attention_groups``). On the SM100
-    family the decode runs on TRT-LLM kernels whose workspace is one module-wide buffer of the
-    same size (``_get_trtllm_gen_workspace_buffer``): one in all.
-
-    Where vLLM picks FLASHINFER for standard (not MLA) attention (platforms/cuda.py::
-    ``_get_backend_priorities``, 0.20.0–0.28.0: the first backend whose checks pass): first on
-    the SM100 family; elsewhere after FLASH_ATTN, which on Ampere, Ada and SM12x
-    (FlashAttention 2) takes only 16-bit KV caches (``FlashAttentionBackend.
-    supports_kv_cache_dtype``: fp8 only with FA3 on SM90) and on Hopper the dtypes of
-    :attr:`VllmRules.flash_attn_kv_dtypes`. FlashInfer takes head sizes 64/128/256
-    (:data:`FLASHINFER_HEAD_SIZES`; others go to TRITON_ATTN), attention sinks only on SM100
-    (``supports_sink``), compute capability 8.0–12.1. The 0.20.0 boots of a Qwen3.6-35B-A3B
-    NVFP4 on an RTX 5090 (FLASHINFER, fp8 KV) print 0.36 GiB for one graph of each mode where
-    the H100-fitted rule alone gives 0.01 (99sono/DockerBuildFiles, README)."""
-    cc = _compute_capability(gpu_name)
-    if cc is None or not (8, 0) <= cc <= (12, 1) or attention_groups <= 0:
+    builder: one per KV-cache group of standard attention (``attention_groups``), where
+    :func:`attention_backend` picks FLASHINFER. On the SM100 family the decode runs on TRT-LLM
+    kernels whose workspace is one module-wide buffer of the same size
+    (``_get_trtllm_gen_workspace_buffer``): one in all. The 0.20.0 boots of a Qwen3.6-35B-A3B
+    NVFP4 on an RTX 5090 (FLASHINFER, fp8 KV) print 0.36–0.45 GiB for one to three graphs of
+    each mode where the H100-fitted rule alone gives 0.06–0.10
+    (tests/data/vllm-cudagraph-estimates-validation.jsonl)."""
+    if attention_groups <= 0:
         return 0
-    heads: set[int] = set()
-    for group in shape.layer_groups:
-        a = group.attention
-        if a.kind is AttnKind.MLA or a.compress_ratio:
-            return 0
-        if a.kind in _STANDARD_ATTENTION:
-            heads |= {a.head_dim_k, a.head_dim_v}
-    if not heads or not heads <= FLASHINFER_HEAD_SIZES:
+    if attention_backend(shape, gpu_name, dtype, kv_cache_dtype, rules) != "FLASHINFER":
         return 0
-    if sm100_family(cc):
-        return 1 if kv_cache_dtype in FLASHINFER_KV_DTYPES | {"nvfp4"} else 0
-    if shape.model_type in _SINK_MODEL_TYPES:
-        return 0
-    flash_attn_takes = rules.flash_attn_kv_dtypes if cc == (9, 0) else FLASH_ATTN_KV_16BIT
-    if kv_cache_dtype in flash_attn_takes:
-        return 0
-    return attention_groups if kv_cache_dtype in FLASHINFER_KV_DTYPES else 0
+    return 1 if sm100_family(_compute_capability(gpu_name)) else attention_groups
 
 
 def profiled_cuda_graph_estimate(
@@ -1879,7 +1924,7 @@ def _cuda_graph(
             lora_graph_cases(rs.version, settings.max_loras),
             rs.kv_cache_dtype,
             rs.rules,
-            flashinfer_workspaces(shape, gpu_name, rs.kv_cache_dtype, rs.rules, groups)
+            flashinfer_workspaces(shape, gpu_name, rs.dtype, rs.kv_cache_dtype, rs.rules, groups)
             if su.capture.query_len == 1
             else 0,
         )

@@ -70,6 +70,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..engines import StartupPrediction
+from ..engines.vllm import runs_flash_attn_3
 from ..hardware import DEFAULT_HBM_EFFICIENCY, Gpu, dense_flops, tensor_flops
 from ..ledger import layers_on_rank
 from ..ledger.kv import PACKED_FORMATS, kv_token_format
@@ -84,6 +85,10 @@ FloatArray = npt.NDArray[np.float64]
 T = TypeVar("T")
 #: the arrivals a TTFT assumes (:func:`serve`'s ``lockstep``)
 Arrivals = Literal["lockstep", "spread"]
+
+
+#: the KV dtypes of the FP8 decode rate (the per-op rows' ``fp8``: E4M3, which ``fp8`` means)
+FA3_FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3"})
 
 
 def decode_step_seconds(weight_bytes: float, kv_bytes: float, bandwidth: float) -> float:
@@ -126,6 +131,9 @@ class StageModel:
     #: Marlin's bandwidth share and BF16-peak efficiency on this GPU
     #: (:func:`perf.moe_weight_only_terms`)
     moe_wo_terms: tuple[float, float] = perf.MOE_WO_OTHER
+    #: the most bytes/s the decode attention reads this stage's KV at, 0 where the HBM share
+    #: sets it: FlashAttention 3 over an FP8 cache (:data:`perf.FA3_FP8_KV_DECODE_BYTES_PER_S`)
+    kv_read_cap: float = 0.0
 
     def kv_bytes(self, ctx: FloatArray) -> FloatArray:
         out = self.full_bytes_per_token * ctx + 2.0 * self.state_bytes
@@ -175,7 +183,7 @@ class LatencyModel:
         steps of many batches at once, :meth:`step_seconds`)."""
         bw = self.bandwidth
         dense_mem = stage.dense_weight_bytes / bw
-        t = stage.fixed_s + kv / bw
+        t = stage.fixed_s + kv / (min(bw, stage.kv_read_cap) if stage.kv_read_cap else bw)
         if flops:
             dense_fl = 2.0 * stage.dense_params * tokens
             t = t + mx(dense_mem, dense_fl / (stage.dense_flops * _gemm_eff(tokens, mx)))
@@ -448,6 +456,12 @@ def build_latency_model(
     expert_peak = tensor_flops(gpu, gemm_dtype(shape, True)) or bf16
     link = gpu.interconnect_bandwidth_bytes_per_s
     weight_only = experts_weight_only(shape)
+    fp8_kv_cap = (
+        perf.FA3_FP8_KV_DECODE_BYTES_PER_S
+        if rs.kv_cache_dtype in FA3_FP8_KV_DTYPES
+        and runs_flash_attn_3(shape, gpu.name, rs.dtype, rs.kv_cache_dtype, rs.rules)
+        else 0.0
+    )
     stages: list[StageModel] = []
     dense_total = sum(v for g, v in params.items() if g not in ("embedding", "experts", "lm_head"))
     for stage in range(pp):
@@ -512,6 +526,7 @@ def build_latency_model(
                 ),
                 experts_weight_only=weight_only,
                 moe_wo_terms=perf.moe_weight_only_terms(gpu.compute_capability),
+                kv_read_cap=fp8_kv_cap,
             )
         )
     return LatencyModel(

@@ -102,6 +102,15 @@ ATTENTION_EFFICIENCY = 0.367
 #: attention/vllm/0.24.0/generation_attention_perf.parquet, one sequence at the shortest
 #: context, the median of the three systems).
 ATTENTION_LAUNCH_S = 11.3e-6
+#: The rate FlashAttention 3 reads an FP8 KV cache at in a decode step, bytes/s (*per-op*:
+#: attention/vllm/0.24.0/generation_attention_perf.parquet, ``vllm_flash_attn_fa3`` FP8-KV rows
+#: of H100 and H200, head_dim 64/128, contexts ≥ 128: 14,348 rows, mean |log err| 0.197 against
+#: 0.307 at the default HBM share; ``benchmarks/latency_fit.py::fit_fa3_fp8_decode``). Its BF16
+#: rows read at 0.79–0.89 of the datasheet bandwidth (the default 0.8 holds there), the FP8
+#: ones at 0.61 (H100) and 0.45 (H200), about the same bytes a second on both: a kernel bound
+#: (dequantisation), not an HBM share, so one rate for every Hopper GPU where vLLM runs FA3
+#: (engines/vllm.py::runs_flash_attn_3); on an H20 (a sixth of an H100's compute) assumed.
+FA3_FP8_KV_DECODE_BYTES_PER_S = 2.09e12
 #: Latency of one small elementwise kernel (RMSNorm, rotary, KV-cache write, SiLU-and-mul, an
 #: FP8 activation quantization), seconds (*per-op*:
 #: quantize/vllm/0.24.0/scale_matrix_perf.parquet, ``static_scaled_fp8_quant`` at M ≤ 16,
