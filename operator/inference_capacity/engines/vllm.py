@@ -965,7 +965,7 @@ def runs_flash_attn_3(
     float32, not DeepSeek-V4's compressed attention. Read by the split buffer
     (:func:`fa3_split_buffer_bytes`) and the latency model's FP8 KV reads (sizing/latency.py,
     ``perf.FA3_FP8_KV_DECODE_BYTES_PER_S``)."""
-    if _gpu_family(gpu_name) != "hopper" or dtype == "float32":
+    if _compute_capability(gpu_name) != (9, 0) or dtype == "float32":
         return False
     if shape.has_kind(AttnKind.MLA):
         if any(g.attention.compress_ratio for g in shape.layer_groups):
