@@ -58,14 +58,17 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "four replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
+    "seven replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
     " gpt-oss-120b TP8, 0.28.0; vllm-startup-089: Qwen3-8B on an RTX A5000, 0.21.0, whose"
     " total is inferred; vllm-startup-049/051: two boots of Qwen3.6-35B-A3B NVFP4 with images"
-    " on an RTX 5090, 0.24.0, its processor sizes assumed); the other >= 0.20 logs are"
-    " recorded with their sources, but their"
+    " on an RTX 5090, 0.24.0, its processor sizes assumed; vllm-startup-161/163/165: Qwen3-32B"
+    " on RTX PRO 6000s at TP2, PP2 and TP1 (a failed start), 0.27.1, V2 runner, from a blog"
+    " post's excerpts); the other >= 0.20 logs are recorded with their sources, but their"
     " models (mostly the Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data (the"
     " blocking term of each is listed above)",
-    "no replayable log of vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner)",
+    "vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner): three boots of one"
+    " setup (vllm-startup-161/163/165), whose TP1 and PP2 stage-0 budgets hold ~1.45 GiB the"
+    " ledger does not model",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"
     " KV-layout replays (vllm-startup-069/071/073/095, their budgets not replayed); Gemma-4 only"

@@ -176,6 +176,16 @@ def _qwen36_35b_5090_layout(batched_tokens: int, max_capture: int) -> PointSetup
     )
 
 
+#: vllm-startup-161/163/165: Qwen3-32B BF16 at the post's flags (utilization and length are the
+#: points'; everything else vLLM's default), on the catalog's RTX PRO 6000 Blackwell (the
+#: compute capability; the total is the logged one)
+_QWEN3_32B_PRO6000 = PointSetup(
+    "Qwen/Qwen3-32B",
+    gpu="RTX-PRO-6000-Blackwell",
+    note="the post's docker run flags (kubesimplify/website 8b1d2a5c)",
+)
+
+
 POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-001": PointSetup(
         "meta-llama/Llama-3.1-8B-Instruct",
@@ -408,6 +418,11 @@ POINT_SETUP: dict[str, PointSetup] = {
         skip=_NO_CONFIG % "RedHatAI/Qwen3.6-35B-A3B-NVFP4 (its quantization block)"
         + "; a failed start (-3.31 GiB of KV printed) whose budget needs its weights",
     ),
+    # kubesimplify/website (2x RTX PRO 6000 Blackwell Server Edition, 0.27.1, V2 runner): the
+    # logged total (95.01 GiB), the post's docker run flags
+    "vllm-startup-161": _QWEN3_32B_PRO6000,
+    "vllm-startup-163": _QWEN3_32B_PRO6000,
+    "vllm-startup-165": _QWEN3_32B_PRO6000,
     # vllm-project/vllm issue #51041 (2x H20 TP2, 0.26.0): the predictor refuses DeepSeek-V4 with
     # MTP (engines/vllm.py raises SettingsError); the issue states neither num_speculative_tokens
     # nor max_model_len, so no replay is set up around that refusal

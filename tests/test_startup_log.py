@@ -56,6 +56,16 @@ def test_the_older_formats() -> None:
     dec = parse(_log("vllm-startup-003"))  # the Dec 2024 multi-line profiling summary
     assert (dec.weights_gib, dec.activation_peak_gib, dec.non_torch_gib) == (14.96, 1.26, 1.79)
     assert dec.available_kv_cache_gib == 53.29
+    # a logging format (or a transcript) without vLLM's date and time: vllm-startup-161's lines
+    tp2 = parse(_log("vllm-startup-161"))
+    assert (tp2.weights_gib, tp2.available_kv_cache_gib, tp2.kv_cache_tokens) == (
+        30.59,
+        8.22,
+        67296,
+    )
+    assert (tp2.max_concurrency, tp2.max_concurrency_len) == (2.05, 32768)
+    bare = parse("INFO [gpu_worker.py:563] Available KV cache memory: 8.22 GiB\n")
+    assert bare.available_kv_cache_gib == 8.22
 
 
 def test_failed_starts() -> None:

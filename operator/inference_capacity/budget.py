@@ -115,6 +115,8 @@ def margin_items(
         )
     if r.cuda_graph and not pred.settings.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=False))
+    if r.sampler_state and pred.settings.era is not Era.V1_CONSUMED:
+        items.append(_sampler_state_item(r, in_budget=False))
     frag = max(
         FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
     )
@@ -256,7 +258,23 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     )
     if r.cuda_graph and s.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=True))
+    if r.sampler_state and s.era is Era.V1_CONSUMED:
+        items.append(_sampler_state_item(r, in_budget=True))
     return items
+
+
+def _sampler_state_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
+    """The V2 runner's persistent sampler tensors (engines/vllm.py::v2_sampler_state_bytes):
+    counted by vLLM's consumed budget from 0.27, held beyond it before."""
+    note = (
+        "penalty counts and masks, grammar bitmask: consumed memory (0.27+)"
+        if in_budget
+        else "penalty counts and masks, grammar bitmask: allocated before the profile, "
+        "outside the budget before 0.27"
+    )
+    return LedgerItem(
+        "v2_sampler_state", r.sampler_state, "worker", "V2 sampler", "exact", in_budget, note
+    )
 
 
 def _kv_items(s: ResolvedSettings, r: RankPrediction) -> list[LedgerItem]:

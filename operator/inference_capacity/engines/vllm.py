@@ -295,6 +295,8 @@ class RankPrediction:
     #: what the multimodal encoder profile adds to the activation peak (in activation_peak)
     mm_encoder: int = 0
     mm_profile: EncoderProfile | None = None
+    #: the V2 runner's persistent sampler tensors (:func:`v2_sampler_state_bytes`; last stage)
+    sampler_state: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1945,18 +1947,40 @@ def _cuda_graph(
 
 
 def available_kv(
-    era: Era, requested: int, weights: int, activation: int, nt: int, cg_in_budget: int
+    era: Era,
+    requested: int,
+    weights: int,
+    activation: int,
+    nt: int,
+    cg_in_budget: int,
+    sampler_state: int = 0,
 ) -> int:
     """vLLM's KV budget by era (v1/worker/gpu_worker.py::Worker.determine_available_memory per
     release; the eras: versions.py). ``cg_in_budget``: the CUDA-graph estimate where the
-    version subtracts it, else 0."""
+    version subtracts it, else 0; ``sampler_state``: the V2 runner's persistent sampler
+    tensors (:func:`v2_sampler_state_bytes`), which only the consumed budget (0.27+) sees."""
     if era is Era.V1_EARLY:
         # absolute peak (incl. weights) and non-torch incl. the CUDA context
         return requested - (weights + activation) - (nt + gib(CUDA_CONTEXT_GIB))
     if era is Era.V1_CONSUMED:
-        consumed = weights + nt + gib(PERSISTENT_MISC_GIB)
+        consumed = weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state
         return requested - consumed - activation - cg_in_budget
     return requested - (weights + activation + nt) - cg_in_budget
+
+
+def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -> int:
+    """The V2 model runner's persistent sampler tensors on the last pipeline stage, from the code
+    (v1/worker/gpu/, 0.22.0, 0.24.0, 0.26.0, 0.27.1, 0.28.0, 0.33.0): ``load_model`` builds the
+    Sampler after the weights' load window and before the profile, so its GPU tensors are
+    neither weights nor profile peak: ``Penalties.output_bin_counts`` (max-num-seqs × vocab
+    int32, "can be very large, taking up GBs", the source's TODO) and ``prompt_bin_mask``
+    (max-num-seqs × ⌈vocab / 32⌉ int32), and ``StructuredOutputsWorker.grammar_bitmask``
+    (max-num-seqs × the decode query length × ⌈vocab / 32⌉ int32). Their per-request scalars
+    (< 1 MiB) are left out. vLLM's budget counts them from 0.27 (consumed memory, by
+    ``mem_get_info``: :func:`available_kv`); before, none of its terms does, so they are held
+    beyond the budget (budget.py's margin)."""
+    words = -(-vocab_size // 32)
+    return 4 * max_num_seqs * (vocab_size + words + query_len * words)
 
 
 def _predict_stage(
@@ -2013,7 +2037,12 @@ def _predict_stage(
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name, layout)
-    avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0)
+    state = (
+        v2_sampler_state_bytes(shape.vocab_size, rs.max_num_seqs, 1 + su.k_spec)
+        if rs.v2_runner and last
+        else 0
+    )
+    avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0, state)
     rank_requested = su.requested
     if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
         # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
@@ -2039,6 +2068,7 @@ def _predict_stage(
             blocks,
             mm,
             prof,
+            state,
         )
         for t in range(tp)
     ]

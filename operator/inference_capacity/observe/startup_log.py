@@ -81,12 +81,13 @@ _INT = r"(?:\d{1,3}(?:,\d{3}){1,5}|\d{1,15})"  # "1,044,688" (0.10+) or "1044688
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: vLLM's log prefix: ``(EngineCore pid=243) INFO 04-22 00:26:42 [v1/worker/x.py:436] `` (0.11+,
-#: the file in brackets) or ``INFO 12-06 14:08:00 worker.py:232] `` (V0); optional for a line
-#: that starts with the message itself (a traceback's last line, a transcribed log)
+#: the file in brackets) or ``INFO 12-06 14:08:00 worker.py:232] `` (V0), the date and time
+#: optional (a logging config or a transcript without them: ``INFO [gpu_worker.py:563] ``);
+#: optional for a line that starts with the message itself (a traceback's last line)
 _PREFIX = re.compile(
     r"^(?:\d{4}-\d\d-\d\dT[\d:.]{8,20}Z? )?"  # kubectl --timestamps
     r"(?:\([\w .=-]{1,64}\) )?"
-    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? "
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? )?"
     r"(?:\[[\w./-]{1,200}:\d{1,6}\]|[\w./-]{1,200}:\d{1,6}\]) )?"
 )
 

@@ -1,0 +1,67 @@
+"""The V2 model runner's persistent sampler tensors (engines/vllm.py::v2_sampler_state_bytes):
+``Penalties.output_bin_counts`` (max-num-seqs × vocab int32), ``prompt_bin_mask`` and
+``StructuredOutputsWorker.grammar_bitmask`` (× ⌈vocab / 32⌉ int32), built in ``load_model``
+after the weights' load window (v1/worker/gpu/, read in the 0.22.0–0.33.0 sdists). vLLM's
+consumed budget counts them from 0.27; before, they are held beyond the budget."""
+
+from __future__ import annotations
+
+from inference_capacity.budget import build_ledger
+from inference_capacity.engines import Era
+from inference_capacity.engines.vllm import (
+    EngineSettings,
+    predict_startup,
+    v2_sampler_state_bytes,
+)
+from inference_capacity.hardware import get_gpu
+from inference_capacity.model import load_model
+from inference_capacity.units import GiB
+
+QWEN3_32B = load_model("Qwen/Qwen3-32B")
+PRO6000 = get_gpu("RTX-PRO-6000-Blackwell")
+
+
+def _predict(version: str, tp: int = 2, pp: int = 1, **kw: object) -> object:
+    s = EngineSettings(version=version, max_model_len=32768, gpu_memory_utilization=0.426, **kw)  # type: ignore[arg-type]
+    return predict_startup(QWEN3_32B, int(95.01 * GiB), PRO6000.name, tp, pp, s)
+
+
+def test_the_bytes_from_the_code() -> None:
+    # Qwen3's vocabulary of 151,936 ids, 1,024 sequences (the default on a 95 GiB card), one
+    # token a request: 4 × 1,024 × (151,936 + 2 × ⌈151,936 / 32⌉ = 4,748) = 661,213,184 B
+    assert QWEN3_32B.vocab_size == 151_936
+    assert v2_sampler_state_bytes(151_936, 1024, 1) == 4 * 1024 * (151_936 + 2 * 4_748)
+    assert v2_sampler_state_bytes(151_936, 1024, 1) == 661_225_472
+    # three speculative tokens: the grammar bitmask holds four rows a request
+    assert v2_sampler_state_bytes(151_936, 1024, 4) == 4 * 1024 * (151_936 + 5 * 4_748)
+
+
+def test_consumed_from_0_27_and_beyond_the_budget_before() -> None:
+    p27 = _predict("0.27.1")
+    p26 = _predict("0.26.0")
+    for p in (p27, p26):
+        assert p.settings.v2_runner  # type: ignore[attr-defined]
+        assert p.ranks[0].sampler_state == 661_225_472  # type: ignore[attr-defined]
+    assert p27.settings.era is Era.V1_CONSUMED  # type: ignore[attr-defined]
+    # kubesimplify/website's TP2 boot (vllm-startup-161) printed 8.22 GiB; the ledger now says
+    # 8.13 (8.74 without the state)
+    assert abs(p27.ranks[0].available_kv / GiB - 8.13) < 0.01  # type: ignore[attr-defined]
+    [ledger27] = build_ledger(p27, 0.0)  # type: ignore[arg-type]
+    [ledger26] = build_ledger(p26, 0.0)  # type: ignore[arg-type]
+    item27 = next(i for i in ledger27.items if i.name == "v2_sampler_state")
+    item26 = next(i for i in ledger26.items if i.name == "v2_sampler_state")
+    assert item27.in_vllm_budget and not item26.in_vllm_budget
+    assert item27.bytes == item26.bytes == 661_225_472
+    # only the last pipeline stage samples
+    pp = _predict("0.27.1", tp=1, pp=2)
+    assert [r.sampler_state for r in pp.ranks] == [0, 661_225_472]  # type: ignore[attr-defined]
+    # the V1 runner has none of these tensors (Llama-3.1-8B on 0.21: V1)
+    llama = predict_startup(
+        load_model("meta-llama/Llama-3.1-8B-Instruct"),
+        PRO6000.total_bytes,
+        PRO6000.name,
+        1,
+        1,
+        EngineSettings(version="0.21.0", max_model_len=8192),
+    )
+    assert not llama.settings.v2_runner and llama.ranks[0].sampler_state == 0
