@@ -76,6 +76,13 @@ EXPECTED_GIB = {
     "RTX-3060": 11.63,
     "RTX-3080": 9.78,
     "RTX-2080-Ti": 10.76,
+    # consumer Ada/Ampere cards (sources in catalog/gpus.json; tests/test_gpus_consumer.py)
+    "RTX-4080-SUPER": 15.60,
+    "RTX-4070-Ti-SUPER": 15.60,
+    "RTX-4070-Ti": 11.70,
+    "RTX-4070": 11.70,  # inferred from the RTX 4070 Ti (the same NVML total, 12282 MiB)
+    "RTX-4060-Ti-16GB": 15.55,
+    "RTX-3070": 7.78,
 }
 
 # Data-centre GDDR cards ship with ECC on, which reserves ~1/16 of the memory.
