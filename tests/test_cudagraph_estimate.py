@@ -396,3 +396,40 @@ def test_the_flashinfer_boots_print_its_workspace_in_their_estimate() -> None:
     assert cg("auto") < 100 * MiB
     # 0.19 does not subtract its estimate: the pool's term is the same for both caches
     assert cg("fp8_e4m3", "0.19.0") == cg("auto", "0.19.0")
+
+
+def test_flashinfers_workspace_after_the_kv_cache_is_in_the_margin() -> None:
+    # where vLLM's estimate does not hold FlashInfer's workspace, it is allocated after the KV
+    # cache (V1: the real capture or the first decode step; V2: init_attn_backend, one shared
+    # buffer): the ledger's margin carries it (engines/vllm.py::_post_kv_workspace)
+    from inference_capacity.budget import build_ledger
+
+    llama, qwen3 = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_model("Qwen/Qwen3-8B")
+
+    def rank0(shape: Any, gpu: str, **kw: Any) -> Any:
+        g = get_gpu(gpu)
+        p = predict_startup(
+            shape, g.total_bytes, g.name, 1, 1, EngineSettings(max_model_len=8192, **kw)
+        )
+        return p, p.ranks[0]
+
+    ws = FLASHINFER_WORKSPACE_BYTES
+    # 0.19: the estimate is not in the budget
+    p19, r19 = rank0(llama, "A100-SXM-80GB", version="0.19.0", kv_cache_dtype="fp8")
+    assert r19.post_kv_workspace == ws
+    [ledger] = build_ledger(p19, 0.0)
+    item = next(i for i in ledger.items if i.name == "flashinfer_workspace")
+    assert item.bytes == ws and not item.in_vllm_budget
+    # 0.21: inside the estimate's first FULL capture, so not again after the KV cache
+    _, r21 = rank0(llama, "A100-SXM-80GB", version="0.21.0", kv_cache_dtype="fp8")
+    assert r21.post_kv_workspace == 0 and r21.cuda_graph > ws
+    # ... unless no graph is captured (the first decode step allocates it)
+    _, eager = rank0(
+        llama, "A100-SXM-80GB", version="0.21.0", kv_cache_dtype="fp8", enforce_eager=True
+    )
+    assert eager.post_kv_workspace == ws and eager.cuda_graph == 0
+    # the V2 runner (Qwen3 on a B200 at 0.24: FlashInfer first) shares one buffer
+    p24, r24 = rank0(qwen3, "B200-180GB", version="0.24.0")
+    assert p24.settings.v2_runner and r24.post_kv_workspace == ws
+    # FlashAttention 3 on an H100: no FlashInfer workspace at all
+    assert rank0(llama, "H100-SXM-80GB", version="0.21.0")[1].post_kv_workspace == 0

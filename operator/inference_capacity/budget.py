@@ -28,8 +28,9 @@ from .vocab import Lifetime, Provenance
 #: Assumed 1 % of the transient activation + CUDA-graph terms plus 64 MiB.
 FRAGMENTATION_FRACTION = 0.01
 FRAGMENTATION_FLOOR = 64 * MiB
-#: Workspaces allocated after the KV cache (attention-backend workspaces such as FlashInfer's
-#: 394 MiB buffer in 0.19, sampler warm-up): assumed 0.25 GiB, outside vLLM's budget.
+#: Other workspaces allocated after the KV cache (the sampler's warm-up, kernels' scratch):
+#: assumed 0.25 GiB, outside vLLM's budget. FlashInfer's, where it runs, are derived from the
+#: code instead (engines/vllm.py::_post_kv_workspace: the ``flashinfer_workspace`` line).
 POST_KV_WORKSPACE_GIB = 0.25
 
 
@@ -133,9 +134,22 @@ def margin_items(
             "attention backend / sampler",
             "assumed",
             False,
-            "allocated after the KV cache (e.g. FlashInfer workspace)",
+            "allocated after the KV cache (sampler warm-up, kernels' scratch)",
         )
     )
+    if r.post_kv_workspace:
+        items.append(
+            LedgerItem(
+                "flashinfer_workspace",
+                r.post_kv_workspace,
+                "worker",
+                "FlashInfer attention",
+                "exact",
+                False,
+                "394 MiB a builder (one shared with the V2 runner), allocated after the KV "
+                "cache where vLLM's CUDA-graph estimate does not hold it",
+            )
+        )
     items.append(
         LedgerItem(
             "operational_headroom",

@@ -297,6 +297,9 @@ class RankPrediction:
     mm_profile: EncoderProfile | None = None
     #: the V2 runner's persistent sampler tensors (:func:`v2_sampler_state_bytes`; last stage)
     sampler_state: int = 0
+    #: FlashInfer workspaces allocated after the KV cache, beyond the budget
+    #: (:func:`_post_kv_workspace`)
+    post_kv_workspace: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1893,6 +1896,32 @@ def _setup(
     )
 
 
+def _workspaces_in_estimate(su: _Setup) -> bool:
+    """Whether FlashInfer's workspaces are allocated inside vLLM's CUDA-graph estimate (the V1
+    runner's first FULL warm-up, :func:`flashinfer_workspaces`): the estimate in the budget and
+    FULL decode graphs of one token a request. Elsewhere they are allocated after the KV cache:
+    at the real capture or first decode step (V1), or with the attention backends once the KV
+    cache is sized (the V2 runner's ``init_attn_backend``, one shared buffer)."""
+    rs = su.rs
+    return (
+        rs.cg_in_budget
+        and not rs.v2_runner
+        and su.capture is not None
+        and su.capture.query_len == 1
+        and bool(su.capture.decode)
+    )
+
+
+def _post_kv_workspace(su: _Setup, workspaces: int) -> int:
+    """FlashInfer workspace bytes a rank allocates beyond vLLM's budget (after the KV cache):
+    none where :func:`_workspaces_in_estimate`; one shared buffer with the V2 runner
+    (v1/worker/gpu/attn_utils.py::init_attn_backend, 0.24.0: the first builder's, handed to the
+    others); one per builder with the V1 runner."""
+    if workspaces == 0 or _workspaces_in_estimate(su):
+        return 0
+    return (1 if su.rs.v2_runner else workspaces) * FLASHINFER_WORKSPACE_BYTES
+
+
 def _cuda_graph(
     shape: ModelShape,
     su: _Setup,
@@ -1901,7 +1930,7 @@ def _cuda_graph(
     last: bool,
     tp: int,
     gpu_name: str,
-    layout: KvLayout,
+    workspaces: int,
 ) -> int:
     """The stage's CUDA-graph term. Where vLLM subtracts its own estimate from the KV budget
     (the V1 runner, :attr:`ResolvedSettings.cg_in_budget`), that estimate's structure
@@ -1914,7 +1943,6 @@ def _cuda_graph(
     stage_layers = len(stage_range)
     mode_graphs, default_graphs = su.graph_scale
     if rs.cg_in_budget and not rs.v2_runner and su.capture is not None:
-        groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
         est = profiled_cuda_graph_estimate(
             shape,
             stage_range,
@@ -1926,9 +1954,7 @@ def _cuda_graph(
             lora_graph_cases(rs.version, settings.max_loras),
             rs.kv_cache_dtype,
             rs.rules,
-            flashinfer_workspaces(shape, gpu_name, rs.dtype, rs.kv_cache_dtype, rs.rules, groups)
-            if su.capture.query_len == 1
-            else 0,
+            workspaces if _workspaces_in_estimate(su) else 0,
         )
         return est * mode_graphs // default_graphs if default_graphs else 0
     if su.capture is not None:
@@ -2036,7 +2062,11 @@ def _predict_stage(
     act += mm
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
-    cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name, layout)
+    groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
+    workspaces = flashinfer_workspaces(
+        shape, gpu_name, rs.dtype, rs.kv_cache_dtype, rs.rules, groups
+    )
+    cg = _cuda_graph(shape, su, settings, stage_range, last, tp, gpu_name, workspaces)
     state = (
         v2_sampler_state_bytes(shape.vocab_size, rs.max_num_seqs, 1 + su.k_spec)
         if rs.v2_runner and last
@@ -2069,6 +2099,7 @@ def _predict_stage(
             mm,
             prof,
             state,
+            _post_kv_workspace(su, workspaces),
         )
         for t in range(tp)
     ]
