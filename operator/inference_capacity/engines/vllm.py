@@ -904,9 +904,10 @@ def attention_backend(
 ) -> str | None:
     """The backend vLLM runs the model's standard (not MLA) attention on: FLASH_ATTN,
     FLASHINFER or TRITON_ATTN, the first of platforms/cuda.py::``_get_backend_priorities``
-    (0.20.0, 0.24.0, 0.28.0) whose checks pass: FLASHINFER first on the SM100 family,
-    FLASH_ATTN first elsewhere. None for MLA and DeepSeek-V4's compressed attention (their own
-    backends) and where the GPU's compute capability is unknown.
+    (the same in 0.18.0, 0.19.0, 0.20.0, 0.24.0 and 0.28.0) whose checks pass: FLASHINFER
+    first on the SM100 family, FLASH_ATTN first elsewhere. None for MLA and DeepSeek-V4's
+    compressed attention (their own backends) and where the GPU's compute capability is
+    unknown.
 
     FLASH_ATTN: FlashAttention 3 on Hopper (``get_flash_attn_version``, fa_utils.py 0.21.0),
     FlashAttention 2 on other GPUs from SM80; not for float32, head sizes over 256, the

@@ -47,8 +47,8 @@ FLASH_ATTN_KV_0_12 = FLASH_ATTN_KV_16BIT | {"fp8", "fp8_e4m3", "fp8_e5m2"}
 FLASH_ATTN_KV_0_20 = FLASH_ATTN_KV_0_12 | {"fp8_per_token_head", "int8_per_token_head", "nvfp4"}
 FLASH_ATTN_KV_0_22 = FLASH_ATTN_KV_16BIT | {"fp8", "fp8_e4m3"}
 #: KV dtypes FlashInfer's backend takes (``FlashInferBackend.supported_kv_cache_dtypes``:
-#: 0.20.0; 0.24.0 adds nvfp4, 0.28.0 nvfp4_4over6, both on SM100 only, where FlashInfer comes
-#: first anyway); the per-token-head formats go to TRITON_ATTN
+#: 0.19.0 and 0.20.0; 0.24.0 adds nvfp4, 0.28.0 nvfp4_4over6, both on SM100 only, where
+#: FlashInfer comes first anyway); the per-token-head formats go to TRITON_ATTN
 FLASHINFER_KV_DTYPES = FLASH_ATTN_KV_16BIT | {"fp8", "fp8_e4m3", "fp8_e5m2"}
 V2_SPEC_METHODS_0_24 = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 V2_SPEC_UNSUPPORTED_0_32 = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
