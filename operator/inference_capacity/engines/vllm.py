@@ -931,11 +931,9 @@ def attention_backend(
         if a.kind in _STANDARD_ATTENTION:
             heads |= {a.head_dim_k, a.head_dim_v}
     sinks = shape.model_type in _SINK_MODEL_TYPES
-    if (
-        sinks
-        or dtype == "float32"
-        or (shape.model_type.startswith("gemma3") and shape.is_multimodal)
-    ):
+    # neither backend runs float32 or Gemma 3's bidirectional image prefix (mm_prefix)
+    excluded = dtype == "float32" or (shape.model_type.startswith("gemma3") and shape.is_multimodal)
+    if sinks or excluded:
         flash_attn = False
     elif cc == (9, 0):
         flash_attn = rules is None or kv_cache_dtype in rules.flash_attn_kv_dtypes
@@ -945,11 +943,10 @@ def attention_backend(
     sm100 = sm100_family(cc)
     flashinfer = (
         (8, 0) <= cc <= (12, 1)
-        and dtype != "float32"
+        and not excluded
         and heads <= FLASHINFER_HEAD_SIZES
         and kv_cache_dtype in (FLASHINFER_KV_DTYPES | {"nvfp4"} if sm100 else FLASHINFER_KV_DTYPES)
         and (not sinks or sm100)
-        and not (shape.model_type.startswith("gemma3") and shape.is_multimodal)
     )
     order = (("FLASHINFER", flashinfer), ("FLASH_ATTN", flash_attn))
     for name, ok in order if sm100 else order[::-1]:
