@@ -58,17 +58,20 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "seven replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
+    "eight replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
     " gpt-oss-120b TP8, 0.28.0; vllm-startup-089: Qwen3-8B on an RTX A5000, 0.21.0, whose"
     " total is inferred; vllm-startup-049/051: two boots of Qwen3.6-35B-A3B NVFP4 with images"
     " on an RTX 5090, 0.24.0, its processor sizes assumed; vllm-startup-161/163/165: Qwen3-32B"
     " on RTX PRO 6000s at TP2, PP2 and TP1 (a failed start), 0.27.1, V2 runner, from a blog"
-    " post's excerpts); the other >= 0.20 logs are recorded with their sources, but their"
+    " post's excerpts; vllm-startup-167: Qwen3-235B-A22B-Instruct-2507-FP8 TP4 on RTX PRO"
+    " 6000s, 0.27.1, V1 runner, another post of the same blog); the other >= 0.20 logs are"
+    " recorded with their sources, but their"
     " models (mostly the Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data (the"
     " blocking term of each is listed above)",
-    "vLLM >= 0.27 with its terms (consumed + transient budget, V2 runner): three boots of one"
+    "vLLM >= 0.27 with its terms (consumed + transient budget): three V2-runner boots of one"
     " setup (vllm-startup-161/163/165), whose TP1 and PP2 stage-0 budgets hold ~1.45 GiB the"
-    " ledger does not model",
+    " ledger does not model, and one V1-runner boot (vllm-startup-167) whose summary line"
+    " puts 1.70 GiB of consumed memory beyond the weights where the ledger holds 0.29",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"
     " KV-layout replays (vllm-startup-069/071/073/095, their budgets not replayed); Gemma-4 only"

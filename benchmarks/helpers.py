@@ -423,6 +423,16 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-161": _QWEN3_32B_PRO6000,
     "vllm-startup-163": _QWEN3_32B_PRO6000,
     "vllm-startup-165": _QWEN3_32B_PRO6000,
+    # kubesimplify/website (4x RTX PRO 6000 Blackwell Server Edition, 0.27.1, V1 runner): the
+    # post's docker run flags; its checkpoint, Qwen3-235B-A22B-Instruct-2507-FP8, has the
+    # architecture and quantization block of Qwen3-235B-A22B-FP8 (the post's config excerpt),
+    # whose config.json the data holds (the 2507 one it does not)
+    "vllm-startup-167": PointSetup(
+        "Qwen/Qwen3-235B-A22B-FP8",
+        gpu="RTX-PRO-6000-Blackwell",
+        note="the post's docker run flags (kubesimplify/website 08b151ee); the config of "
+        "Qwen3-235B-A22B-FP8, the 2507 Instruct checkpoint's architecture",
+    ),
     # vllm-project/vllm issue #51041 (2x H20 TP2, 0.26.0): the predictor refuses DeepSeek-V4 with
     # MTP (engines/vllm.py raises SettingsError); the issue states neither num_speculative_tokens
     # nor max_model_len, so no replay is set up around that refusal

@@ -36,7 +36,7 @@ def test_accuracy_report() -> None:
     flagged = re.search(r"failed starts flagged: (\d+)/(\d+)", text)
     assert flagged is not None and flagged.group(1) == flagged.group(2)
     assert " in  v1" in text and " out v1" in text
-    assert "seven replayable startup logs of vLLM >= 0.20" in text
+    assert "eight replayable startup logs of vLLM >= 0.20" in text
     # issue 21's evidence: the >= 0.20 logs (by the log's own version) are counted, each has a
     # source URL, the replayable ones give the available-KV MAE, and each one that does not
     # replay names the term that blocks it
@@ -63,6 +63,11 @@ def test_accuracy_report() -> None:
     # stage 0, an unexplained ~1.45 GiB (README), so issue 21's <= 2 % is not met over all
     tp2 = re.search(r"^    vllm-startup-161: available KV ([-+][\d.]+) %$", text, re.M)
     assert tp2 is not None and abs(float(tp2.group(1))) <= 2.0
+    # the 0.27.1 V1-runner boot of Qwen3-235B-A22B-Instruct-2507-FP8 (vllm-startup-167): replayed
+    # with Qwen3-235B-A22B-FP8's config (the architecture its post quotes), the weights agree
+    # (55.13 against the printed 55.19 GiB); its KV error is the consumed-memory gap (README)
+    row = re.search(r"^vllm-startup-167 .* 4/1 +([-+][\d.]+) ", text, re.M)
+    assert row is not None and abs(float(row.group(1))) <= 0.5
     for pid in ("vllm-startup-049", "vllm-startup-051"):  # FlashInfer's workspace: -2.0 / -2.5 %
         one = re.search(rf"^    {pid}: available KV ([-+][\d.]+) %$", text, re.M)
         assert one is not None and abs(float(one.group(1))) <= 3.0
