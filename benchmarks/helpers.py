@@ -181,7 +181,7 @@ def _qwen36_35b_5090_layout(batched_tokens: int, max_capture: int) -> PointSetup
 #: compute capability; the total is the logged one)
 _QWEN3_32B_PRO6000 = PointSetup(
     "Qwen/Qwen3-32B",
-    gpu="RTX-PRO-6000-Blackwell",
+    gpu="RTX-PRO-6000-Blackwell-Server",
     note="the post's docker run flags (kubesimplify/website 8b1d2a5c)",
 )
 
@@ -429,7 +429,7 @@ POINT_SETUP: dict[str, PointSetup] = {
     # whose config.json the data holds (the 2507 one it does not)
     "vllm-startup-167": PointSetup(
         "Qwen/Qwen3-235B-A22B-FP8",
-        gpu="RTX-PRO-6000-Blackwell",
+        gpu="RTX-PRO-6000-Blackwell-Server",
         note="the post's docker run flags (kubesimplify/website 08b151ee); the config of "
         "Qwen3-235B-A22B-FP8, the 2507 Instruct checkpoint's architecture",
     ),

@@ -26,8 +26,18 @@ CASES = {
     ),
     "RTX-PRO-6000-Blackwell": (
         "rtx pro 6000",
-        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
         97886 * MiB,  # llama.cpp's cudaMemGetInfo total, MiB
+        (12, 0),
+        1792 * GB,
+        128 * GB,
+    ),
+    # the Server Edition (the Kubernetes node's card) prints 0.58 GiB less: vLLM 0.27.1's
+    # 'Free memory on device (94.05/95.01 GiB)' (kubesimplify/website, vllm-startup-167)
+    "RTX-PRO-6000-Blackwell-Server": (
+        "rtx pro 6000 blackwell server edition",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        gib(95.01),
         (12, 0),
         1792 * GB,
         128 * GB,
@@ -67,5 +77,17 @@ def test_datasheet_peaks_per_gpu() -> None:
     # GH200: the H100 SXM's Hopper tensor cores (no FP4: FP4 weights run at the FP8 peak)
     gh200 = get_gpu("gh200")
     assert tensor_flops(gh200, "fp8") == tensor_flops(gh200, "fp4") == 1979e12
-    # GeForce / RTX PRO: no dense peak published, none invented
-    assert tensor_flops(get_gpu("rtx pro 6000"), "bf16") is None
+    # RTX PRO 6000 Blackwell: the datasheet's 4,000 AI TOPS (FP4, sparse) halved for dense and
+    # per precision step (FP4 → FP8 → BF16) ...
+    pro = get_gpu("rtx pro 6000")
+    assert tensor_flops(pro, "fp4") == 4000e12 / 2
+    assert tensor_flops(pro, "fp8") == 4000e12 / 2 / 2
+    assert tensor_flops(pro, "bf16") == 4000e12 / 2 / 4
+    # ... and its Server Edition's at its 2,430 MHz max SM clock (aiconfigurator-core 0.12.0's
+    # systems/rtx_pro_6000_server.yaml), the same ratios
+    server = get_gpu("rtx pro 6000 blackwell server edition")
+    assert tensor_flops(server, "fp4") == 1871.2e12
+    assert tensor_flops(server, "fp8") == 935.6e12 == 1871.2e12 / 2
+    assert tensor_flops(server, "bf16") == 467.8e12 == 935.6e12 / 2
+    # GeForce: no dense peak published, none invented
+    assert tensor_flops(get_gpu("5090"), "bf16") is None

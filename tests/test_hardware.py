@@ -56,6 +56,7 @@ EXPECTED_GIB = {
     "RTX-5080": 15.47,
     "RTX-5070-Ti": 15.47,
     "RTX-PRO-6000-Blackwell": 95.59,
+    "RTX-PRO-6000-Blackwell-Server": 95.01,
     "GH200-96GB": 95.00,
     "B300-288GB": 267.69,
     "GB200-186GB": 184.31,

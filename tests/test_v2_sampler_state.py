@@ -18,7 +18,7 @@ from inference_capacity.model import load_model
 from inference_capacity.units import GiB
 
 QWEN3_32B = load_model("Qwen/Qwen3-32B")
-PRO6000 = get_gpu("RTX-PRO-6000-Blackwell")
+PRO6000 = get_gpu("RTX-PRO-6000-Blackwell-Server")
 
 
 def _predict(version: str, tp: int = 2, pp: int = 1, **kw: object) -> object:
