@@ -58,13 +58,15 @@ IN_SAMPLE = {
 
 #: what the logs cannot say (printed after the means)
 DATA_GAPS = (
-    "eight replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
+    "nine replayable startup logs of vLLM >= 0.20 with their budget (vllm-startup-047:"
     " gpt-oss-120b TP8, 0.28.0; vllm-startup-089: Qwen3-8B on an RTX A5000, 0.21.0, whose"
     " total is inferred; vllm-startup-049/051: two boots of Qwen3.6-35B-A3B NVFP4 with images"
     " on an RTX 5090, 0.24.0, its processor sizes assumed; vllm-startup-161/163/165: Qwen3-32B"
     " on RTX PRO 6000s at TP2, PP2 and TP1 (a failed start), 0.27.1, V2 runner, from a blog"
     " post's excerpts; vllm-startup-167: Qwen3-235B-A22B-Instruct-2507-FP8 TP4 on RTX PRO"
-    " 6000s, 0.27.1, V1 runner, another post of the same blog); the other >= 0.20 logs are"
+    " 6000s, 0.27.1, V1 runner, another post of the same blog; vllm-startup-169: Gemma-4-31B-it"
+    " BF16 on a B300, 0.26.0, V1 runner by VLLM_USE_V2_MODEL_RUNNER=0, every term printed);"
+    " the other >= 0.20 logs are"
     " recorded with their sources, but their"
     " models (mostly the Qwen3.6/3.8-27B hybrids of consumer rigs) are not in the data (the"
     " blocking term of each is listed above)",

@@ -79,6 +79,9 @@ class PointSetup:
     gpu: str | None = None
     quantization_config: dict[str, Any] | None = None
     config_patch: dict[str, Any] | None = None
+    #: top-level keys the replay removes from the catalog config (a quantized checkpoint's
+    #: config standing in for its unquantized base: its ``quantization_config``)
+    config_drop: tuple[str, ...] = ()
     skip: str | None = None
     note: str = ""
     settings: dict[str, Any] | None = None
@@ -427,6 +430,21 @@ POINT_SETUP: dict[str, PointSetup] = {
     # post's docker run flags; its checkpoint, Qwen3-235B-A22B-Instruct-2507-FP8, has the
     # architecture and quantization block of Qwen3-235B-A22B-FP8 (the post's config excerpt),
     # whose config.json the data holds (the 2507 one it does not)
+    # johnpfeiffer/source.johnpfeiffer.github.io (one B300, 0.26.0, V1 runner forced by
+    # VLLM_USE_V2_MODEL_RUNNER=0): google/gemma-4-31B-it in BF16. Its config.json is not in the
+    # data; NVIDIA's NVFP4 checkpoint of it is, and NVIDIA's Gemma-4 NVFP4 configs are Google's
+    # plus a quantization_config (aiconfigurator-core 0.12.0's google--gemma-4-26B-A4B and
+    # nvidia--Gemma-4-26B-A4B-NVFP4 configs differ in that block, eos ids and the transformers
+    # version alone), so the replay drops that block (its hf_quant_config.json with it)
+    "vllm-startup-169": PointSetup(
+        "nvidia/Gemma-4-31B-IT-NVFP4",
+        gpu="B300-288GB",
+        config_drop=("quantization_config",),
+        limit_mm_per_prompt='{"image": 0, "audio": 0}',
+        settings={"use_v2_model_runner": False},  # VLLM_USE_V2_MODEL_RUNNER=0
+        note="the post's vllm serve command; NVIDIA's NVFP4 config without its quantization "
+        "block stands for google/gemma-4-31B-it's",
+    ),
     "vllm-startup-167": PointSetup(
         "Qwen/Qwen3-235B-A22B-FP8",
         gpu="RTX-PRO-6000-Blackwell-Server",
@@ -589,6 +607,8 @@ def _predict_point(
     cfg = copy.deepcopy(cfg)
     if setup.config_patch:
         cfg.update(setup.config_patch)
+    for key in setup.config_drop:
+        cfg.pop(key, None)
     if setup.quantization_config:
         cfg["quantization_config"] = setup.quantization_config
     quant_flag = None

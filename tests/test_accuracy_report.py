@@ -36,7 +36,7 @@ def test_accuracy_report() -> None:
     flagged = re.search(r"failed starts flagged: (\d+)/(\d+)", text)
     assert flagged is not None and flagged.group(1) == flagged.group(2)
     assert " in  v1" in text and " out v1" in text
-    assert "eight replayable startup logs of vLLM >= 0.20" in text
+    assert "nine replayable startup logs of vLLM >= 0.20" in text
     # issue 21's evidence: the >= 0.20 logs (by the log's own version) are counted, each has a
     # source URL, the replayable ones give the available-KV MAE, and each one that does not
     # replay names the term that blocks it
@@ -68,6 +68,17 @@ def test_accuracy_report() -> None:
     # (55.13 against the printed 55.19 GiB); its KV error is the consumed-memory gap (README)
     row = re.search(r"^vllm-startup-167 .* 4/1 +([-+][\d.]+) ", text, re.M)
     assert row is not None and abs(float(row.group(1))) <= 0.5
+    # Gemma-4-31B-it BF16 on a B300, vLLM 0.26.0, the V1 runner by VLLM_USE_V2_MODEL_RUNNER=0
+    # (vllm-startup-169, every term printed): weights, activation (with its 3-video encoder
+    # profile), non-torch and KV
+    g4 = re.search(
+        r"^vllm-startup-169 .* 1/1 +([-+][\d.]+) +([-+][\d.]+) +([-+][\d.]+) +— +([-+][\d.]+) ",
+        text,
+        re.M,
+    )
+    assert g4 is not None
+    w, act, nt, kv = (abs(float(x)) for x in g4.groups())
+    assert w <= 0.5 and act <= 5.0 and nt <= 0.5 and kv <= 0.5
     for pid in ("vllm-startup-049", "vllm-startup-051"):  # FlashInfer's workspace: -2.0 / -2.5 %
         one = re.search(rf"^    {pid}: available KV ([-+][\d.]+) %$", text, re.M)
         assert one is not None and abs(float(one.group(1))) <= 3.0

@@ -6,10 +6,13 @@ consumed budget counts them from 0.27; before, they are held beyond the budget."
 
 from __future__ import annotations
 
+import pytest
+
 from inference_capacity.budget import build_ledger
 from inference_capacity.engines import Era
 from inference_capacity.engines.vllm import (
     EngineSettings,
+    SettingsError,
     predict_startup,
     v2_sampler_state_bytes,
 )
@@ -65,3 +68,30 @@ def test_consumed_from_0_27_and_beyond_the_budget_before() -> None:
         EngineSettings(version="0.21.0", max_model_len=8192),
     )
     assert not llama.settings.v2_runner and llama.ranks[0].sampler_state == 0
+
+
+def test_vllm_use_v2_model_runner_chooses_the_runner() -> None:
+    # VLLM_USE_V2_MODEL_RUNNER is a choice both ways from 0.22 (envs.py maybe_convert_bool;
+    # config/vllm.py::VllmConfig.use_v2_model_runner returns it before the default rules):
+    # Qwen3-32B runs V2 by default on 0.27.1; =0 puts it on the V1 runner, which holds no
+    # sampler state and whose CUDA-graph estimate is in the budget (the V2 runner's
+    # profile_cudagraph_memory returns 0 in 0.21-0.28)
+    v2 = _predict("0.27.1")
+    v1 = _predict("0.27.1", use_v2_model_runner=False)
+    assert v2.settings.v2_runner and not v1.settings.v2_runner  # type: ignore[attr-defined]
+    assert v1.ranks[0].sampler_state == 0  # type: ignore[attr-defined]
+    assert not v2.settings.cg_in_budget and v1.settings.cg_in_budget  # type: ignore[attr-defined]
+    # and =1 puts a model the default keeps on V1 (Llama-3.1-8B on 0.22: V2 takes Qwen3 only)
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+
+    def llama_on(version: str, choice: bool | None) -> object:
+        s = EngineSettings(version=version, max_model_len=8192, use_v2_model_runner=choice)
+        return predict_startup(llama, PRO6000.total_bytes, PRO6000.name, 1, 1, s)
+
+    assert not llama_on("0.22.0", None).settings.v2_runner  # type: ignore[attr-defined]
+    assert llama_on("0.22.0", True).settings.v2_runner  # type: ignore[attr-defined]
+    # before 0.22 the variable only opts in (bool(int(...)), "0" the default), to a V2 runner
+    # the ledger does not model: refused by name; 0 is the default there
+    with pytest.raises(SettingsError, match="VLLM_USE_V2_MODEL_RUNNER=1"):
+        llama_on("0.21.0", True)
+    assert not llama_on("0.21.0", False).settings.v2_runner  # type: ignore[attr-defined]

@@ -134,6 +134,24 @@ def test_env_vars() -> None:
     assert "valueFrom" in bad["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
 
 
+def test_the_model_runner_variable_is_read_as_vllm_reads_it() -> None:
+    # envs.py parses VLLM_USE_V2_MODEL_RUNNER with int(): 0 and 1 are a choice of runner, any
+    # other text fails vLLM's start, so the plan refuses it by name
+    assert classify({}, {"VLLM_USE_V2_MODEL_RUNNER": "0"}) == []
+    assert classify({}, {"VLLM_USE_V2_MODEL_RUNNER": "1"}) == []
+    (u,) = classify({}, {"VLLM_USE_V2_MODEL_RUNNER": "false"})
+    assert u.name == "VLLM_USE_V2_MODEL_RUNNER" and "int()" in u.why
+    (u,) = classify({}, {"VLLM_USE_V2_MODEL_RUNNER": None})
+    assert "valueFrom" in u.why
+    from inference_capacity.engines.vllm_config import read_engine
+
+    for value, choice in (("0", False), ("1", True)):
+        cfg = read_engine(["m"], {"VLLM_USE_V2_MODEL_RUNNER": value}, "0.26.0")
+        assert cfg.env.v2_model_runner is choice
+        assert cfg.settings().use_v2_model_runner is choice
+    assert read_engine(["m"], {}, "0.26.0").env.v2_model_runner is None
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     # engine/arg_utils.py::human_readable_int: lowercase decimal, uppercase binary

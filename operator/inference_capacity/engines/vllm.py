@@ -227,6 +227,8 @@ class EngineSettings:
     kv_cache_memory_bytes: int | None = None
     draft_model: ModelShape | None = None  # the --speculative-config model's shape
     estimate_cuda_graphs: bool | None = None  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    #: ``VLLM_USE_V2_MODEL_RUNNER``: True/False force the V2/V1 model runner, None the default
+    use_v2_model_runner: bool | None = None
     max_cpu_loras: int | None = None  # host memory only
     speculative: SpeculativeConfig | None = None
     enable_prefix_caching: bool | None = None
@@ -492,6 +494,23 @@ def _uses_v2_runner(v: Version, shape: ModelShape) -> bool:
     return not r.v2_runner_archs_dense_unquantized or (
         not shape.is_moe and shape.quantization is None
     )
+
+
+def model_runner_v2(v: Version, shape: ModelShape, env_choice: bool | None) -> bool:
+    """Whether the engine runs the V2 model runner: ``VLLM_USE_V2_MODEL_RUNNER`` where it is
+    set (``env_choice``) and the version reads it as a choice (:attr:`VllmRules.
+    v2_runner_env_choice`), else the version's default (:func:`_uses_v2_runner`). Before 0.22
+    the variable only opts in, to a V2 runner the ledger does not model: refused."""
+    if env_choice is None:
+        return _uses_v2_runner(v, shape)
+    if not VllmRules.for_version(v).v2_runner_env_choice:
+        if env_choice:
+            raise SettingsError(
+                f"VLLM_USE_V2_MODEL_RUNNER=1 on vLLM {v}: that release's opt-in V2 model runner "
+                "is not modelled (the ledger sizes it from 0.22)"
+            )
+        return _uses_v2_runner(v, shape)
+    return env_choice
 
 
 def v2_runner_unsupported(v: Version, spec: SpeculativeConfig | None) -> bool:
@@ -766,7 +785,9 @@ def resolve_settings(
     est = s.estimate_cuda_graphs
     if est is None:
         est = rules.estimate_cuda_graphs_default
-    v2 = _uses_v2_runner(v, shape) and not v2_runner_unsupported(v, s.speculative)
+    v2 = model_runner_v2(v, shape, s.use_v2_model_runner) and not v2_runner_unsupported(
+        v, s.speculative
+    )
     rocm = gpu_name.lower().startswith("mi") or "amd" in gpu_name.lower()
     cg_in_budget = bool(est) and cudagraphs and cuda_graph_estimate_applied(v, v2, rocm)
     return ResolvedSettings(

@@ -244,6 +244,8 @@ class EnvSettings:
     estimate_cuda_graphs: bool | None = None
     #: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
     chunked_local_hybrid: bool | None = None
+    #: ``VLLM_USE_V2_MODEL_RUNNER``: its integer as a choice of runner; None unset
+    v2_model_runner: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +291,7 @@ class EngineConfig:
             data_parallel=self.parallel.data_parallel_size or 1,
             expert_parallel=self.parallel.enable_expert_parallel,
             estimate_cuda_graphs=self.env.estimate_cuda_graphs,
+            use_v2_model_runner=self.env.v2_model_runner,
             speculative=self.speculative.config,
             enable_prefix_caching=self.cache.enable_prefix_caching,
             kv_transfer=self.kv_transfer.enabled,
@@ -428,10 +431,13 @@ def _multimodal(r: _Reader) -> MultimodalSettings:
 def _env(env: Mapping[str, str | None]) -> EnvSettings:
     est = env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     hybrid = env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
+    runner = env.get("VLLM_USE_V2_MODEL_RUNNER")
     return EnvSettings(
         engine=_ENGINES.get(env.get("VLLM_USE_V1") or ""),
         estimate_cuda_graphs=None if est is None else est not in ("0", "false", "False"),
         chunked_local_hybrid=None if hybrid is None else hybrid in _ENV_TRUE,
+        # envs.py reads it with int() (classify refuses any other value)
+        v2_model_runner=None if runner is None else bool(int(runner)),
     )
 
 

@@ -450,8 +450,22 @@ MODELLED_ENV: Final = frozenset(
         "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
         "VLLM_USE_V1",
         "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE",
+        "VLLM_USE_V2_MODEL_RUNNER",
     }
 )
+#: modelled variables that vLLM parses with ``int()`` (envs.py): any other value fails there
+INTEGER_ENV: Final = frozenset({"VLLM_USE_V2_MODEL_RUNNER"})
+
+
+def _is_int(text: str) -> bool:
+    """Whether Python's ``int()``, as vLLM's envs.py applies it, accepts ``text``."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 #: ``VLLM_*`` variables known not to move memory (vllm/envs.py, 0.11–0.33).
 NEUTRAL_ENV: Final = frozenset(
     {
@@ -862,6 +876,10 @@ def classify(
         if var in MODELLED_ENV:
             if env_value is None:
                 out.append(Unsupported(var, "set from valueFrom; the operator cannot read it"))
+            elif var in INTEGER_ENV and not _is_int(env_value):
+                out.append(
+                    Unsupported(var, f"{env_value!r} is not an integer; vLLM reads it with int()")
+                )
             continue
         out.append(
             Unsupported(

@@ -126,6 +126,12 @@ class VllmRules:
     #: those architectures only when dense and unquantized (config/vllm.py::
     #: _is_default_v2_model_runner_model): 0.22–0.23
     v2_runner_archs_dense_unquantized: bool
+    #: ``VLLM_USE_V2_MODEL_RUNNER`` is an explicit choice both ways, 0 forcing the V1 runner and
+    #: 1 the V2 one (envs.py: ``maybe_convert_bool``, None unset; config/vllm.py::
+    #: VllmConfig.use_v2_model_runner returns it before any default rule): from 0.22. Before,
+    #: ``bool(int(...))`` with "0" the default, an opt-in to a V2 runner the ledger does not
+    #: model (0.18.0–0.20.0 sources)
+    v2_runner_env_choice: bool
     #: speculative methods the V2 runner takes (config/vllm.py::
     #: _get_v2_model_runner_unsupported_features, 0.24–0.31; None from 0.32, where
     #: :attr:`v2_spec_unsupported` lists the refused ones instead)
@@ -380,6 +386,7 @@ def _rules(v: Version) -> VllmRules:
         v2_runner_dense=at((0, 25, 0)),
         v2_runner_archs=v2_archs,
         v2_runner_archs_dense_unquantized=between((0, 22, 0), (0, 24, 0)),
+        v2_runner_env_choice=at((0, 22, 0)),
         v2_spec_methods=None if at((0, 32, 0)) else V2_SPEC_METHODS_0_24,
         v2_spec_unsupported=V2_SPEC_UNSUPPORTED_0_32 if at((0, 32, 0)) else frozenset(),
         v2_cudagraph_manager=at((0, 25, 0)),
