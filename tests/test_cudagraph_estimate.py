@@ -38,7 +38,6 @@ from inference_capacity.engines.vllm import (
     FA3_CUDA_GRAPH_SPLITS,
     FLASHINFER_WORKSPACE_BYTES,
     FORWARD_HIDDEN_COPIES,
-    MOE_WORKSPACE_HIDDEN_COPIES,
     attention_backend,
     fa3_split_buffer_bytes,
     flashinfer_workspaces,
@@ -56,14 +55,14 @@ H100 = get_gpu("H100-SXM-80GB")
 
 def _transient_mib(p: dict[str, Any], tokens: int) -> float:
     """The forward's transient at ``tokens`` from the setup's config facts, as the ledger's
-    forward_peak + moe_workspace define it (gate_up + activation per token, FORWARD_HIDDEN_COPIES
-    hidden-sized copies; MOE_WORKSPACE_HIDDEN_COPIES for a MoE)."""
+    forward_peak defines it (gate_up + activation per token, FORWARD_HIDDEN_COPIES hidden-sized
+    copies). A MoE's fused-MoE buffer is not in it: the profile run sized that buffer for its
+    larger batch and a capture allocates none of it (engines/vllm.py::moe_workspace)."""
     c = p["config"]
     b = 4 if p["activations"] == "fp32" else 2
     dense = tokens * b * (3 * c["dense_intermediate_size"] / p["tp"])
     dense += tokens * b * FORWARD_HIDDEN_COPIES * c["hidden_size"]
-    moe = MOE_WORKSPACE_HIDDEN_COPIES * tokens * c["hidden_size"] * b / p["tp"] if c["moe"] else 0
-    return (dense + moe) / MiB
+    return dense / MiB
 
 
 def _split_mib(p: dict[str, Any]) -> float:
@@ -107,7 +106,7 @@ def test_the_first_piecewise_capture_is_the_least_squares_fit() -> None:
     (intercept, slope), *_ = np.linalg.lstsq(a, y, rcond=None)
     assert intercept == pytest.approx(CG_EST_PIECEWISE_FIRST_MIB, abs=0.05)
     assert slope == pytest.approx(CG_EST_PIECEWISE_FIRST_PER_FORWARD, abs=0.005)
-    assert np.abs(y - a @ np.array([intercept, slope])).max() < 42
+    assert np.abs(y - a @ np.array([intercept, slope])).max() < 30
 
 
 def test_the_per_graph_rates_are_the_medians_per_layer() -> None:

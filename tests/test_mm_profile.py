@@ -30,6 +30,7 @@ from inference_capacity.engines.vllm import EngineSettings, predict_startup
 from inference_capacity.engines.vllm_flags import classify
 from inference_capacity.engines.vllm_mm import (
     CALIBRATED_PROFILES,
+    LLAMA4_ENCODER_PROFILE_GIB,
     ProfileSizing,
     encoder_budget,
     max_items_per_batch,
@@ -39,6 +40,7 @@ from inference_capacity.engines.vllm_mm import (
 )
 from inference_capacity.model import catalog_names, load_model
 from inference_capacity.resolve import resolve
+from inference_capacity.units import gib
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
@@ -282,19 +284,21 @@ def test_calibrations_name_an_in_sample_log_of_their_architecture() -> None:
     points = {p.id: p for p in load_points(LOGS)}
     for arch, cal in CALIBRATED_PROFILES.items():
         assert load_model(points[cal.log].model).architecture == arch
-        assert cal.constant.removesuffix("_HIDDEN_COPIES") in IN_SAMPLE[cal.log]
+        assert cal.constant.removesuffix("_GIB") in IN_SAMPLE[cal.log]
 
 
 def test_a_calibrated_profile_is_not_added_even_with_a_tower() -> None:
     # no double counting: were a tower read for Llama 4, the calibrated class still wins and
-    # predict_startup adds no encoder step (rank by rank the same as without the tower)
+    # predict_startup adds its calibrated bytes once, no formula step (rank by rank the same as
+    # without the tower)
     scout = load_model(SCOUT)
     towered = replace(scout, vision_tower=load_model("google/gemma-3-4b-it").vision_tower)
     assert profile_sizing(towered) is ProfileSizing.CALIBRATED
     s = EngineSettings(version="0.19.0", max_model_len=8192)
     a = predict_startup(scout, H100, "H100-SXM-80GB", 4, 1, s)
     b = predict_startup(towered, H100, "H100-SXM-80GB", 4, 1, s)
-    assert a.ranks == b.ranks and b.ranks[0].mm_encoder == 0
+    assert a.ranks == b.ranks and b.ranks[0].mm_profile is None
+    assert b.ranks[0].mm_encoder == gib(LLAMA4_ENCODER_PROFILE_GIB)
 
 
 def _scout(args: list[str], version: str = "0.19.0", model: str = SCOUT) -> Any:
@@ -310,7 +314,7 @@ def test_llama4_is_planned_from_its_calibration() -> None:
     r = _scout([])
     assert r.supported, r.unsupported_message()
     (note,) = [n for n in r.notes if "encoder profile" in n]
-    assert "MOE_WORKSPACE_HIDDEN_COPIES" in note and "vllm-startup-041" in note
+    assert "LLAMA4_ENCODER_PROFILE_GIB" in note and "vllm-startup-041" in note
     pred = predict_startup(r.plan_input.model, H100, "H100-SXM-80GB", 4, 1, r.plan_input.engine)
     point = {p.id: p for p in load_points(LOGS)}["vllm-startup-041"]
     replay, _ = predict_point(point)
@@ -318,7 +322,8 @@ def test_llama4_is_planned_from_its_calibration() -> None:
     act = pred.ranks[0].activation_peak / 2**30
     assert round(act, 4) == replay["ranks"][0]["activation_peak_gib"]
     assert abs(act / point.logged["activation_peak_gib"] - 1) < 0.005
-    assert pred.ranks[0].mm_encoder == 0 and pred.ranks[0].mm_profile is None
+    assert pred.ranks[0].mm_encoder == gib(LLAMA4_ENCODER_PROFILE_GIB)
+    assert pred.ranks[0].mm_profile is None
     # Maverick: the same tower and constant, the same class
     mav = _scout([], model=MAVERICK)
     assert mav.supported and any("vllm-startup-041" in n for n in mav.notes)
@@ -333,9 +338,11 @@ def test_llama4_refusals_that_stay() -> None:
     old = _scout([], version="0.10.1")
     assert [u.name for u in old.unsupported] == ["--limit-mm-per-prompt"]
     assert "0.10.1" in old.unsupported[0].why
-    # text-only: planned; the constant still holds the profile, which the note says
+    # text-only: planned, and the calibrated profile is not counted (no encoder step runs)
     text = _scout(["--limit-mm-per-prompt", '{"image": 0}'])
-    assert text.supported and any("over-predicted" in n for n in text.notes)
+    assert text.supported
+    p = text.plan_input
+    assert predict_startup(p.model, H100, "H100-SXM-80GB", 4, 1, p.engine).ranks[0].mm_encoder == 0
 
 
 # --- refusals (resolve.py) ----------------------------------------------------------------------

@@ -257,14 +257,7 @@ def multimodal_profile(
     if sizing is None:
         return counts, skip, shape
     if text_only(limits, shape.mm_modalities) or (skip and profiled):
-        if cal is not None:
-            # the constant cannot be split: what it holds of the profile stays (over-predicts)
-            notes.append(
-                f"the multimodal encoder profile is off, but {cal.constant} (fitted on "
-                f"{cal.log}, which ran it) still holds it: the activation peak may be "
-                "over-predicted"
-            )
-        return counts, skip, shape
+        return counts, skip, shape  # no encoder step: a calibrated profile is not counted
     if skip:
         bad.append(
             Unsupported(

@@ -36,13 +36,21 @@ from ..ledger.weights import (
     weight_breakdown,
 )
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
+from ..model.quant import tensor_format
 from ..model.shapes import Group, vocab_rows_per_rank
 from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
 from .vllm_flag_table import flag_table
 from .vllm_flags import DRAFT_MODEL_METHODS, MTP_METHODS, SpeculativeConfig
-from .vllm_mm import MM_PROFILE_ERAS, EncoderProfile, encoder_profile, tower_built
+from .vllm_mm import (
+    MM_PROFILE_ERAS,
+    EncoderProfile,
+    calibration,
+    encoder_profile,
+    text_only,
+    tower_built,
+)
 from .vllm_rules import (
     CUDAGRAPH_MODES,
     DEFAULT_CUDAGRAPH_MODE,
@@ -59,9 +67,6 @@ SAMPLER_BYTES_PER_LOGIT = 14.95
 #: Forward peak per token: gate_up (2I/tp) + activation (I/tp) + ~4.26 hidden-sized copies, in the
 #: model dtype. Fitted on CodeLlama-7b (0.19.0, T = 8192, vocab 32016: forward-bound) 0.77 GiB.
 FORWARD_HIDDEN_COPIES = 4.26
-#: Fused-MoE workspaces: ~16 × T × H × b / tp. Fitted on the MoE residuals over the dense model
-#: (0.19.0): DeepSeek-V2-Lite +0.47, Qwen3-30B-A3B +0.51, Llama-4-Scout TP4 +0.31 GiB.
-MOE_WORKSPACE_HIDDEN_COPIES = 16.0
 #: V0 profiles sample every dummy sequence (R = 256) with larger fp32 intermediates: fitted on
 #: Llama-3.2-1B, 0.6.4.post1, T = 512 (chunked), R = 256: 7.52 − 2.32 − 0.44 − 3.60 = 1.17 GiB
 #: = 256 × 128256 × 38 B; Llama-3-8B at T = 8192 then gives 1.16 against 1.19–1.26 logged.
@@ -107,17 +112,20 @@ CG_MLA_EXTRA_GIB = 0.5
 #: other constants are fitted on the DEBUG "Estimated PIECEWISE/FULL CUDA graph memory: X MiB
 #: first-capture + (n-1) × Y MiB per-graph" lines of the 51 distinct setups of the llm-d-planner
 #: accuracy sweep (vLLM 0.19.0, H100; tests/data/vllm-cudagraph-estimates.jsonl lists them
-#: with their sources): the first PIECEWISE capture is 56.9 MiB + 1.24 × the forward's transient
-#: (:func:`forward_peak` + :func:`moe_workspace`) at the largest PIECEWISE size (least squares
-#: over the 41 BF16/FP16 setups, residuals within ±42 MiB); the first FULL capture is the split
-#: buffer + 6 MiB (the median residual); a graph after the first adds, per layer on the rank,
+#: with their sources): the first PIECEWISE capture is 72.6 MiB + 1.078 × the forward's
+#: transient (:func:`forward_peak`) at the largest PIECEWISE size (least squares over the 41
+#: BF16/FP16 setups, residuals within ±30 MiB; refitted 2026-12-07 without the MoE workspace
+#: the fit had held, 56.9 + 1.24 × and ±42 MiB before: the profile run has already allocated
+#: the fused-MoE buffer, :func:`moe_workspace`, and a capture adds none of it); the first FULL
+#: capture is the split buffer + 6 MiB (the median residual); a graph after the first adds,
+#: per layer on the rank,
 #: 0.19 MiB (PIECEWISE) and 0.15 MiB (FULL) in a dense model, 0.30 and 0.25 MiB in a MoE one
 #: (more kernels a layer: the medians of the per-graph samples over the layers, 43 dense and 8
 #: MoE setups). The samples move in 2 MiB steps and by a fresh 20 MiB allocator segment now
 #: and then, so one setup can sit 0.8 GiB above the rule (Llama-3.1-8B TP2 logged 1.69 GiB,
 #: the rule 0.66); mean |error| over the 51: 0.15 GiB, median 0.08.
-CG_EST_PIECEWISE_FIRST_MIB = 56.9
-CG_EST_PIECEWISE_FIRST_PER_FORWARD = 1.24
+CG_EST_PIECEWISE_FIRST_MIB = 72.6
+CG_EST_PIECEWISE_FIRST_PER_FORWARD = 1.078
 CG_EST_FULL_FIRST_MIB = 6.0
 #: (dense, MoE) MiB a further graph adds per layer on the rank
 CG_EST_PIECEWISE_PER_GRAPH_LAYER_MIB = (0.19, 0.30)
@@ -465,6 +473,12 @@ def mxfp4_layout(v: Version, gpu_name: str) -> Mxfp4Layout:
             keeps_checkpoint_scales=r.mxfp4_triton_keeps_scales,
         )
     return Mxfp4Layout("marlin", MXFP4_HIDDEN_ALIGN, MXFP4_INTER_ALIGN)
+
+
+#: gpt-oss's MXFP4 backends whose experts run a ``FusedMoEExpertsMonolithic`` kernel
+#: (TrtLlmMxfp4ExpertsMonolithic, OAITritonMxfp4ExpertsMonolithic: fused_moe/oracle/mxfp4.py,
+#: 0.24.0–0.28.0), which takes no fused-MoE workspace buffer (:func:`moe_workspace`)
+MONOLITHIC_MXFP4_BACKENDS = frozenset({"trtllm", "triton"})
 
 
 def _mxfp4_layout_of(shape: ModelShape, v: Version, gpu_name: str) -> Mxfp4Layout:
@@ -821,10 +835,75 @@ def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int, laye
     return int(tokens * dtype_bytes * per_token)
 
 
-def moe_workspace(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int) -> int:
-    if not shape.is_moe:
+#: the fused-MoE buffer's shapes by experts class (:func:`moe_workspace`):
+#: TritonExperts/MarlinExperts/DeepGemmExperts' ``M · k · (max(I, K) + max(2I, K))``; the
+#: output alone, ``M · K`` (FlashInfer's TRTLLM and CUTLASS experts: workspace13 ``(0,)`` or
+#: ``(M, K)``, workspace2 none); none (``FusedMoEExpertsMonolithic``)
+MOE_BUFFER_KINDS = ("triton", "output", "monolithic")
+
+
+def moe_buffer_kind(shape: ModelShape, gpu_name: str, mxfp4_backend: str, ep: bool) -> str:
+    """Which experts class's buffer shapes the fused MoE takes (:data:`MOE_BUFFER_KINDS`), as
+    0.27.1's backend oracles pick it (fused_moe/oracle/fp8.py, nvfp4.py, mxfp4.py
+    ``_get_priority_backends``: the first supported):
+
+    * gpt-oss's MXFP4 on TRTLLM (datacenter Blackwell) or the OAI Triton kernels (Hopper):
+      monolithic (:data:`MONOLITHIC_MXFP4_BACKENDS`);
+    * FP8 or FP4 experts on datacenter Blackwell (compute capability 10.x): FlashInfer TRTLLM,
+      listed first and supported on ``is_device_capability_family(100)``
+      (experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py: workspaces ``(0,)``, output ``(M, K)``);
+    * block-FP8 experts on Hopper with expert parallelism: FlashInfer CUTLASS, moved to the
+      front there (oracle/fp8.py; experts/flashinfer_cutlass_moe.py: ``(M, K)``, none);
+    * everything else: the Triton shapes (Triton, Marlin and DeepGEMM experts alike).
+
+    Unquantized experts on datacenter Blackwell stay Triton-shaped (FlashInfer's BF16 TRTLLM
+    kernel is not the ledger's to select: an over-count there if vLLM picks it)."""
+    if mxfp4_backend in MONOLITHIC_MXFP4_BACKENDS:
+        return "monolithic"
+    q = shape.quantization
+    expert = next((t for t in shape.tensors if t.experts > 1 and t.quantizable), None)
+    fmt = tensor_format(q, expert) if q is not None and expert is not None else None
+    if fmt is None or not fmt.float_format or fmt.weight_bits not in (4, 8):
+        return "triton"
+    cc = _compute_capability(gpu_name)
+    if sm100_family(cc):
+        return "output"
+    if cc == (9, 0) and ep and fmt.weight_bits == 8 and fmt.block is not None:
+        return "output"
+    return "triton"
+
+
+def moe_workspace(
+    shape: ModelShape,
+    tokens: int,
+    width_split: int,
+    dtype_bytes: int,
+    kind: str = "triton",
+) -> int:
+    """The fused-MoE kernel's buffers, from the code (model_executor/layers/fused_moe/
+    modular_kernel.py::FusedMoEKernel._allocate_buffers, the same in the 0.18.0, 0.19.0, 0.20.0,
+    0.22.0, 0.24.0, 0.26.0, 0.27.1 and 0.28.0 sources): one ``WorkspaceManager`` buffer
+    (v1/worker/workspace.py: grown to the largest request, never freed) holding ``workspace13``
+    (the output aliases it) beside ``workspace2``, with the experts class's
+    ``workspace_shapes``: TritonExperts (experts/triton_moe.py; fused_moe.py in 0.19) ``(M, k,
+    max(N / 2, K))`` and ``(M, k, max(N, K))``, MarlinExperts ``(M·k, max(N', K))`` and ``(M·k ·
+    max(2N', K))`` with N' = N / 2, DeepGemmExperts the same with M·k rows: all
+    ``M · k · (max(I, K) + max(2I, K))`` elements of the activation dtype, I the expert width on
+    the rank (``width_split``: TP × DP, 1 with expert parallelism) and K the hidden (or latent)
+    width, which no parallelism splits, so the buffer does not shrink with TP. M is the tokens
+    the experts see (the caller's: the dummy batch, × DP where the default
+    allgather_reducescatter dispatch gathers it). ``kind`` (:func:`moe_buffer_kind`): these
+    Triton shapes; ``output``, FlashInfer's experts, the ``(M, K)`` output alone; the
+    monolithic kernels none. From 0.27 the buffer, allocated in the profile and alive after
+    it, is consumed memory rather than the transient peak; the budget's total is the same."""
+    if not shape.is_moe or kind == "monolithic":
         return 0
-    return int(MOE_WORKSPACE_HIDDEN_COPIES * tokens * shape.hidden_size * dtype_bytes / tp)
+    hidden = shape.moe_latent_size or shape.hidden_size
+    if kind == "output":
+        return int(tokens * hidden * dtype_bytes)
+    inter = shape.expert_intermediate_size / max(width_split, 1)
+    per_row = max(inter, hidden) + max(2 * inter, hidden)
+    return int(tokens * shape.experts_per_token * per_row * dtype_bytes)
 
 
 def sampler_peak(
@@ -1060,9 +1139,9 @@ def profiled_cuda_graph_estimate(
     increments = 0.0
     if mixed:
         top = max(mixed)
-        transient = forward_peak(shape, top, tp, dtype_bytes, layers) + moe_workspace(
-            shape, top, tp, dtype_bytes
-        )
+        # the fused-MoE buffer (:func:`moe_workspace`) was sized by the profile run's dummy
+        # batch and only grows: a capture of at most that many tokens allocates none of it
+        transient = forward_peak(shape, top, tp, dtype_bytes, layers)
         firsts.append(
             CG_EST_PIECEWISE_FIRST_MIB * MiB + CG_EST_PIECEWISE_FIRST_PER_FORWARD * transient
         )
@@ -1738,6 +1817,17 @@ def _mm_profile(
     )
 
 
+def _calibrated_profile(shape: ModelShape, settings: EngineSettings, rs: ResolvedSettings) -> int:
+    """A calibrated encoder profile's bytes (vllm_mm.CALIBRATED_PROFILES) where the profile
+    runs it: not skipped, an era that profiles, some modality above 0."""
+    cal = calibration(shape)
+    if cal is None or settings.skip_mm_profiling or rs.era not in MM_PROFILE_ERAS:
+        return 0
+    if text_only(_mm_limits(settings), shape.mm_modalities):
+        return 0
+    return gib(cal.gib)
+
+
 def _built_weights(shape: ModelShape, settings: EngineSettings, era: Era) -> ModelShape:
     """``shape`` less its vision tensors where vLLM builds no tower (every modality at 0,
     vllm_mm.tower_built). With safetensors headers the tower stays counted (the headers'
@@ -2040,6 +2130,7 @@ def _predict_stage(
     """The ``tp`` ranks of pipeline stage ``stage`` (they hold the same bytes)."""
     rs, era, R, T = su.rs, su.rs.era, su.R, su.T
     stage_range = pp_layer_ranges(shape.num_layers, pp)[stage]
+    mxfp4 = _mxfp4_layout_of(shape, rs.version, gpu_name)
     w = weight_breakdown(
         su.weighed,
         tp,
@@ -2051,13 +2142,21 @@ def _predict_stage(
         settings.max_lora_rank,
         ep=su.ep,
         moe_tp=su.moe_tp,
-        mxfp4=_mxfp4_layout_of(shape, rs.version, gpu_name),
+        mxfp4=mxfp4,
         vocab_lora=rs.rules.vocab_lora,
     )
     last = stage == pp - 1
     fwd = forward_peak(shape, T, tp, rs.dtype_bytes, stage_range)
     moe = (
-        moe_workspace(shape, T, tp, rs.dtype_bytes)
+        moe_workspace(
+            shape,
+            T * (max(settings.data_parallel, 1) if rs.rules.moe_kernel_read else 1),
+            1 if settings.expert_parallel else tp * max(settings.data_parallel, 1),
+            rs.dtype_bytes,
+            moe_buffer_kind(shape, gpu_name, mxfp4.backend, settings.expert_parallel)
+            if rs.rules.moe_kernel_read
+            else ("monolithic" if mxfp4.backend in MONOLITHIC_MXFP4_BACKENDS else "triton"),
+        )
         if shape.dense_layers.count_in(stage_range) < len(stage_range)
         else 0
     )
@@ -2078,6 +2177,8 @@ def _predict_stage(
     act = max(fwd, samp) + moe
     prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
     mm = prof.extra_over(act) if prof is not None else 0
+    if stage == 0:
+        mm += _calibrated_profile(shape, settings, rs)
     act += mm
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)

@@ -6,7 +6,7 @@ the one place that decides): **sized** by the formula below from its :class:`Vis
 (Gemma 3's SigLIP; Qwen2-VL / Qwen2.5-VL once the image processor's ``max_pixels`` sizes the
 dummy image, :func:`size_dynamic_tower`), **calibrated** inside a constant fitted on a startup
 log that ran the profile
-(:data:`CALIBRATED_PROFILES`: Llama 4, inside ``MOE_WORKSPACE_HIDDEN_COPIES`` fitted on
+(:data:`CALIBRATED_PROFILES`: Llama 4, ``LLAMA4_ENCODER_PROFILE_GIB`` fitted on
 ``vllm-startup-041``), or **unknown** (every other tower): resolve.py refuses the last unless
 the profile is text-only. The formula is derived from vLLM's code (0.11–0.33), not calibrated
 on a log (no startup log of a model with a sized tower is in tests/data/vllm-startup-logs.jsonl):
@@ -76,26 +76,31 @@ class Calibration:
     """A fitted constant of engines/vllm.py that absorbed an encoder profile, and the log."""
 
     constant: str
+    gib: float  # the constant's value: what the profile adds to the activation peak
     log: str  # the point of tests/data/vllm-startup-logs.jsonl
     point: str  # what that start ran
-    moe_only: bool  # the constant is only counted for MoE models (moe_workspace)
+    moe_only: bool  # fitted on a MoE start, counted for the MoE checkpoints only
 
     def note(self, architecture: str) -> str:
         return (
             f"the multimodal encoder profile of {architecture} is not sized by formula: it is "
-            f"inside {self.constant}, fitted on {self.log} ({self.point}), which ran it "
-            "(in-sample, one point); elsewhere it scales as that constant does"
+            f"{self.constant} = {self.gib} GiB, fitted on {self.log} ({self.point}), which ran "
+            "it (in-sample, one point); other settings get the same bytes"
         )
 
 
-#: encoder profiles calibrated, by architecture. Llama 4: vllm-startup-041 (Llama-4-Scout TP4,
-#: 0.19.0) ran profile_run's encoder step with the image limit unset; MOE_WORKSPACE_HIDDEN_COPIES
-#: was fitted on its activation residual over the dense terms (+0.31 GiB), so its predicted
-#: activation (3.19 GiB logged, +0.10 % in benchmarks.accuracy) already holds that profile.
-#: Maverick has the same tower (vision_config identical to Scout's) and the same constant.
+#: Llama 4's encoder profile: the activation residual of vllm-startup-041 (Llama-4-Scout TP4,
+#: 0.19.0, the image limit unset, so profile_run ran the encoder step) over its text terms,
+#: the fused-MoE buffer from the code among them (engines/vllm.py::moe_workspace): 3.19 GiB
+#: logged − 3.037 predicted. Until 2026-12-07 a fitted MoE-workspace constant held it.
+LLAMA4_ENCODER_PROFILE_GIB = 0.153
+
+#: encoder profiles calibrated, by architecture. Maverick has the same tower (vision_config
+#: identical to Scout's) and the same constant.
 CALIBRATED_PROFILES: Final[Mapping[str, Calibration]] = {
     "Llama4ForConditionalGeneration": Calibration(
-        "MOE_WORKSPACE_HIDDEN_COPIES",
+        "LLAMA4_ENCODER_PROFILE_GIB",
+        LLAMA4_ENCODER_PROFILE_GIB,
         "vllm-startup-041",
         "Llama-4-Scout-17B-16E-Instruct, TP4, vLLM 0.19.0, H100 80GB, max-model-len 8192, "
         "8192 batched tokens, image limit unset",

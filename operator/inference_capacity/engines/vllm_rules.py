@@ -126,6 +126,15 @@ class VllmRules:
     #: those architectures only when dense and unquantized (config/vllm.py::
     #: _is_default_v2_model_runner_model): 0.22–0.23
     v2_runner_archs_dense_unquantized: bool
+    #: the fused-MoE code the ledger read (engines/vllm.py::moe_workspace, moe_buffer_kind):
+    #: the backend oracles (fused_moe/oracle/fp8.py, nvfp4.py: FlashInfer TRTLLM first on
+    #: datacenter Blackwell, FlashInfer CUTLASS for block FP8 with EP on Hopper), and with data
+    #: parallelism the DP group's gathered batch in the experts (the default
+    #: ``allgather_reducescatter``: prepare_finalize/naive_dp_ep.py, ``get_ep_group().dispatch``;
+    #: modular_kernel.py sizes for ``M_full``, no chunking): the 0.18.0–0.28.0 sources. Earlier
+    #: releases get the Triton shapes on the rank's own batch (their MoE chunking and backends
+    #: were not read)
+    moe_kernel_read: bool
     #: ``VLLM_USE_V2_MODEL_RUNNER`` is an explicit choice both ways, 0 forcing the V1 runner and
     #: 1 the V2 one (envs.py: ``maybe_convert_bool``, None unset; config/vllm.py::
     #: VllmConfig.use_v2_model_runner returns it before any default rule): from 0.22. Before,
@@ -387,6 +396,7 @@ def _rules(v: Version) -> VllmRules:
         v2_runner_archs=v2_archs,
         v2_runner_archs_dense_unquantized=between((0, 22, 0), (0, 24, 0)),
         v2_runner_env_choice=at((0, 22, 0)),
+        moe_kernel_read=at((0, 18, 0)),
         v2_spec_methods=None if at((0, 32, 0)) else V2_SPEC_METHODS_0_24,
         v2_spec_unsupported=V2_SPEC_UNSUPPORTED_0_32 if at((0, 32, 0)) else frozenset(),
         v2_cudagraph_manager=at((0, 25, 0)),
