@@ -56,6 +56,9 @@ from inference_capacity.sizing.workload import Cohort, Quantiles, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 POINTS = ROOT / "tests" / "data" / "latency-points.jsonl"
+#: a second, independent source: runs measured by users and published with their flags and
+#: the bench's output (tests/data/LATENCY-SOURCES.md); validation only, reported apart
+POST_POINTS = ROOT / "tests" / "data" / "latency-points-posts.jsonl"
 #: the version a run is planned at when its row names none (or a nightly build)
 FALLBACK_VERSION = "0.11.0"
 
@@ -102,12 +105,17 @@ def plan_input(p: dict[str, Any]) -> PlanInput:
     wl = Workload(
         (Cohort("bench", 1.0, Quantiles(isl, isl, isl), Quantiles(osl, osl, osl)),),
     )
+    # a run that states its flags (the public posts' runs: tests/data/latency-points-posts.jsonl)
+    # is planned at them: --gpu-memory-utilization, --max-model-len, --max-num-seqs, PP
+    flags = dict(p.get("engine") or {})
     return PlanInput(
         model=_shape(p["model"], p["quantization"]),
         gpu=get_gpu(p["gpu"]),
         tp=int(p["tp"]),
-        engine=EngineSettings(version=version),
+        pp=int(p.get("pp") or 1),
+        engine=EngineSettings(version=version, **flags),
         workload=wl,
+        choose_utilization="gpu_memory_utilization" not in flags,
         choose_max_num_seqs=False,
     )
 
@@ -525,6 +533,41 @@ def score() -> list[Scored]:
     return [predict(p) for p in pts]
 
 
+def print_second_source() -> None:
+    """The runs of public posts (:data:`POST_POINTS`): another GPU (the PCIe-only RTX PRO 6000
+    Server), another vLLM (0.27.1), other users' benches; each point and the medians."""
+    pts = load_points(POST_POINTS)
+    scored = [predict(p) for p in pts]
+    print(
+        f"second source: {len(pts)} runs of public posts (tests/data/latency-points-posts.jsonl;"
+        " validation only, not in the table above):"
+    )
+    errs: dict[str, list[float]] = {"tpot": [], "ttft": [], "tput": []}
+    for s in scored:
+        p = s.point
+        head = (
+            f"    {p['served_model'][-34:]:<34} {p['gpu']} TP{p['tp']} PP{p.get('pp') or 1}"
+            f" {p['prompt_tokens']}/{p['output_tokens']} N={p['concurrency']}:"
+        )
+        if s.pred is None:
+            print(f"{head} not planned: {s.error}")
+            continue
+        got = {k: s.err(k) for k in errs}
+        for k, v in got.items():
+            if v is not None:
+                errs[k].append(abs(v))
+        print(
+            f"{head} TPOT {p['tpot_ms']:.2f} ms {got['tpot']:+.0%}, TTFT {p['ttft_ms']:.0f} ms"
+            f" {got['ttft']:+.0%}, throughput {p['output_tokens_per_s']:.1f} tok/s"
+            f" {got['tput']:+.0%}"
+        )
+    if errs["tpot"]:
+        print(
+            f"  medians: |TPOT| {_med(errs['tpot']):.1%}, |TTFT| {_med(errs['ttft']):.1%},"
+            f" |throughput| {_med(errs['tput']):.1%} over {len(errs['tpot'])}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", action="store_true", help="print every point")
@@ -589,6 +632,7 @@ def main() -> int:
         f" {OVER:.0%} of TPOT or throughput ('any>60%' counts those points)"
     )
     print_ttft_by_wave(scored)
+    print_second_source()
     apart = [s for s in scored if s.pred is not None and s.point.get("not_comparable")]
     if apart:
         print(

@@ -36,6 +36,13 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
   each; a step's are hidden × tokens: up to 64 Mi), at the vLLM
   version nearest the validation runs' (0.14.0 on H100/H200, 0.19.0 on B200) →
   ``ALLREDUCE_LATENCY_S``, ``LINK_EFFICIENCY``.
+* PCIe-only GPUs (``rtx_pro_6000_server``, ``l40s``): the pair's all-reduce vLLM runs at TP2
+  (``comm/vllm/0.24.0`` and ``0.22.0/custom_allreduce_perf.parquet``, ``vllm_graph``) and, from
+  TP4, NCCL's (``comm/nccl/2.29.2/nccl_perf.parquet``, ``all_reduce``, half: vLLM turns its
+  custom all-reduce off on more than two PCIe-only GPUs, custom_all_reduce.py) of the RTX PRO
+  6000 Server node, whose GPUs reach each other peer to peer → ``PCIE_ALLREDUCE_HOP_S``,
+  ``PCIE_PAIR_LINK_EFFICIENCY``, ``PCIE_RING_LINK_EFFICIENCY`` (:func:`fit_allreduce_pcie`;
+  the L40S node's TP4/8 NCCL rows, 5.1 / 1.5 GB/s, are printed: a node without peer access).
 * ``quantize/vllm/0.24.0/scale_matrix_perf.parquet``: ``static_scaled_fp8_quant``, the smallest
   elementwise kernel vLLM runs in a layer; its latency at M ≤ 16 → ``SMALL_KERNEL_S``.
 
@@ -425,6 +432,87 @@ def fit_allreduce(root: Path) -> dict[str, float]:
     return x
 
 
+#: PCIe-only systems: (catalog GPU, vLLM version of its custom all-reduce table, NCCL version)
+PCIE_SYSTEMS = {
+    "rtx_pro_6000_server": ("RTX-PRO-6000-Blackwell-Server", "0.24.0", "2.29.2"),
+    "l40s": ("L40S", "0.22.0", "2.27.3"),
+}
+#: the PCIe system whose TP ≥ 4 rings fit the ring efficiency (peer-to-peer between its GPUs)
+PCIE_RING_SYSTEM = "rtx_pro_6000_server"
+
+
+def _pcie_rows(root: Path, system: str) -> tuple[Any, Any, Any, Any]:
+    """(tp, wire seconds at the full one-way link, measured seconds, is-ring) of a PCIe system:
+    the custom all-reduce's TP2 rows and NCCL's TP ≥ 4 all-reduce rows (elements of 2 bytes)."""
+    gname, v, nccl = PCIE_SYSTEMS[system]
+    gpu = get_gpu(gname)
+    assert gpu.interconnect_bandwidth_bytes_per_s, gname
+    link = gpu.interconnect_bandwidth_bytes_per_s / perf.LINK_DIRECTIONS
+    c = _read(root / system / f"comm/vllm/{v}/custom_allreduce_perf.parquet")
+    c = c[(c.backend == "vllm_graph") & (c.num_gpus == 2)]
+    n = _read(root / system / f"comm/nccl/{nccl}/nccl_perf.parquet")
+    n = n[(n.op_name == "all_reduce") & (n.nccl_dtype == "half") & (n.num_gpus >= 4)]
+    tps, wires, meas, ring = [], [], [], []
+    for d, is_ring in ((c, False), (n, True)):
+        tp = d.num_gpus.to_numpy(np.float64)
+        nbytes = d.message_size.to_numpy(np.float64) * perf.ACTIVATION_BYTES
+        tps.append(tp)
+        wires.append(2 * (tp - 1) / tp * nbytes / link)
+        meas.append(d.latency.to_numpy(np.float64) * 1e-3)
+        ring.append(np.full(len(tp), is_ring))
+    return tuple(np.concatenate(x) for x in (tps, wires, meas, ring))  # type: ignore[return-value]
+
+
+def fit_allreduce_pcie(root: Path) -> dict[str, float]:
+    """PCIe-only GPUs: t = hop × (tp − 1) + 2 (tp − 1)/tp × bytes / (one-way link × eff), eff
+    the pair's (TP2: both systems) or the ring's (TP ≥ 4: the peer-to-peer node)."""
+    rows = {s: _pcie_rows(root, s) for s in PCIE_SYSTEMS}
+    # every system's pair rows; the ring rows of the peer-to-peer node only
+    kept = [
+        tuple(a[~r | (s == PCIE_RING_SYSTEM)] for a in rows[s])
+        for s in PCIE_SYSTEMS
+        for r in (rows[s][3],)
+    ]
+    tp, wire, meas, ring = (np.concatenate([k[i] for k in kept]) for i in range(4))
+
+    def model(x: dict[str, float], tp: Any, wire: Any, ring: Any) -> Any:
+        eff = np.where(ring, x["PCIE_RING_LINK_EFFICIENCY"], x["PCIE_PAIR_LINK_EFFICIENCY"])
+        return x["PCIE_ALLREDUCE_HOP_S"] * (tp - 1) + wire / eff
+
+    def loss(x: dict[str, float]) -> float:
+        return _logerr(model(x, tp, wire, ring), meas)
+
+    x = descend(
+        loss,
+        {
+            "PCIE_ALLREDUCE_HOP_S": 5e-6,
+            "PCIE_PAIR_LINK_EFFICIENCY": 0.5,
+            "PCIE_RING_LINK_EFFICIENCY": 0.5,
+        },
+        {"PCIE_PAIR_LINK_EFFICIENCY": 1.0, "PCIE_RING_LINK_EFFICIENCY": 1.0},
+    )
+    print(f"PCIe all-reduce: {len(meas)} rows, mean |log err| {loss(x):.3f}")
+    for s in PCIE_SYSTEMS:
+        t, w, m, r = rows[s]
+        for size in sorted(set(t.tolist())):
+            sel = t == size
+            err = _logerr(model(x, t[sel], w[sel], r[sel]), m[sel])
+            big = sel & (w == w[sel].max())
+            rate = float(
+                (
+                    w[big]
+                    * get_gpu(PCIE_SYSTEMS[s][0]).interconnect_bandwidth_bytes_per_s
+                    / perf.LINK_DIRECTIONS
+                    / m[big]
+                )[0]
+            )
+            print(
+                f"  {s} TP{int(size)}: mean |log err| {err:.3f}, largest message at "
+                f"{rate / 1e9:.1f} GB/s a direction"
+            )
+    return x
+
+
 def fit_small_kernel(root: Path) -> dict[str, float]:
     vals = []
     for system in SYSTEMS:
@@ -449,6 +537,7 @@ def main(argv: Sequence[str]) -> int:
     out.update(fit_attention(root))
     out.update(fit_fa3_fp8_decode(root))
     out.update(fit_allreduce(root))
+    out.update(fit_allreduce_pcie(root))
     out.update(fit_small_kernel(root))
     for name, value in out.items():
         print(f"{name} = {value if isinstance(value, tuple) else format(value, '.4g')}")

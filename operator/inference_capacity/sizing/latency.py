@@ -20,7 +20,9 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
 * **TP all-reduce**: two per layer, each ``ALLREDUCE_LATENCY_S + 2 (tp − 1)/tp × T × hidden ×
   2 bytes / one-direction link bandwidth`` (catalog ``interconnect_bandwidth``); a q/k norm
   over every head (MiniMax-M2) adds its variance's all-reduce, ``ALLREDUCE_LATENCY_S`` each
-  (``VllmRules.qk_norm_allreduces``: two per layer before vLLM 0.14, one from 0.14).
+  (``VllmRules.qk_norm_allreduces``: two per layer before vLLM 0.14, one from 0.14). On
+  PCIe-only GPUs the latency grows with the ring's hops and the bytes move at the pair's or
+  NCCL's ring share of the link (:func:`allreduce_terms`).
 * **fixed kernel latencies** (:func:`launch_seconds`): per layer its GEMMs, small elementwise
   kernels, the attention and the fused-MoE kernel at their measured floors, plus
   ``STEP_OVERHEAD_S`` (the engine's CPU time) per step.
@@ -433,6 +435,18 @@ def experts_weight_only(shape: ModelShape) -> bool:
     return _memo(shape, "experts-weight-only", make)
 
 
+def allreduce_terms(gpu: Gpu, tp: int) -> tuple[float, float]:
+    """(latency of one TP all-reduce, seconds; the share of the one-way link its bytes move at):
+    NVLink and other fabrics :data:`perf.ALLREDUCE_LATENCY_S` / :data:`perf.LINK_EFFICIENCY`;
+    PCIe-only GPUs a latency a ring hop (:data:`perf.PCIE_ALLREDUCE_HOP_S`) and the pair's or,
+    from four GPUs, NCCL's ring share (:data:`perf.PCIE_PAIR_LINK_EFFICIENCY`,
+    :data:`perf.PCIE_RING_LINK_EFFICIENCY`)."""
+    if gpu.interconnect != "pcie":
+        return perf.ALLREDUCE_LATENCY_S, perf.LINK_EFFICIENCY
+    ring = perf.PCIE_RING_LINK_EFFICIENCY if tp > 2 else perf.PCIE_PAIR_LINK_EFFICIENCY
+    return perf.PCIE_ALLREDUCE_HOP_S * (tp - 1), ring
+
+
 def build_latency_model(
     shape: ModelShape,
     gpu: Gpu,
@@ -482,9 +496,10 @@ def build_latency_model(
             # two per layer (attention out, MLP/MoE out), plus a q/k norm over every head's
             # variance (MiniMax-M2: a few floats a token, so its latency alone)
             norm = rs.rules.qk_norm_allreduces if shape.qk_norm_tp else 0
-            ar_fixed = (2 + norm) * layers * perf.ALLREDUCE_LATENCY_S
+            latency, efficiency = allreduce_terms(gpu, tp)
+            ar_fixed = (2 + norm) * layers * latency
             if link:
-                one_way = link / perf.LINK_DIRECTIONS * perf.LINK_EFFICIENCY
+                one_way = link / perf.LINK_DIRECTIONS * efficiency
                 ar_token = (
                     2 * layers * 2 * (tp - 1) / tp * shape.hidden_size * perf.ACTIVATION_BYTES
                 ) / one_way

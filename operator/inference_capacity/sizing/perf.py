@@ -168,5 +168,21 @@ LINK_DIRECTIONS = 2.0
 #: Multiplies the one-direction link bandwidth an all-reduce's bytes move at (*per-op*, the
 #: same fit; 0.309 until the fit read the table's element counts as bytes, halving it).
 LINK_EFFICIENCY = 0.618
+#: PCIe-only GPUs (catalog ``interconnect: pcie``) run another all-reduce: vLLM's custom kernel
+#: over peer access for a pair, NCCL from four GPUs (custom_all_reduce.py turns its kernel off on
+#: more than two PCIe-only GPUs). Its latency grows with the ring's hops, seconds a hop
+#: (*per-op*: comm/vllm/0.24.0 and 0.22.0/custom_allreduce_perf.parquet, ``vllm_graph``, TP2, of
+#: rtx_pro_6000_server and l40s; comm/nccl/2.29.2/nccl_perf.parquet, all_reduce, TP4/8, of
+#: rtx_pro_6000_server; the model ``hop × (tp − 1) + 2 (tp − 1)/tp × bytes / (one-way link ×
+#: eff)``, mean |log err| 0.091 over 88 rows; ``benchmarks.latency_fit``) ...
+PCIE_ALLREDUCE_HOP_S = 4.41e-6
+#: ... the share of the one-way link a pair's bytes move at (the same fit: 39 GB/s of PCIe 5's
+#: 64 on the RTX PRO 6000 node, 19 of PCIe 4's 32 on the L40S node) ...
+PCIE_PAIR_LINK_EFFICIENCY = 0.592
+#: ... and a ring's from four GPUs (the same fit, the RTX PRO 6000 node, whose GPUs reach each
+#: other peer to peer: 26 / 25 GB/s at TP4 / TP8). A node without peer access is far slower:
+#: aiconfigurator's L40S node moves 5.2 / 1.4 GB/s at TP4 / TP8 (printed by the fit, not fitted);
+#: the catalog cannot tell the nodes apart, so such a node's TP ≥ 4 steps are under-predicted.
+PCIE_RING_LINK_EFFICIENCY = 0.377
 #: A ring all-reduce moves 2 (tp − 1) / tp of the message per rank; activations are BF16.
 ACTIVATION_BYTES = 2
