@@ -73,8 +73,8 @@ DATA_GAPS = (
     "vLLM >= 0.27 with its terms (consumed + transient budget): three V2-runner boots of one"
     " setup (vllm-startup-161/163/165), whose TP1 and PP2 stage-0 budgets hold ~1.45 GiB the"
     " ledger does not model, and one V1-runner boot (vllm-startup-167) whose summary line"
-    " puts 1.70 GiB of consumed memory beyond the weights: 1.0 the fused-MoE buffer (from"
-    " the code), 0.27 non-torch, ~0.4 not modelled",
+    " puts 1.70 GiB of consumed memory beyond the weights: 1.0 the fused-MoE buffer and 0.06"
+    " the V1 runner's inputs_embeds (from the code), 0.27 non-torch, ~0.35 not modelled",
     "no ROCm (MI300X) startup log",
     "no log with --kv-cache-memory-bytes or LoRA; speculative decoding on a GDN hybrid only in"
     " KV-layout replays (vllm-startup-069/071/073/095, their budgets not replayed); Gemma-4 only"

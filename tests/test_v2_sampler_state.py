@@ -95,3 +95,26 @@ def test_vllm_use_v2_model_runner_chooses_the_runner() -> None:
     with pytest.raises(SettingsError, match="VLLM_USE_V2_MODEL_RUNNER=1"):
         llama_on("0.21.0", True)
     assert not llama_on("0.21.0", False).settings.v2_runner  # type: ignore[attr-defined]
+
+
+def test_the_v1_runners_inputs_embeds_buffer() -> None:
+    # v1/worker/gpu_model_runner.py (0.18.0–0.28.0): inputs_embeds = _make_buffer(
+    # max_num_tokens, inputs_embeds_size, dtype) on the GPU whatever the flags: Qwen3-235B at
+    # 8,192 batched tokens × hidden 4,096 × 2 B = 64 MiB on every rank; consumed memory from
+    # 0.27 (vllm-startup-167's V1 runner), beyond the budget before; the V2 runner has none
+    qwen235 = load_model("Qwen/Qwen3-235B-A22B-FP8")
+
+    def v1(version: str) -> object:
+        s = EngineSettings(version=version, max_model_len=32768, max_num_seqs=32)
+        return predict_startup(qwen235, int(95.01 * GiB), PRO6000.name, 4, 1, s)
+
+    p27, p26 = v1("0.27.1"), v1("0.26.0")
+    for p in (p27, p26):
+        assert not p.settings.v2_runner  # type: ignore[attr-defined]
+        assert {r.runner_buffers for r in p.ranks} == {8192 * 4096 * 2}  # type: ignore[attr-defined]
+    [l27] = build_ledger(p27, 0.0)  # type: ignore[arg-type]
+    [l26] = build_ledger(p26, 0.0)  # type: ignore[arg-type]
+    i27 = next(i for i in l27.items if i.name == "v1_inputs_embeds")
+    i26 = next(i for i in l26.items if i.name == "v1_inputs_embeds")
+    assert i27.in_vllm_budget and not i26.in_vllm_budget and i27.bytes == 8192 * 4096 * 2
+    assert all(r.runner_buffers == 0 for r in _predict("0.27.1").ranks)  # type: ignore[attr-defined]

@@ -118,6 +118,8 @@ def margin_items(
         items.append(_cuda_graph_item(r, in_budget=False))
     if r.sampler_state and pred.settings.era is not Era.V1_CONSUMED:
         items.append(_sampler_state_item(r, in_budget=False))
+    if r.runner_buffers and pred.settings.era is not Era.V1_CONSUMED:
+        items.append(_runner_buffers_item(r, in_budget=False))
     frag = max(
         FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
     )
@@ -274,7 +276,23 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
         items.append(_cuda_graph_item(r, in_budget=True))
     if r.sampler_state and s.era is Era.V1_CONSUMED:
         items.append(_sampler_state_item(r, in_budget=True))
+    if r.runner_buffers and s.era is Era.V1_CONSUMED:
+        items.append(_runner_buffers_item(r, in_budget=True))
     return items
+
+
+def _runner_buffers_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
+    """The V1 runner's ``inputs_embeds`` buffer (engines/vllm.py::v1_runner_buffer_bytes):
+    counted by vLLM's consumed budget from 0.27, held beyond it before."""
+    note = (
+        "max-num-batched-tokens × hidden, allocated at the runner's start: consumed memory (0.27+)"
+        if in_budget
+        else "max-num-batched-tokens × hidden, allocated at the runner's start: outside the "
+        "budget before 0.27"
+    )
+    return LedgerItem(
+        "v1_inputs_embeds", r.runner_buffers, "worker", "V1 runner", "exact", in_budget, note
+    )
 
 
 def _sampler_state_item(r: RankPrediction, in_budget: bool) -> LedgerItem:

@@ -310,6 +310,8 @@ class RankPrediction:
     #: FlashInfer workspaces allocated after the KV cache, beyond the budget
     #: (:func:`_post_kv_workspace`)
     post_kv_workspace: int = 0
+    #: the V1 runner's persistent input buffers (:func:`v1_runner_buffer_bytes`; every rank)
+    runner_buffers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -2089,18 +2091,33 @@ def available_kv(
     nt: int,
     cg_in_budget: int,
     sampler_state: int = 0,
+    runner_buffers: int = 0,
 ) -> int:
     """vLLM's KV budget by era (v1/worker/gpu_worker.py::Worker.determine_available_memory per
     release; the eras: versions.py). ``cg_in_budget``: the CUDA-graph estimate where the
     version subtracts it, else 0; ``sampler_state``: the V2 runner's persistent sampler
-    tensors (:func:`v2_sampler_state_bytes`), which only the consumed budget (0.27+) sees."""
+    tensors (:func:`v2_sampler_state_bytes`), and ``runner_buffers``, the V1 runner's
+    (:func:`v1_runner_buffer_bytes`), which only the consumed budget (0.27+) sees."""
     if era is Era.V1_EARLY:
         # absolute peak (incl. weights) and non-torch incl. the CUDA context
         return requested - (weights + activation) - (nt + gib(CUDA_CONTEXT_GIB))
     if era is Era.V1_CONSUMED:
-        consumed = weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state
+        consumed = weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state + runner_buffers
         return requested - consumed - activation - cg_in_budget
     return requested - (weights + activation + nt) - cg_in_budget
+
+
+def v1_runner_buffer_bytes(shape: ModelShape, max_num_tokens: int, dtype_bytes: int) -> int:
+    """The V1 model runner's ``inputs_embeds`` buffer, from the code (v1/worker/
+    gpu_model_runner.py::GPUModelRunner.__init__, the same in the 0.18.0, 0.19.0, 0.22.0,
+    0.26.0, 0.27.1 and 0.28.0 sources): ``_make_buffer(max_num_tokens, inputs_embeds_size,
+    dtype=model dtype)`` on the GPU whether or not prompt embeddings are enabled,
+    ``inputs_embeds_size`` the text hidden size (``ModelConfig.get_inputs_embeds_size``; CLIP-style
+    projection sizes are for embedding models). Built after the worker's memory snapshot and
+    before the profile: consumed memory from 0.27, outside the budget before (like
+    :func:`v2_sampler_state_bytes`). Its smaller buffers (token ids, positions, the input
+    batch) are left to :data:`PERSISTENT_MISC_GIB`."""
+    return max_num_tokens * shape.hidden_size * dtype_bytes
 
 
 def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -> int:
@@ -2192,7 +2209,14 @@ def _predict_stage(
         if rs.v2_runner and last
         else 0
     )
-    avail = available_kv(era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0, state)
+    buffers_v1 = (
+        v1_runner_buffer_bytes(shape, T, rs.dtype_bytes)
+        if era is not Era.V0 and not rs.v2_runner
+        else 0
+    )
+    avail = available_kv(
+        era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0, state, buffers_v1
+    )
     rank_requested = su.requested
     if settings.kv_cache_memory_bytes is not None and v_supports_kv_bytes(rs.version):
         # v1/worker/gpu_worker.py::Worker.determine_available_memory (0.11–0.33) returns
@@ -2220,6 +2244,7 @@ def _predict_stage(
             prof,
             state,
             _post_kv_workspace(su, workspaces),
+            buffers_v1,
         )
         for t in range(tp)
     ]
