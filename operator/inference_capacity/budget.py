@@ -116,10 +116,8 @@ def margin_items(
         )
     if r.cuda_graph and not pred.settings.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=False))
-    if r.sampler_state and pred.settings.era is not Era.V1_CONSUMED:
-        items.append(_sampler_state_item(r, in_budget=False))
-    if r.runner_buffers and pred.settings.era is not Era.V1_CONSUMED:
-        items.append(_runner_buffers_item(r, in_budget=False))
+    if pred.settings.era is not Era.V1_CONSUMED:
+        items.extend(_runner_state_items(r, in_budget=False))
     frag = max(
         FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
     )
@@ -274,39 +272,35 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     )
     if r.cuda_graph and s.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=True))
-    if r.sampler_state and s.era is Era.V1_CONSUMED:
-        items.append(_sampler_state_item(r, in_budget=True))
-    if r.runner_buffers and s.era is Era.V1_CONSUMED:
-        items.append(_runner_buffers_item(r, in_budget=True))
+    if s.era is Era.V1_CONSUMED:
+        items.extend(_runner_state_items(r, in_budget=True))
     return items
 
 
-def _runner_buffers_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
-    """The V1 runner's ``inputs_embeds`` buffer (engines/vllm.py::v1_runner_buffer_bytes):
-    counted by vLLM's consumed budget from 0.27, held beyond it before."""
-    note = (
-        "max-num-batched-tokens × hidden, allocated at the runner's start: consumed memory (0.27+)"
+def _runner_state_items(r: RankPrediction, in_budget: bool) -> list[LedgerItem]:
+    """A model runner's persistent tensors, built after vLLM's memory snapshot and before the
+    profile: the V2 runner's sampler state (engines/vllm.py::v2_sampler_state_bytes) and the
+    V1 runner's ``inputs_embeds`` buffer (v1_runner_buffer_bytes). vLLM's consumed budget
+    counts them from 0.27; before, they are held beyond it."""
+    where = (
+        "consumed memory (0.27+)"
         if in_budget
-        else "max-num-batched-tokens × hidden, allocated at the runner's start: outside the "
-        "budget before 0.27"
+        else "allocated before the profile, outside the budget before 0.27"
     )
-    return LedgerItem(
-        "v1_inputs_embeds", r.runner_buffers, "worker", "V1 runner", "exact", in_budget, note
+    parts = (
+        (
+            "v2_sampler_state",
+            r.sampler_state,
+            "V2 sampler",
+            "penalty counts and masks, grammar bitmask",
+        ),
+        ("v1_inputs_embeds", r.runner_buffers, "V1 runner", "max-num-batched-tokens × hidden"),
     )
-
-
-def _sampler_state_item(r: RankPrediction, in_budget: bool) -> LedgerItem:
-    """The V2 runner's persistent sampler tensors (engines/vllm.py::v2_sampler_state_bytes):
-    counted by vLLM's consumed budget from 0.27, held beyond it before."""
-    note = (
-        "penalty counts and masks, grammar bitmask: consumed memory (0.27+)"
-        if in_budget
-        else "penalty counts and masks, grammar bitmask: allocated before the profile, "
-        "outside the budget before 0.27"
-    )
-    return LedgerItem(
-        "v2_sampler_state", r.sampler_state, "worker", "V2 sampler", "exact", in_budget, note
-    )
+    return [
+        LedgerItem(name, nbytes, "worker", component, "exact", in_budget, f"{what}: {where}")
+        for name, nbytes, component, what in parts
+        if nbytes
+    ]
 
 
 def _kv_items(s: ResolvedSettings, r: RankPrediction) -> list[LedgerItem]:
