@@ -854,8 +854,9 @@ def moe_buffer_kind(shape: ModelShape, gpu_name: str, mxfp4_backend: str, ep: bo
     * FP8 or FP4 experts on datacenter Blackwell (compute capability 10.x): FlashInfer TRTLLM,
       listed first and supported on ``is_device_capability_family(100)``
       (experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py: workspaces ``(0,)``, output ``(M, K)``);
-    * block-FP8 experts on Hopper with expert parallelism: FlashInfer CUTLASS, moved to the
-      front there (oracle/fp8.py; experts/flashinfer_cutlass_moe.py: ``(M, K)``, none);
+    * block-FP8 experts on Hopper with expert parallelism over more than one rank (``ep``:
+      ``ep_size > 1``): FlashInfer CUTLASS, moved to the front there (oracle/fp8.py;
+      experts/flashinfer_cutlass_moe.py: ``(M, K)``, none);
     * everything else: the Triton shapes (Triton, Marlin and DeepGEMM experts alike).
 
     Unquantized experts on datacenter Blackwell stay Triton-shaped (FlashInfer's BF16 TRTLLM
@@ -2170,7 +2171,12 @@ def _predict_stage(
             T * (max(settings.data_parallel, 1) if rs.rules.moe_kernel_read else 1),
             1 if settings.expert_parallel else tp * max(settings.data_parallel, 1),
             rs.dtype_bytes,
-            moe_buffer_kind(shape, gpu_name, mxfp4.backend, settings.expert_parallel)
+            moe_buffer_kind(
+                shape,
+                gpu_name,
+                mxfp4.backend,
+                settings.expert_parallel and tp * max(settings.data_parallel, 1) > 1,
+            )
             if rs.rules.moe_kernel_read
             else ("monolithic" if mxfp4.backend in MONOLITHIC_MXFP4_BACKENDS else "triton"),
         )
