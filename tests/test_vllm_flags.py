@@ -150,6 +150,10 @@ def test_the_model_runner_variable_is_read_as_vllm_reads_it() -> None:
         assert cfg.env.v2_model_runner is choice
         assert cfg.settings().use_v2_model_runner is choice
     assert read_engine(["m"], {}, "0.26.0").env.v2_model_runner is None
+    # a value vLLM cannot read is refused by name, and the rest of the launch still reads
+    bad = read_engine(["m"], {"VLLM_USE_V2_MODEL_RUNNER": "yes"}, "0.26.0")
+    assert bad.env.v2_model_runner is None
+    assert [u.name for u in bad.refused] == ["VLLM_USE_V2_MODEL_RUNNER"]
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from .vllm_flags import (
     Unsupported,
     classify,
     cuda_graphs_off,
+    is_int,
     parse_json_flag,
     parse_speculative_config,
 )
@@ -436,8 +437,8 @@ def _env(env: Mapping[str, str | None]) -> EnvSettings:
         engine=_ENGINES.get(env.get("VLLM_USE_V1") or ""),
         estimate_cuda_graphs=None if est is None else est not in ("0", "false", "False"),
         chunked_local_hybrid=None if hybrid is None else hybrid in _ENV_TRUE,
-        # envs.py reads it with int() (classify refuses any other value)
-        v2_model_runner=None if runner is None else bool(int(runner)),
+        # envs.py reads it with int(); any other value is refused by classify (None here)
+        v2_model_runner=None if runner is None or not is_int(runner) else bool(int(runner)),
     )
 
 

@@ -457,7 +457,7 @@ MODELLED_ENV: Final = frozenset(
 INTEGER_ENV: Final = frozenset({"VLLM_USE_V2_MODEL_RUNNER"})
 
 
-def _is_int(text: str) -> bool:
+def is_int(text: str) -> bool:
     """Whether Python's ``int()``, as vLLM's envs.py applies it, accepts ``text``."""
     try:
         int(text)
@@ -876,7 +876,7 @@ def classify(
         if var in MODELLED_ENV:
             if env_value is None:
                 out.append(Unsupported(var, "set from valueFrom; the operator cannot read it"))
-            elif var in INTEGER_ENV and not _is_int(env_value):
+            elif var in INTEGER_ENV and not is_int(env_value):
                 out.append(
                     Unsupported(var, f"{env_value!r} is not an integer; vLLM reads it with int()")
                 )
