@@ -844,7 +844,23 @@ def forward_peak(shape: ModelShape, tokens: int, tp: int, dtype_bytes: int, laye
 MOE_BUFFER_KINDS = ("triton", "output", "monolithic")
 
 
-def moe_buffer_kind(shape: ModelShape, gpu_name: str, mxfp4_backend: str, ep: bool) -> str:
+def _moe_buffer(
+    shape: ModelShape, su: _Setup, settings: EngineSettings, gpu_name: str, mxfp4_backend: str
+) -> int:
+    """The rank's fused-MoE buffer (:func:`moe_workspace`) at the plan's settings: the dummy
+    batch, gathered over DP where the version's code does (:attr:`VllmRules.moe_kernel_read`);
+    the expert width split over TP × DP (``su.moe_tp``), whole with EP; the experts class of
+    :func:`moe_buffer_kind` (``su.ep > 1``: EP over more than one rank)."""
+    read = su.rs.rules.moe_kernel_read
+    tokens = su.T * (max(settings.data_parallel, 1) if read else 1)
+    split = 1 if settings.expert_parallel else su.moe_tp
+    kind = moe_buffer_kind(shape, gpu_name, mxfp4_backend, su.ep > 1, read)
+    return moe_workspace(shape, tokens, split, su.rs.dtype_bytes, kind)
+
+
+def moe_buffer_kind(
+    shape: ModelShape, gpu_name: str, mxfp4_backend: str, ep: bool, oracle_read: bool = True
+) -> str:
     """Which experts class's buffer shapes the fused MoE takes (:data:`MOE_BUFFER_KINDS`), as
     0.27.1's backend oracles pick it (fused_moe/oracle/fp8.py, nvfp4.py, mxfp4.py
     ``_get_priority_backends``: the first supported):
@@ -860,9 +876,12 @@ def moe_buffer_kind(shape: ModelShape, gpu_name: str, mxfp4_backend: str, ep: bo
     * everything else: the Triton shapes (Triton, Marlin and DeepGEMM experts alike).
 
     Unquantized experts on datacenter Blackwell stay Triton-shaped (FlashInfer's BF16 TRTLLM
-    kernel is not the ledger's to select: an over-count there if vLLM picks it)."""
+    kernel is not the ledger's to select: an over-count there if vLLM picks it). A release
+    whose oracles were not read (``oracle_read`` False: before 0.18) gets the Triton shapes."""
     if mxfp4_backend in MONOLITHIC_MXFP4_BACKENDS:
         return "monolithic"
+    if not oracle_read:
+        return "triton"
     q = shape.quantization
     expert = next((t for t in shape.tensors if t.experts > 1 and t.quantizable), None)
     fmt = tensor_format(q, expert) if q is not None and expert is not None else None
@@ -2166,20 +2185,7 @@ def _predict_stage(
     last = stage == pp - 1
     fwd = forward_peak(shape, T, tp, rs.dtype_bytes, stage_range)
     moe = (
-        moe_workspace(
-            shape,
-            T * (max(settings.data_parallel, 1) if rs.rules.moe_kernel_read else 1),
-            1 if settings.expert_parallel else tp * max(settings.data_parallel, 1),
-            rs.dtype_bytes,
-            moe_buffer_kind(
-                shape,
-                gpu_name,
-                mxfp4.backend,
-                settings.expert_parallel and tp * max(settings.data_parallel, 1) > 1,
-            )
-            if rs.rules.moe_kernel_read
-            else ("monolithic" if mxfp4.backend in MONOLITHIC_MXFP4_BACKENDS else "triton"),
-        )
+        _moe_buffer(shape, su, settings, gpu_name, mxfp4.backend)
         if shape.dense_layers.count_in(stage_range) < len(stage_range)
         else 0
     )
