@@ -17,11 +17,13 @@ Data (aiconfigurator-core 0.12.0, NVIDIA, Apache-2.0, wheel
   ``GEMM_HALF_M``, ``GEMM_LAUNCH_S``; its block-FP8 rows are printed, not fitted (their
   small-M floor is host time: :func:`block_fp8_floors`).
 * ``moe/vllm/0.24.0/moe_perf.parquet``: the fused-MoE kernel (balanced routing, no EP, MoE-TP
-  1..8) of the two MoE checkpoints' formats: FP8 block (Qwen3-235B-A22B-FP8: Triton on Hopper,
-  FlashInfer-TRTLLM on B200) and MXFP4 (gpt-oss: ``vllm_gptossmxfp4moe_*``) → ``MOE_EFFICIENCY``,
-  ``MOE_LAUNCH_S``; its weight-only INT4 rows (``int4_wo``, Marlin, h200/b200: the Kimi-K2
-  shape) → ``MOE_WO_LAUNCH_S`` (shared) and a (bandwidth share, BF16-peak efficiency) pair per
-  system: ``MOE_WO_OTHER`` (h200_sxm), ``MOE_WO_BLACKWELL_DC`` (b200_sxm).
+  1..8) of the MoE checkpoints' float formats: FP8 block (Qwen3-235B-A22B-FP8, MiniMax-M2.5:
+  Triton on Hopper, FlashInfer-TRTLLM on B200), MXFP4 (gpt-oss: ``vllm_gptossmxfp4moe_*``)
+  and, on B200, NVFP4 (FlashInfer-TRTLLM) → a (plateau, fixed latency) pair per GPU family:
+  ``MOE_OTHER`` (h100_sxm and h200_sxm), ``MOE_BLACKWELL_DC`` (b200_sxm) (:func:`fit_moe`);
+  its weight-only INT4 rows (``int4_wo``, Marlin, h200/b200: the Kimi-K2 shape) →
+  ``MOE_WO_LAUNCH_S`` (shared) and a (bandwidth share, BF16-peak efficiency) pair per system:
+  ``MOE_WO_OTHER`` (h200_sxm), ``MOE_WO_BLACKWELL_DC`` (b200_sxm).
 * ``mla/vllm/0.24.0/mla_generation_module_perf.parquet``: the MLA attention module of a decode
   step (DeepSeek-V3, BF16 weights and KV; FLASH_ATTN_MLA on h200, FLASHINFER_MLA on b200) →
   ``MLA_MODULE_FIXED_S_OTHER`` (h200_sxm), ``MLA_MODULE_FIXED_S_SM100`` (b200_sxm).
@@ -94,7 +96,16 @@ MOE_KERNELS = {
             "w4a16_mxfp4",
             "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
         ): (0.5 + 1 / 32, "fp4"),
+        (
+            "nvfp4",
+            "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic",
+        ): (0.5 + 1 / 16, "fp4"),
     },
+}
+#: the float-experts pair each system's rows fit (sizing/perf.py::moe_terms)
+MOE_FAMILIES = {
+    "MOE_OTHER": ("h100_sxm", "h200_sxm"),
+    "MOE_BLACKWELL_DC": ("b200_sxm",),
 }
 ATTN_KERNELS = {"vllm_flash_attn_fa3", "vllm_flashinfer_trtllmprefill"}
 
@@ -209,32 +220,45 @@ def _moe_terms(s: Any) -> tuple[Any, Any, Any, Any]:
     return t, kk, 3 * h * i / tp, np.minimum(e, t * kk)
 
 
-def fit_moe(root: Path, half_m: float) -> dict[str, float]:
+def fit_moe(root: Path, half_m: float) -> dict[str, tuple[float, float]]:
     """t = launch + max(touched experts' bytes / BW, 2·3·H·I·k·T / (peak × eff(T k / touched))),
     touched = min(E, T k) (the table's balanced routing; the model's uniform-random routing
-    touches E (1 − (1 − k/E)^T), the same at T k ≪ E and at T k ≫ E)."""
-    parts: list[tuple[Any, ...]] = []
-    for system, gname in SYSTEMS.items():
-        gpu = get_gpu(gname)
-        bw = _hbm(gname)
-        d = _moe_table(root, system)
-        for (dtype, kernel), (wb, mdt) in MOE_KERNELS[system].items():
-            s = d[(d.moe_dtype == dtype) & (d.kernel_source == kernel)]
-            t, kk, per_expert, touched = _moe_terms(s)
-            mem = touched * per_expert * wb / bw
-            fl = 2 * per_expert * kk * t
-            mm = t * kk / np.maximum(touched, 1e-9)
-            top = tensor_flops(gpu, mdt) or 0.0
-            parts.append((mem, fl, mm, np.full_like(t, top), s.latency.to_numpy(np.float64) * 1e-3))
-    mem, fl, mm, peak, meas = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    touches E (1 − (1 − k/E)^T), the same at T k ≪ E and at T k ≫ E), eff(M) = plateau × M /
+    (M + half_m): one (plateau, launch) pair per GPU family (:data:`MOE_FAMILIES`)."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, systems in MOE_FAMILIES.items():
+        parts: list[tuple[Any, ...]] = []
+        for system in systems:
+            gname = SYSTEMS[system]
+            gpu = get_gpu(gname)
+            bw = _hbm(gname)
+            d = _moe_table(root, system)
+            for (dtype, kernel), (wb, mdt) in MOE_KERNELS[system].items():
+                s = d[(d.moe_dtype == dtype) & (d.kernel_source == kernel)]
+                t, kk, per_expert, touched = _moe_terms(s)
+                mem = touched * per_expert * wb / bw
+                fl = 2 * per_expert * kk * t
+                mm = t * kk / np.maximum(touched, 1e-9)
+                top = tensor_flops(gpu, mdt) or 0.0
+                meas = s.latency.to_numpy(np.float64) * 1e-3
+                parts.append((mem, fl, mm, np.full_like(t, top), meas))
+        mem, fl, mm, peak, meas = (np.concatenate([p[i] for p in parts]) for i in range(5))
 
-    def loss(x: dict[str, float]) -> float:
-        eff = x["MOE_EFFICIENCY"] * mm / (mm + half_m)
-        return _logerr(x["MOE_LAUNCH_S"] + np.maximum(mem, fl / (peak * eff)), meas)
+        def loss(
+            x: dict[str, float],
+            mem: Any = mem,
+            fl: Any = fl,
+            mm: Any = mm,
+            peak: Any = peak,
+            meas: Any = meas,
+        ) -> float:
+            eff = x["plateau"] * mm / (mm + half_m)
+            return _logerr(x["launch"] + np.maximum(mem, fl / (peak * eff)), meas)
 
-    x = descend(loss, {"MOE_EFFICIENCY": 0.3, "MOE_LAUNCH_S": 10e-6}, {"MOE_EFFICIENCY": 1.0})
-    print(f"moe: {len(meas)} rows, mean |log err| {loss(x):.3f}")
-    return x
+        x = descend(loss, {"plateau": 0.3, "launch": 10e-6}, {"plateau": 1.0})
+        print(f"moe {name} ({', '.join(systems)}): {len(meas)} rows, mean |log err| {loss(x):.3f}")
+        out[name] = (round(x["plateau"], 3), round(x["launch"], 7))
+    return out
 
 
 #: the weight-only integer MoE kernel (Marlin) by system: (moe_dtype, kernel), weight bytes per

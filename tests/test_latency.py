@@ -185,6 +185,47 @@ def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
     )
 
 
+def test_float_moe_terms_follow_the_gpu_family() -> None:
+    # per-op (aiconfigurator-core 0.12.0, moe/vllm/0.24.0, benchmarks.latency_fit): B200's
+    # FlashInfer TRTLLM kernels sustain a smaller share of their peaks at a smaller fixed
+    # latency than Hopper's Triton ones; one pair for both left B200's block-FP8 rows 1.4x fast
+    # at thousands of tokens
+    bw_plateau, bw_launch = perf.MOE_BLACKWELL_DC
+    hopper_plateau, hopper_launch = perf.MOE_OTHER
+    assert bw_plateau < hopper_plateau and bw_launch < hopper_launch
+    for name, cc in (
+        ("B200-180GB", (10, 0)),
+        ("B300-288GB", (10, 3)),
+        ("H200-SXM-141GB", (9, 0)),
+        ("A100-SXM-80GB", (8, 0)),
+        ("RTX-PRO-6000-Blackwell", (12, 0)),
+    ):
+        gpu = get_gpu(name)
+        want = perf.MOE_BLACKWELL_DC if cc[0] == 10 else perf.MOE_OTHER
+        assert perf.moe_terms(gpu.compute_capability) == want, name
+    assert perf.moe_terms(None) == perf.MOE_OTHER
+    qwen = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    layers = qwen.num_layers
+    for name in ("B200-180GB", "H200-SXM-141GB"):
+        gpu = get_gpu(name)
+        pred = predict_startup(qwen, gpu.total_bytes, gpu.name, 4, 1, ENGINE)
+        model = build_latency_model(qwen, gpu, pred)
+        assert model is not None
+        [stage] = model.stages
+        want = perf.moe_terms(gpu.compute_capability)
+        assert stage.moe_terms == want, name
+        # the fused-MoE kernel's fixed latency is the family's, once a layer
+        assert stage.fixed_s == pytest.approx(launch_seconds(layers, True, True, True, want[1]))
+        # a compute-bound step (a chunk of 8,192 tokens touches every expert) runs at the
+        # family's plateau: B200's model with Hopper's pair is faster
+        other = perf.MOE_OTHER if want == perf.MOE_BLACKWELL_DC else perf.MOE_BLACKWELL_DC
+        swapped = replace(model, stages=(replace(stage, moe_terms=other),))
+        kv = np.zeros((1,))
+        got = float(model.step_seconds(0.0, [kv], 8192.0, 4096.0)[0])
+        alt = float(swapped.step_seconds(0.0, [kv], 8192.0, 4096.0)[0])
+        assert (got > alt) == (want[0] < other[0]), name
+
+
 def test_marlins_moe_terms_follow_the_gpu_family() -> None:
     # per-op (aiconfigurator-core 0.12.0, moe/vllm/0.24.0, int4_wo Marlin rows): Marlin's
     # mma.sync kernel reaches 84 % of H200's bandwidth but 58 % of B200's, and a smaller share
@@ -348,7 +389,7 @@ def test_block_fp8_linears_cost_a_plain_fp8_gemm() -> None:
         3 * perf.GEMM_LAUNCH_S
         + 5 * perf.SMALL_KERNEL_S
         + perf.ATTENTION_LAUNCH_S
-        + perf.MOE_LAUNCH_S
+        + perf.MOE_OTHER[1]  # H200: the Hopper pair's fixed latency
     )
     assert stage.fixed_s == pytest.approx(94 * per_layer + perf.GEMM_LAUNCH_S)
 
@@ -465,10 +506,10 @@ def test_an_mla_layer_costs_the_mla_modules_fixed_latency() -> None:
         + perf.ATTENTION_LAUNCH_S
     )
     base = launch_seconds(61, True, True, False)
-    assert launch_seconds(61, True, True, False, perf.MOE_LAUNCH_S, 61, 81.4e-6) == pytest.approx(
+    assert launch_seconds(61, True, True, False, perf.MOE_OTHER[1], 61, 81.4e-6) == pytest.approx(
         base + 61 * (81.4e-6 - half)
     )
-    assert launch_seconds(61, True, True, False, perf.MOE_LAUNCH_S, 0, 81.4e-6) == base
+    assert launch_seconds(61, True, True, False, perf.MOE_OTHER[1], 0, 81.4e-6) == base
     assert perf.mla_module_fixed_s((9, 0)) == perf.MLA_MODULE_FIXED_S_OTHER
     assert perf.mla_module_fixed_s((10, 0)) == perf.MLA_MODULE_FIXED_S_SM100
     assert perf.MLA_MODULE_FIXED_S_SM100 < perf.MLA_MODULE_FIXED_S_OTHER

@@ -10,7 +10,8 @@ replica's step is the sum over stages), for D decode sequences and a prefill chu
   ``peak[dtype]``: the catalog's dense FP8/FP4 tensor peak where the checkpoint's weights are
   FP8/FP4 and the GPU has one, else BF16 (weight-only kernels dequantize to BF16).
 * **MoE experts**: a step touches ``E × (1 − (1 − k/E)^T)`` distinct experts (uniform routing);
-  ``max(touched bytes / BW, 2 × k/E × expert parameters × T / (peak × MOE_EFFICIENCY))``;
+  ``max(touched bytes / BW, 2 × k/E × expert parameters × T / (peak × efficiency))``, the
+  efficiency and the kernel's fixed latency by GPU family (``perf.moe_terms``);
   weight-only integer experts (Marlin's MoE kernel, :func:`experts_weight_only`) at their own
   per-op share of the bandwidth and flat share of the BF16 peak (``perf.MOE_WO_*``).
 * **attention**: decode reads each sequence's KV (full/MLA layers ``c × bytes/token``, sliding
@@ -133,6 +134,8 @@ class StageModel:
     #: Marlin's bandwidth share and BF16-peak efficiency on this GPU
     #: (:func:`perf.moe_weight_only_terms`)
     moe_wo_terms: tuple[float, float] = perf.MOE_WO_OTHER
+    #: the float experts' kernel: (plateau, fixed latency) on this GPU (:func:`perf.moe_terms`)
+    moe_terms: tuple[float, float] = perf.MOE_OTHER
     #: the most bytes/s the decode attention reads this stage's KV at, 0 where the HBM share
     #: sets it: FlashAttention 3 over an FP8 cache (:data:`perf.FA3_FP8_KV_DECODE_BYTES_PER_S`)
     kv_read_cap: float = 0.0
@@ -209,7 +212,7 @@ class LatencyModel:
                     # of no tokens (a prefill-only workload's decode step) has no expert FLOPs:
                     # the efficiency is floored so that 0 / eff stays 0 instead of 0 / 0
                     m = tokens * k / mx(touched, 1e-9)
-                    eff = mx(perf.MOE_EFFICIENCY * m / (m + perf.GEMM_HALF_M), 1e-12)
+                    eff = mx(stage.moe_terms[0] * m / (m + perf.GEMM_HALF_M), 1e-12)
                 fl = 2.0 * k / e * stage.expert_params * tokens / (stage.expert_flops * eff)
                 mem = mx(mem, fl)
             t = t + mem
@@ -370,7 +373,7 @@ def launch_seconds(
     moe: bool,
     head: bool,
     fp8: bool,
-    moe_launch_s: float = perf.MOE_LAUNCH_S,
+    moe_launch_s: float = perf.MOE_OTHER[1],
     mla_layers: int = 0,
     mla_fixed_s: float = 0.0,
 ) -> float:
@@ -382,7 +385,8 @@ def launch_seconds(
     holds routed experts, and every layer of it is counted as a MoE layer (DeepSeek's first
     dense layers or Llama 4's interleaved dense ones are an approximation). A block-FP8 linear
     costs a plain GEMM's fixed latency (sizing/perf.py says why); ``moe_launch_s``: the fused-MoE
-    kernel's (:func:`experts_weight_only` ones: ``perf.MOE_WO_LAUNCH_S``). ``mla_layers`` of the
+    kernel's (:func:`perf.moe_terms` by GPU family; :func:`experts_weight_only` ones:
+    ``perf.MOE_WO_LAUNCH_S``). ``mla_layers`` of the
     layers are MLA ones, whose attention half is the MLA module's ``mla_fixed_s``
     (:func:`perf.mla_module_fixed_s`) instead of two GEMMs, three small kernels and the
     attention kernel."""
@@ -470,6 +474,7 @@ def build_latency_model(
     expert_peak = tensor_flops(gpu, gemm_dtype(shape, True)) or bf16
     link = gpu.interconnect_bandwidth_bytes_per_s
     weight_only = experts_weight_only(shape)
+    moe = perf.moe_terms(gpu.compute_capability)
     fp8_kv_cap = (
         perf.FA3_FP8_KV_DECODE_BYTES_PER_S
         if rs.kv_cache_dtype in FA3_FP8_KV_DTYPES
@@ -535,12 +540,13 @@ def build_latency_model(
                     bool(experts),
                     has_head,
                     gemm_dtype(shape, False) == "fp8",
-                    perf.MOE_WO_LAUNCH_S if weight_only else perf.MOE_LAUNCH_S,
+                    perf.MOE_WO_LAUNCH_S if weight_only else moe[1],
                     reads.mla_layers,
                     perf.mla_module_fixed_s(gpu.compute_capability),
                 ),
                 experts_weight_only=weight_only,
                 moe_wo_terms=perf.moe_weight_only_terms(gpu.compute_capability),
+                moe_terms=moe,
                 kv_read_cap=fp8_kv_cap,
             )
         )

@@ -57,16 +57,38 @@ GEMM_HALF_M = 64.7
 #: as a registered custom op inside the piecewise graphs (fp8_utils.py ``fp8_gemm_nt_op``). A
 #: fit of that floor (76.8 µs on SM 9.0, 189.5 µs on SM 10.0, until 2026-12-06) put MiniMax-M2.5
 #: FP8 at 2–3× its measured TPOT on H200, B200 and B300.
-#: The plateau of the fused-MoE expert GEMMs (*per-op*: moe/vllm/0.24.0/moe_perf.parquet, FP8
-#: block and gpt-oss MXFP4 kernels, balanced routing, MoE-TP 1..8, no EP; experts touched by
-#: the table's balanced routing, M = tokens × k / touched, the model's peaks; |log err| 0.18).
-MOE_EFFICIENCY = 0.279
-#: Fixed latency of one fused-MoE layer (routing, token permutation, the kernel), seconds
-#: (*per-op*, the same fit).
-MOE_LAUNCH_S = 32.9e-6
+#: The fused-MoE kernel of float experts (FP8, block FP8, NVFP4, MXFP4), by GPU family
+#: (:func:`moe_terms`): (the plateau of its expert GEMMs' share of the tensor peak, its fixed
+#: latency per layer: routing, token permutation, the kernel, seconds), the efficiency
+#: ``plateau × M / (M + GEMM_HALF_M)`` at M = tokens × k / touched experts (*per-op*:
+#: moe/vllm/0.24.0/moe_perf.parquet, balanced routing, MoE-TP 1..8, no EP; experts touched by
+#: the table's balanced routing; ``benchmarks.latency_fit``). Datacenter Blackwell (the
+#: b200_sxm rows: FlashInfer TRTLLM's block-FP8, NVFP4 and gpt-oss MXFP4 kernels, 2,925 rows,
+#: |log err| 0.21) sustains a smaller share of its larger peaks at a smaller fixed latency
+#: than the Triton kernels of Hopper (h100_sxm and h200_sxm: block FP8 and gpt-oss MXFP4, 3,500
+#: rows, |log err| 0.14); one pair for all three systems (0.279, 32.9 µs, until 2026-12-07)
+#: left B200's block-FP8 and NVFP4 rows up to 1.6× slow at a few tokens and 1.4× fast at
+#: thousands. Left as they are: gpt-oss's MXFP4 × BF16 kernel on B200 is still ~2.5× fast at
+#: thousands of tokens at the FP4 rate (its activations are BF16), and costing it at a wider
+#: rate makes ``GEMM_HALF_M``'s small-M floor exceed its 4-bit weight reads (1.7× slow at a
+#: decode batch): the two need a tile-shaped efficiency, not another constant. Every other GPU
+#: (Ampere, Ada, the SM12x cards) is assumed to be Hopper's pair: no table of theirs was fitted.
+MOE_BLACKWELL_DC = (0.193, 22.3e-6)
+#: ... Hopper and every other GPU
+MOE_OTHER = (0.308, 34.5e-6)
+
+
+def moe_terms(compute_capability: tuple[int, int] | None) -> tuple[float, float]:
+    """(plateau, fixed latency per layer) of the fused-MoE kernel of float experts on a GPU of
+    this compute capability (:data:`MOE_BLACKWELL_DC` for 10.x, else :data:`MOE_OTHER`)."""
+    if sm100_family(compute_capability):
+        return MOE_BLACKWELL_DC
+    return MOE_OTHER
+
+
 #: The fused-MoE kernel of weight-only integer experts (INT4/INT8 weights, BF16 activations:
 #: compressed-tensors WNA16, GPTQ, AWQ, AutoRound; vLLM runs them on Marlin's MoE kernel), whose
-#: shape the two constants above do not fit (|log err| 0.53 on its rows): a share of the
+#: shape the float experts' pairs above do not fit (|log err| 0.53 on its rows): a share of the
 #: achievable HBM bandwidth its weight reads reach, the fraction of the BF16 tensor peak its
 #: GEMMs sustain (flat in M: Marlin dequantizes in the kernel, so small M is bound by the weight
 #: reads, not by idle tensor cores) and its fixed latency per layer (*per-op*:
