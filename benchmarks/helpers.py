@@ -189,6 +189,16 @@ _QWEN3_32B_PRO6000 = PointSetup(
 )
 
 
+#: vllm-startup-171/173: Qwen3-8B BF16 at 8,192 tokens on a RunPod RTX 4090, vLLM 0.27.1's
+#: defaults otherwise (alexostapiuk11/coldstart-recon-worker 5e109091: a cold and a warm
+#: torch.compile boot of one endpoint)
+_QWEN3_8B_4090 = PointSetup(
+    "Qwen/Qwen3-8B",
+    gpu="RTX-4090",
+    note="the harness's vllm serve flags (coldstart-recon-worker 5e109091)",
+)
+
+
 POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-001": PointSetup(
         "meta-llama/Llama-3.1-8B-Instruct",
@@ -426,6 +436,8 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-161": _QWEN3_32B_PRO6000,
     "vllm-startup-163": _QWEN3_32B_PRO6000,
     "vllm-startup-165": _QWEN3_32B_PRO6000,
+    "vllm-startup-171": _QWEN3_8B_4090,
+    "vllm-startup-173": _QWEN3_8B_4090,
     # kubesimplify/website (4x RTX PRO 6000 Blackwell Server Edition, 0.27.1, V1 runner): the
     # post's docker run flags; its checkpoint, Qwen3-235B-A22B-Instruct-2507-FP8, has the
     # architecture and quantization block of Qwen3-235B-A22B-FP8 (the post's config excerpt),
