@@ -104,11 +104,21 @@ TERMS = (
     ("blk", "num_gpu_blocks", "gpu_blocks"),
     ("tok", "kv_cache_tokens", "kv_cache_tokens"),
     ("conc", "max_concurrency", "max_concurrency"),
+    # vLLM 0.27+'s summary line: consumed memory, and the peak it prints (the transient peak
+    # plus the CUDA-graph estimate in the budget); the logs keep them under these names
+    ("cons", "consumed_gib", "consumed_gib"),
+    ("pk27", "peak_activation_printed_gib", "transient_and_cuda_graph_estimate_gib"),
 )
 #: the terms a layout replay (benchmarks.helpers.PointSetup.layout) compares: what follows
 #: from the logged KV memory, and the weights, which do not depend on it (where logged)
 LAYOUT_TERMS = ("w", "blk", "tok", "conc")
-_PER_RANK = {"weights_gib", "activation_peak_gib", "available_kv_cache_gib"}
+_PER_RANK = {
+    "weights_gib",
+    "activation_peak_gib",
+    "available_kv_cache_gib",
+    "consumed_gib",
+    "peak_activation_printed_gib",
+}
 
 
 @dataclass
@@ -216,7 +226,7 @@ def term_errors(pr: dict[str, Any], logged: dict[str, Any]) -> dict[str, float |
     r0 = pr["ranks"][0]
     out: dict[str, float | None] = {}
     for col, pkey, lkey in TERMS:
-        pred = r0[pkey] if pkey in _PER_RANK else pr.get(pkey)
+        pred = r0.get(pkey) if pkey in _PER_RANK else pr.get(pkey)
         out[col] = pct(pred, logged.get(lkey))
     if pr.get("replay") == "layout":
         # a layout replay takes the logged KV as its input: only what follows from it counts

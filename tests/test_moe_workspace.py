@@ -11,9 +11,11 @@ import pytest
 
 from inference_capacity.engines.vllm import (
     EngineSettings,
+    consumed_bytes,
     moe_buffer_kind,
     moe_workspace,
     predict_startup,
+    summary_line_split,
 )
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
@@ -95,3 +97,40 @@ def test_data_parallel_gathers_the_batch_from_0_18() -> None:
     assert ep.moe_workspace == T * 8 * (2048 + 2048) * 2  # type: ignore[attr-defined]
     old = _rank(QWEN30, "H100-SXM-80GB", "0.17.0", data_parallel=2)
     assert old.moe_workspace == T * 8 * (2048 + 2048) * 2  # type: ignore[attr-defined]
+
+
+def test_vllm_0_27_prints_the_buffer_as_consumed_memory() -> None:
+    # the buffer is allocated by the profile's forward and kept (v1/worker/workspace.py::
+    # WorkspaceManager, 0.27.1), so 0.27's summary line counts it in consumed memory and not in
+    # the peak it prints; the budget's sum is the same either way (vllm-startup-167: printed
+    # peak 0.76 GiB, the ledger's activation item 1.27 with the 1 GiB buffer)
+    pred = predict_startup(
+        QWEN235,
+        get_gpu("H100-SXM-80GB").total_bytes,
+        "H100-SXM-80GB",
+        4,
+        1,
+        EngineSettings(version="0.27.1", max_model_len=32768, max_num_seqs=32),
+    )
+    r = pred.ranks[0]
+    consumed, peak = summary_line_split(r, pred.settings.cg_in_budget)
+    graphs = r.cuda_graph if pred.settings.cg_in_budget else 0
+    assert r.moe_workspace == 2**30
+    assert consumed - r.moe_workspace == consumed_bytes(
+        r.weights.total, r.non_torch, r.sampler_state, r.runner_buffers
+    )
+    assert peak == r.activation_peak - r.moe_workspace + graphs
+    assert r.available_kv == r.requested - consumed - peak
+    out = pred.to_json()
+    assert out["consumed_gib"] == round(consumed / 2**30, 4)
+    assert out["peak_activation_printed_gib"] == round(peak / 2**30, 4)
+    # before 0.27 the line prints no consumed figure: the prediction has no such keys
+    old = predict_startup(
+        QWEN235,
+        get_gpu("H100-SXM-80GB").total_bytes,
+        "H100-SXM-80GB",
+        4,
+        1,
+        EngineSettings(version="0.26.0", max_model_len=32768, max_num_seqs=32),
+    ).to_json()
+    assert "consumed_gib" not in old and "peak_activation_printed_gib" not in old

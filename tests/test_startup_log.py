@@ -142,7 +142,7 @@ def test_prediction_errors_per_term() -> None:
 @pytest.mark.parametrize("point", ["vllm-startup-101", "vllm-startup-053", "vllm-startup-055"])
 def test_the_workers_summary_line_gives_the_logged_terms(point: str) -> None:
     # 0.26.0 prints weight, peak activation, non-torch, CUDA graphs and the KV in use in one line;
-    # from 0.27 weights and non-torch are one "consumed" figure, which is no term of its own
+    # from 0.27 weights and non-torch are one "consumed" figure (the next test)
     logged: dict[str, Any] = POINTS[point]["logged"]
     got = parse(_log(point))
     assert got.rejected is None and got.failure is None
@@ -151,6 +151,36 @@ def test_the_workers_summary_line_gives_the_logged_terms(point: str) -> None:
     assert got.available_kv_cache_gib == logged["kv_cache_gib"]
     assert got.weights_gib == logged["weights_gib"]
     assert got.non_torch_gib == logged["non_torch_gib"]
+
+
+@pytest.mark.parametrize("point", ["vllm-startup-167", "vllm-startup-171", "vllm-startup-173"])
+def test_the_027_summary_line_gives_consumed_memory_and_its_peak(point: str) -> None:
+    # 0.27's "Actual usage is C GiB for consumed memory (weights + non-torch), P GiB for peak
+    # activation, and G GiB for CUDAGraph memory" (v1/worker/gpu_worker.py, 0.27.1): the
+    # consumed figure is a term of its own, the peak is the transient peak plus the estimate
+    logged: dict[str, Any] = POINTS[point]["logged"]
+    got = parse(_log(point))
+    assert got.rejected is None and got.failure is None
+    assert got.consumed_gib == logged["consumed_gib"]
+    assert got.activation_peak_gib == logged["transient_and_cuda_graph_estimate_gib"]
+    assert got.cuda_graph_gib == logged["cuda_graph_captured_gib"]
+    assert got.available_kv_cache_gib == logged["kv_cache_gib"]
+    assert got.weights_gib == logged["weights_gib"]
+
+
+def test_a_027_prediction_is_compared_with_the_peak_as_027_prints_it() -> None:
+    # a 0.27+ prediction carries the printed peak (engines/vllm.py::summary_line_split): the
+    # status compares that one, not the ledger's activation item, which holds the persistent
+    # fused-MoE buffer and no CUDA-graph estimate; an older prediction has only the latter
+    got = parse(_log("vllm-startup-167"))
+    assert got.consumed_gib == 56.89 and got.activation_peak_gib == 0.76
+    new = {"activation_peak_gib": 1.2662, "peak_activation_printed_gib": 0.76 * 1.02}
+    new["consumed_gib"] = 56.89 * 0.99
+    err = prediction_errors(got, new)
+    assert err["activationPeak"] == pytest.approx(2.0)
+    assert err["consumedMemory"] == pytest.approx(-1.0)
+    old = prediction_errors(got, {"activation_peak_gib": 0.76 * 1.5})
+    assert old == {"activationPeak": pytest.approx(50.0)}
 
 
 def test_an_absurd_summary_line_rejects_the_log() -> None:

@@ -336,9 +336,9 @@ class ObservedStartup(_Status):
     prediction_error_percent: dict[str, float] = Field(
         {},
         description=(
-            "(predicted - observed) / observed x 100 per term: weights, activationPeak, "
-            "nonTorch, cudaGraph (the estimate), availableKvCache, kvCacheTokens, "
-            "maxConcurrency."
+            "(predicted - observed) / observed x 100 per term: weights, activationPeak (from "
+            "vLLM 0.27 the peak as it prints it), consumedMemory (0.27+), nonTorch, cudaGraph "
+            "(the estimate), availableKvCache, kvCacheTokens, maxConcurrency."
         ),
     )
     bytes_read: int = Field(0, ge=0, description="Log bytes read (at most 256 KiB).")

@@ -349,6 +349,7 @@ class StartupPrediction:
             "starts": self.starts,
             "error": self.error,
             "requested_gib": round(r.requested / GiB, 4),
+            **self._summary_line_terms(r),
             "ranks": [
                 {
                     "rank": x.rank,
@@ -357,6 +358,7 @@ class StartupPrediction:
                     "activation_peak_gib": round(x.activation_peak / GiB, 4),
                     "available_kv_cache_gib": round(x.available_kv / GiB, 4),
                     "num_gpu_blocks": x.num_blocks,
+                    **self._summary_line_terms(x),
                 }
                 for x in self.ranks
                 if x.rank % self.tp == 0
@@ -371,6 +373,17 @@ class StartupPrediction:
             "engine_version": str(self.settings.version),
             "budget_era": self.settings.era.value,
             "defaults_used": list(self.settings.defaults_used),
+        }
+
+    def _summary_line_terms(self, x: RankPrediction) -> dict[str, float]:
+        """The two budget terms of vLLM 0.27+'s summary line, where the era has them
+        (:func:`summary_line_split`)."""
+        if self.settings.era is not Era.V1_CONSUMED:
+            return {}
+        consumed, peak = summary_line_split(x, self.settings.cg_in_budget)
+        return {
+            "consumed_gib": round(consumed / GiB, 4),
+            "peak_activation_printed_gib": round(peak / GiB, 4),
         }
 
 
@@ -2122,9 +2135,36 @@ def available_kv(
         # absolute peak (incl. weights) and non-torch incl. the CUDA context
         return requested - (weights + activation) - (nt + gib(CUDA_CONTEXT_GIB))
     if era is Era.V1_CONSUMED:
-        consumed = weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state + runner_buffers
+        consumed = consumed_bytes(weights, nt, sampler_state, runner_buffers)
         return requested - consumed - activation - cg_in_budget
     return requested - (weights + activation + nt) - cg_in_budget
+
+
+def summary_line_split(r: RankPrediction, cg_in_budget: bool) -> tuple[int, int]:
+    """(consumed memory, peak activation) as vLLM 0.27+ prints them ("Actual usage is C GiB for
+    consumed memory (weights + non-torch), P GiB for peak activation, ...":
+    v1/worker/gpu_worker.py::Worker.determine_available_memory, 0.27.1 and 0.28.0). Their sum
+    is the ledger's (:func:`available_kv`); the split differs in one place: the fused-MoE
+    buffer (:func:`moe_workspace`) is allocated by the profile's forward and stays allocated
+    after it (v1/worker/workspace.py::WorkspaceManager keeps ``_current_workspaces``), so
+    vLLM's consumed memory holds it and its transient peak does not, while the ledger keeps it
+    in the activation item for the earlier budgets, which see it as profile peak. P is the
+    transient peak plus the CUDA-graph estimate the budget subtracts
+    (``Worker.peak_activation_memory``)."""
+    consumed = consumed_bytes(r.weights.total, r.non_torch, r.sampler_state, r.runner_buffers)
+    graphs = r.cuda_graph if cg_in_budget else 0
+    return consumed + r.moe_workspace, r.activation_peak - r.moe_workspace + graphs
+
+
+def consumed_bytes(weights: int, nt: int, sampler_state: int, runner_buffers: int) -> int:
+    """What vLLM 0.27+ prints as "consumed memory (weights + non-torch)": the profile's
+    ``total_consumed`` (v1/worker/gpu_worker.py::Worker.determine_available_memory, 0.27.1 and
+    0.28.0; utils/mem_utils.py::memory_profiling: free memory at the worker's init snapshot
+    minus free memory after the profile), which holds whatever stays allocated after the
+    profile: the weights, non-torch memory, the runners' persistent tensors
+    (:func:`v2_sampler_state_bytes`, :func:`v1_runner_buffer_bytes`) and the smaller ones of
+    :data:`PERSISTENT_MISC_GIB`."""
+    return weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state + runner_buffers
 
 
 def v1_runner_buffer_bytes(shape: ModelShape, max_num_tokens: int, dtype_bytes: int) -> int:

@@ -60,6 +60,7 @@ FailureKind = Literal[
 BOUNDS: Final[dict[str, tuple[float, float]]] = {
     "weights_gib": (0.0, 4096.0),
     "activation_peak_gib": (0.0, 4096.0),
+    "consumed_gib": (0.0, 4096.0),
     "non_torch_gib": (-4096.0, 4096.0),  # an increase: vLLM prints negative ones
     "non_kv_gib": (-4096.0, 4096.0),
     "cuda_graph_gib": (0.0, 4096.0),
@@ -115,6 +116,9 @@ class StartupLog:
     vllm_version: str | None = None
     weights_gib: float | None = None
     activation_peak_gib: float | None = None
+    #: vLLM 0.27+'s "consumed memory (weights + non-torch)": what stays allocated after the
+    #: profile (engines/vllm.py::summary_line_split)
+    consumed_gib: float | None = None
     non_torch_gib: float | None = None
     cuda_graph_gib: float | None = None  # actual (the pool captured)
     cuda_graph_estimated_gib: float | None = None
@@ -200,12 +204,14 @@ _RULES: tuple[_Rule, ...] = tuple(
                 "available_kv_cache_gib",
             ),
         ),
-        # its 0.27+ form: weights and non-torch as one "consumed" figure (not a term here)
+        # its 0.27+ form: weights and non-torch as one "consumed" figure, and a peak that holds
+        # the CUDA-graph estimate the budget subtracts (compared as the prediction's printed
+        # terms: engines/vllm.py::summary_line_split)
         (
-            _SUMMARY_HEAD + rf"{_NUM} GiB for consumed memory \(weights \+ non-torch\), "
+            _SUMMARY_HEAD + rf"({_NUM}) GiB for consumed memory \(weights \+ non-torch\), "
             rf"({_NUM}) GiB for peak activation, and ({_NUM}) GiB for CUDAGraph memory\."
             + _SUMMARY_TAIL,
-            ("activation_peak_gib", "cuda_graph_gib", "available_kv_cache_gib"),
+            ("consumed_gib", "activation_peak_gib", "cuda_graph_gib", "available_kv_cache_gib"),
         ),
         (rf"^GPU KV cache size: ({_INT}) tokens", ("kv_cache_tokens",)),
         (
@@ -403,6 +409,7 @@ def _fold(out: StartupLog, seen: dict[str, list[float]]) -> StartupLog:
         out,
         weights_gib=pick("weights_gib"),
         activation_peak_gib=pick("activation_peak_gib"),
+        consumed_gib=pick("consumed_gib"),
         non_torch_gib=pick("non_torch_gib"),
         cuda_graph_gib=pick("cuda_graph_gib"),
         cuda_graph_estimated_gib=pick("cuda_graph_estimated_gib"),
@@ -415,25 +422,31 @@ def _fold(out: StartupLog, seen: dict[str, list[float]]) -> StartupLog:
     )
 
 
-#: the terms compared with the prediction: (name in status, parsed attribute, predicted key of
-#: ``StartupPrediction.to_json``)
+#: the terms compared with the prediction: (name in status, parsed attribute, predicted keys of
+#: ``StartupPrediction.to_json``, the first the prediction has: a vLLM 0.27+ prediction carries
+#: the peak as that release prints it, ``peak_activation_printed_gib``)
 TERMS: Final = (
-    ("weights", "weights_gib", "weights_gib"),
-    ("activationPeak", "activation_peak_gib", "activation_peak_gib"),
-    ("nonTorch", "non_torch_gib", "non_torch_gib"),
-    ("cudaGraph", "cuda_graph_estimated_gib", "cuda_graph_gib"),
-    ("availableKvCache", "available_kv_cache_gib", "available_kv_cache_gib"),
-    ("kvCacheTokens", "kv_cache_tokens", "kv_cache_tokens"),
-    ("maxConcurrency", "max_concurrency", "max_concurrency"),
+    ("weights", "weights_gib", ("weights_gib",)),
+    (
+        "activationPeak",
+        "activation_peak_gib",
+        ("peak_activation_printed_gib", "activation_peak_gib"),
+    ),
+    ("consumedMemory", "consumed_gib", ("consumed_gib",)),
+    ("nonTorch", "non_torch_gib", ("non_torch_gib",)),
+    ("cudaGraph", "cuda_graph_estimated_gib", ("cuda_graph_gib",)),
+    ("availableKvCache", "available_kv_cache_gib", ("available_kv_cache_gib",)),
+    ("kvCacheTokens", "kv_cache_tokens", ("kv_cache_tokens",)),
+    ("maxConcurrency", "max_concurrency", ("max_concurrency",)),
 )
 
 
 def prediction_errors(log: StartupLog, predicted: dict[str, object]) -> dict[str, float]:
     """(predicted - observed) / observed x 100 per term both have (a zero observation skipped)."""
     out: dict[str, float] = {}
-    for name, attr, key in TERMS:
+    for name, attr, keys in TERMS:
         obs = getattr(log, attr)
-        pred = predicted.get(key)
+        pred = next((predicted[k] for k in keys if k in predicted), None)
         if obs is None or not isinstance(pred, int | float) or obs == 0:
             continue
         out[name] = round((float(pred) - float(obs)) / abs(float(obs)) * 100.0, 3)
