@@ -185,6 +185,17 @@ def test_weight_only_int4_experts_run_at_the_marlin_kernels_terms() -> None:
     )
 
 
+#: GPUs of each family the fused-MoE terms are chosen by (compute capability 10.x: datacenter
+#: Blackwell; the SM12x cards run the other family's path, e.g. Marlin's mma.sync)
+FAMILY_GPUS = (
+    ("B200-180GB", (10, 0)),
+    ("B300-288GB", (10, 3)),
+    ("H200-SXM-141GB", (9, 0)),
+    ("A100-SXM-80GB", (8, 0)),
+    ("RTX-PRO-6000-Blackwell", (12, 0)),
+)
+
+
 def test_float_moe_terms_follow_the_gpu_family() -> None:
     # per-op (aiconfigurator-core 0.12.0, moe/vllm/0.24.0, benchmarks.latency_fit): B200's
     # FlashInfer TRTLLM kernels sustain a smaller share of their peaks at a smaller fixed
@@ -193,16 +204,9 @@ def test_float_moe_terms_follow_the_gpu_family() -> None:
     bw_plateau, bw_launch = perf.MOE_BLACKWELL_DC
     hopper_plateau, hopper_launch = perf.MOE_OTHER
     assert bw_plateau < hopper_plateau and bw_launch < hopper_launch
-    for name, cc in (
-        ("B200-180GB", (10, 0)),
-        ("B300-288GB", (10, 3)),
-        ("H200-SXM-141GB", (9, 0)),
-        ("A100-SXM-80GB", (8, 0)),
-        ("RTX-PRO-6000-Blackwell", (12, 0)),
-    ):
-        gpu = get_gpu(name)
+    for name, cc in FAMILY_GPUS:
         want = perf.MOE_BLACKWELL_DC if cc[0] == 10 else perf.MOE_OTHER
-        assert perf.moe_terms(gpu.compute_capability) == want, name
+        assert perf.moe_terms(get_gpu(name).compute_capability) == want, name
     assert perf.moe_terms(None) == perf.MOE_OTHER
     qwen = load_model("Qwen/Qwen3-235B-A22B-FP8")
     layers = qwen.num_layers
@@ -233,13 +237,7 @@ def test_marlins_moe_terms_follow_the_gpu_family() -> None:
     b200_share, b200_eff = perf.MOE_WO_BLACKWELL_DC
     h200_share, h200_eff = perf.MOE_WO_OTHER
     assert b200_share < h200_share and b200_eff < h200_eff
-    for name, cc in (
-        ("B200-180GB", (10, 0)),
-        ("B300-288GB", (10, 3)),
-        ("H200-SXM-141GB", (9, 0)),
-        ("A100-SXM-80GB", (8, 0)),
-        ("RTX-PRO-6000-Blackwell", (12, 0)),  # consumer Blackwell: mma.sync is its own path
-    ):
+    for name, cc in FAMILY_GPUS:
         gpu = get_gpu(name)
         assert gpu.compute_capability == cc, name
         want = perf.MOE_WO_BLACKWELL_DC if cc[0] == 10 else perf.MOE_WO_OTHER

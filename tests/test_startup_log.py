@@ -139,32 +139,36 @@ def test_prediction_errors_per_term() -> None:
     assert err == {"weights": pytest.approx(1.0), "kvCacheTokens": pytest.approx(-10.0)}
 
 
-@pytest.mark.parametrize("point", ["vllm-startup-101", "vllm-startup-053", "vllm-startup-055"])
-def test_the_workers_summary_line_gives_the_logged_terms(point: str) -> None:
-    # 0.26.0 prints weight, peak activation, non-torch, CUDA graphs and the KV in use in one line;
-    # from 0.27 weights and non-torch are one "consumed" figure (the next test)
+#: (parsed attribute, logged key) per form of the worker's summary line: 0.26.0 prints weight,
+#: peak activation, non-torch, CUDA graphs and the KV in use; 0.27's "Actual usage is C GiB for
+#: consumed memory (weights + non-torch), P GiB for peak activation, and G GiB for CUDAGraph
+#: memory" (v1/worker/gpu_worker.py, 0.27.1) makes consumed memory a term of its own and prints
+#: the transient peak plus the CUDA-graph estimate as the peak
+SUMMARY_026: tuple[tuple[str, str], ...] = (
+    ("activation_peak_gib", "activation_peak_gib"),
+    ("non_torch_gib", "non_torch_gib"),
+    ("cuda_graph_gib", "cuda_graph_gib"),
+)
+SUMMARY_027: tuple[tuple[str, str], ...] = (
+    ("consumed_gib", "consumed_gib"),
+    ("activation_peak_gib", "transient_and_cuda_graph_estimate_gib"),
+    ("cuda_graph_gib", "cuda_graph_captured_gib"),
+)
+
+
+@pytest.mark.parametrize(
+    ("point", "terms"),
+    [(p, SUMMARY_026) for p in ("vllm-startup-101", "vllm-startup-053", "vllm-startup-055")]
+    + [(p, SUMMARY_027) for p in ("vllm-startup-167", "vllm-startup-171", "vllm-startup-173")],
+)
+def test_the_workers_summary_line_gives_the_logged_terms(
+    point: str, terms: tuple[tuple[str, str], ...]
+) -> None:
     logged: dict[str, Any] = POINTS[point]["logged"]
     got = parse(_log(point))
     assert got.rejected is None and got.failure is None
-    assert got.activation_peak_gib == logged["activation_peak_gib"]
-    assert got.cuda_graph_gib == logged["cuda_graph_gib"]
-    assert got.available_kv_cache_gib == logged["kv_cache_gib"]
-    assert got.weights_gib == logged["weights_gib"]
-    assert got.non_torch_gib == logged["non_torch_gib"]
-
-
-@pytest.mark.parametrize("point", ["vllm-startup-167", "vllm-startup-171", "vllm-startup-173"])
-def test_the_027_summary_line_gives_consumed_memory_and_its_peak(point: str) -> None:
-    # 0.27's "Actual usage is C GiB for consumed memory (weights + non-torch), P GiB for peak
-    # activation, and G GiB for CUDAGraph memory" (v1/worker/gpu_worker.py, 0.27.1): the
-    # consumed figure is a term of its own, the peak is the transient peak plus the estimate
-    logged: dict[str, Any] = POINTS[point]["logged"]
-    got = parse(_log(point))
-    assert got.rejected is None and got.failure is None
-    assert got.consumed_gib == logged["consumed_gib"]
-    assert got.activation_peak_gib == logged["transient_and_cuda_graph_estimate_gib"]
-    assert got.cuda_graph_gib == logged["cuda_graph_captured_gib"]
-    assert got.available_kv_cache_gib == logged["kv_cache_gib"]
+    for attr, key in (*terms, ("available_kv_cache_gib", "kv_cache_gib")):
+        assert getattr(got, attr) == logged[key], attr
     assert got.weights_gib == logged["weights_gib"]
 
 
