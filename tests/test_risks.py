@@ -1,4 +1,4 @@
-"""The six OOM kinds per resource (risks.py): margins from the plan's own ledger, the host memory
+"""The seven OOM kinds per resource (risks.py): margins from the plan's own ledger, the host memory
 against a container's memory, and ``plan`` printing them (text and JSON ``risks[]``)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -13,12 +14,19 @@ import yaml
 from inference_capacity.api import InferenceCapacity
 from inference_capacity.decision import plan_for_target
 from inference_capacity.resolve import resolve
-from inference_capacity.risks import HOST_BASE_BYTES, HostInput, assess, host_peak_bytes
+from inference_capacity.risks import (
+    HOST_BASE_BYTES,
+    HostInput,
+    assess,
+    compile_cache_state,
+    host_input,
+    host_peak_bytes,
+)
 from inference_capacity.units import GiB
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-3.1-8b-h100.yaml"
-KINDS = ["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"]
+KINDS = ["load", "startup", "kvExhaustion", "activation", "cudaGraph", "compileCache", "host"]
 
 
 def _plan():  # type: ignore[no-untyped-def]
@@ -61,7 +69,7 @@ def test_host_memory_against_the_container() -> None:
     assert not roomy.at_risk and roomy.margin_bytes == 64 * GiB - HOST_BASE_BYTES - weights
 
 
-def test_plan_prints_the_six_risks() -> None:
+def test_plan_prints_the_seven_risks() -> None:
     cmd = [sys.executable, "-m", "inference_capacity.cli", "plan", str(EXAMPLE)]
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert "OOM risks" in text
@@ -73,3 +81,49 @@ def test_plan_prints_the_six_risks() -> None:
     doc = out[0] if isinstance(out, list) else out
     assert [r["kind"] for r in doc["risks"]] == KINDS
     assert all(isinstance(r["margin_bytes"], int) for r in doc["risks"][:5])
+
+
+def _cache_risk(plan, container, volumes):  # type: ignore[no-untyped-def]
+    host = host_input(container, {}, volumes)
+    return next(r for r in assess(plan, host) if r.kind == "compileCache")
+
+
+def test_a_compile_cache_that_goes_with_the_pod_is_a_risk() -> None:
+    # vLLM counts a cold torch.compile's temporaries as activation (vllm-project/vllm#54122;
+    # vllm-startup-171/173: 0.99 GiB of KV on Qwen3-8B): a pod whose cache directory
+    # (VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, else $HOME/.cache/vllm: vllm/envs.py) is on
+    # no volume that outlives it compiles cold at every start
+    plan = _plan()
+    bare = _cache_risk(plan, {"name": "vllm"}, [])
+    assert bare.at_risk and bare.margin_bytes is None
+    assert "/root/.cache/vllm" in bare.detail and "container's filesystem" in bare.detail
+    pvc = [{"name": "cache", "persistentVolumeClaim": {"claimName": "vllm-cache"}}]
+    mounted = {"name": "vllm", "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache"}]}
+    assert not _cache_risk(plan, mounted, pvc).at_risk
+    scratch = [{"name": "cache", "emptyDir": {}}]
+    assert _cache_risk(plan, mounted, scratch).at_risk  # emptyDir goes with the pod
+    # the directory follows the environment; the mount with the longest path holding it wins
+    moved = {
+        "name": "vllm",
+        "env": [{"name": "VLLM_CACHE_ROOT", "value": "/models/vllm-cache"}],
+        "volumeMounts": [
+            {"name": "cache", "mountPath": "/root/.cache"},
+            {"name": "models", "mountPath": "/models"},
+        ],
+    }
+    vols = [*pvc, {"name": "models", "emptyDir": {}}]
+    assert compile_cache_state(moved, vols).volume == "models"
+    assert _cache_risk(plan, moved, vols).at_risk
+    home = {"env": [{"name": "HOME", "value": "/home/vllm"}]}
+    assert compile_cache_state(home, []).path == "/home/vllm/.cache/vllm"
+    xdg = {"env": [{"name": "XDG_CACHE_HOME", "value": "/xdg"}]}
+    assert compile_cache_state(xdg, []).path == "/xdg/vllm"
+    ref = {"env": [{"name": "VLLM_CACHE_ROOT", "valueFrom": {"configMapKeyRef": {}}}]}
+    assert compile_cache_state(ref, []).path is None
+    assert not _cache_risk(plan, ref, []).at_risk  # not resolved: not claimed either way
+    # no pod spec read (the CLI's plan): unknown; --enforce-eager compiles nothing
+    unknown = next(r for r in assess(plan) if r.kind == "compileCache")
+    assert not unknown.at_risk and "unknown" in unknown.detail
+    engine = replace(plan.input.engine, enforce_eager=True)
+    eager = replace(plan, input=replace(plan.input, engine=engine))
+    assert not _cache_risk(eager, {"name": "vllm"}, []).at_risk

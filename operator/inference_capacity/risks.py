@@ -1,4 +1,4 @@
-"""The six ways a vLLM replica runs out of memory, per resource, from the plan's ledger: each
+"""The seven ways a vLLM replica runs out of memory, per resource, from the plan's ledger: each
 with its margin in bytes (negative: it happens) and the flag that moves it.
 
 1. ``load`` (GPU): the weights, plus one decoder layer in flight (a dequant / repack copy, assumed),
@@ -14,7 +14,13 @@ with its margin in bytes (negative: it happens) and the flag that moves it.
 5. ``cudaGraph`` (GPU): the CUDA-graph pool captured after the KV cache: outside vLLM's budget
    before 0.20 (it must fit in what vLLM does not request), an estimate inside it from 0.20
    (the capture can exceed the estimate: the 0.19 logs show up to +121 %).
-6. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak
+6. ``compileCache`` (GPU): a pod whose torch.compile artifacts do not outlive it compiles cold at
+   every start, and vLLM counts a cold compile's freed temporaries as activation in its profile
+   (vllm-project/vllm#54122, open: ``profile_run`` compiles inside ``memory_profiling``), so its
+   KV pool is smaller than the plan, which is a warm boot's (``vllm-startup-171/173``: 0.99 GiB
+   on Qwen3-8B); the margin is unknown (the compile's largest temporary), the risk is the cache
+   directory on no volume that outlives the pod (:func:`compile_cache_state`).
+7. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak
    (:func:`host_peak_bytes`, the one estimate: the risk, ``plan -o patch`` and the operator's
    ``spec.policy.setMemoryRequest`` all read it).
 
@@ -28,17 +34,85 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from .engines.versions import Era
 from .engines.vllm_flag_table import flag_table
 from .planner import Plan
 from .units import GiB
 
 MiB: Final = 2**20
 
-RiskKind = Literal["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"]
+RiskKind = Literal[
+    "load", "startup", "kvExhaustion", "activation", "cudaGraph", "compileCache", "host"
+]
 
 #: the Python process, torch, CUDA and NCCL libraries, the tokenizer (assumed: ~2 GiB resident
 #: per vLLM process before any weight is read)
 HOST_BASE_BYTES: Final = 2 * GiB
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """vLLM's cache directory in the container and the volume holding it (``volume`` None: the
+    container's own filesystem; ``persistent``: a volume source that outlives the pod)."""
+
+    path: str | None  # None: set from a reference the spec does not resolve (valueFrom)
+    volume: str | None = None
+    persistent: bool = False
+
+
+#: vLLM's cache root when neither ``VLLM_CACHE_ROOT`` nor ``XDG_CACHE_HOME`` is set:
+#: ``~/.cache/vllm`` (vllm/envs.py, 0.27.1); the official images run as root
+DEFAULT_HOME: Final = "/root"
+#: pod volume sources that outlive the pod (a generic ``ephemeral`` volume, ``emptyDir`` and an
+#: inline ``csi`` volume are created with it and go with it)
+PERSISTENT_VOLUME_SOURCES: Final = frozenset(
+    {
+        "persistentVolumeClaim",
+        "hostPath",
+        "nfs",
+        "cephfs",
+        "glusterfs",
+        "iscsi",
+        "fc",
+        "azureFile",
+        "awsElasticBlockStore",
+        "gcePersistentDisk",
+    }
+)
+
+
+def compile_cache_state(
+    container: Mapping[str, Any], volumes: list[Mapping[str, Any]]
+) -> CompileCache:
+    """Where vLLM keeps its compile artifacts in ``container`` (``VLLM_CACHE_ROOT``, else
+    ``$XDG_CACHE_HOME/vllm``, else ``$HOME/.cache/vllm``: vllm/envs.py) and which of the pod's
+    ``volumes`` holds it (the mount with the longest path containing it)."""
+    env = {
+        str(e.get("name")): e.get("value")
+        for e in (container.get("env") or [])
+        if isinstance(e, Mapping)
+    }
+    if "VLLM_CACHE_ROOT" in env:
+        root = env["VLLM_CACHE_ROOT"]
+    elif "XDG_CACHE_HOME" in env:
+        root = None if env["XDG_CACHE_HOME"] is None else f"{env['XDG_CACHE_HOME']}/vllm"
+    else:
+        home = env.get("HOME", DEFAULT_HOME)
+        root = None if home is None else f"{home}/.cache/vllm"
+    if not isinstance(root, str):
+        return CompileCache(None)
+    path = root.rstrip("/") or "/"
+    best: Mapping[str, Any] | None = None
+    for m in container.get("volumeMounts") or []:
+        mount = str(m.get("mountPath") or "").rstrip("/") or "/"
+        inside = path == mount or path.startswith(mount + "/") or mount == "/"
+        if inside and (best is None or len(mount) > len(str(best.get("mountPath") or ""))):
+            best = m
+    if best is None:
+        return CompileCache(path)
+    name = str(best.get("name"))
+    source = next((v for v in volumes if v.get("name") == name), {})
+    return CompileCache(path, name, any(k in source for k in PERSISTENT_VOLUME_SOURCES))
 
 
 @dataclass(frozen=True)
@@ -52,6 +126,9 @@ class HostInput:
     swap_space_gb: float = 0.0
     #: None: the flag is not given (vLLM's default of the version, for a multimodal model)
     mm_processor_cache_gb: float | None = None
+    #: where vLLM's torch.compile cache lives and whether it outlives the pod
+    #: (:func:`compile_cache_state`); None: the pod spec was not read
+    compile_cache: CompileCache | None = None
 
 
 @dataclass(frozen=True)
@@ -147,8 +224,13 @@ def _gb(flags: Mapping[str, str], flag: str) -> float | None:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def host_input(container: Mapping[str, Any], flags: Mapping[str, str]) -> HostInput:
-    """The vLLM container's memory request/limit and the host-memory flags it runs with."""
+def host_input(
+    container: Mapping[str, Any],
+    flags: Mapping[str, str],
+    volumes: list[Mapping[str, Any]] | None = None,
+) -> HostInput:
+    """The vLLM container's memory request/limit and the host-memory flags it runs with; with
+    the pod's ``volumes``, where its compile cache lives (:func:`compile_cache_state`)."""
     res = container.get("resources") or {}
     return HostInput(
         memory_request=parse_quantity((res.get("requests") or {}).get("memory")),
@@ -156,6 +238,7 @@ def host_input(container: Mapping[str, Any], flags: Mapping[str, str]) -> HostIn
         cpu_offload_gb=_gb(flags, "cpu-offload-gb") or 0.0,
         swap_space_gb=_gb(flags, "swap-space") or 0.0,
         mm_processor_cache_gb=_gb(flags, "mm-processor-cache-gb"),
+        compile_cache=None if volumes is None else compile_cache_state(container, volumes),
     )
 
 
@@ -231,7 +314,7 @@ def memory_resources(
 
 
 def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:
-    """The six risks, each at the rank where its margin is smallest."""
+    """The seven risks, each at the rank where its margin is smallest."""
     total = plan.input.gpu.total_bytes
     rs = plan.prediction.settings
     worst: dict[RiskKind, Risk] = {}
@@ -327,6 +410,7 @@ def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:
                 f"rank {rank.rank}: {how}; {outside / GiB:.2f} GiB outside vLLM's request",
             )
         )
+    worst["compileCache"] = _compile_cache(plan, host)
     worst["host"] = _host(plan, host)
     order: tuple[RiskKind, ...] = (
         "load",
@@ -334,9 +418,45 @@ def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:
         "kvExhaustion",
         "activation",
         "cudaGraph",
+        "compileCache",
         "host",
     )
     return [worst[k] for k in order if k in worst]
+
+
+def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
+    """A cold torch.compile at every pod start where the cache does not outlive the pod
+    (module doc, 6): unknown margin; at risk where vLLM compiles (a V1 engine without
+    ``--enforce-eager``) and the cache is on the container's filesystem or a volume that goes
+    with the pod."""
+    rs = plan.prediction.settings
+    flag = "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / --enforce-eager"
+    cache = (host or HostInput()).compile_cache
+    if rs.era is Era.V0 or plan.input.engine.enforce_eager:
+        return Risk("compileCache", "gpu", None, False, flag, "vLLM compiles nothing at startup")
+    if cache is None:
+        return Risk(
+            "compileCache", "gpu", None, False, flag, "the pod's volumes were not read (unknown)"
+        )
+    if cache.path is None:
+        return Risk(
+            "compileCache", "gpu", None, False, flag, "the cache directory is set by reference"
+        )
+    if cache.persistent:
+        where = f"on volume {cache.volume}, which outlives the pod: pods after the first boot warm"
+        return Risk("compileCache", "gpu", None, False, flag, f"vLLM's cache {cache.path} {where}")
+    where = "the container's filesystem" if cache.volume is None else f"volume {cache.volume}"
+    return Risk(
+        "compileCache",
+        "gpu",
+        None,
+        True,
+        flag,
+        f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod compiles "
+        "cold, and vLLM counts a cold compile's temporaries as activation "
+        "(vllm-project/vllm#54122), so its KV pool is smaller than the plan (Qwen3-8B on an "
+        "RTX 4090: 0.99 GiB; tens of GiB reported) for the pod's life",
+    )
 
 
 def _host(plan: Plan, host: HostInput | None) -> Risk:

@@ -434,14 +434,17 @@ class Observed(_Status):
 
 
 class Risk(_Status):
-    """One of the six ways a replica runs out of memory, with its margin."""
+    """One of the seven ways a replica runs out of memory, with its margin."""
 
-    kind: Literal["load", "startup", "kvExhaustion", "activation", "cudaGraph", "host"] = Field(
+    kind: Literal[
+        "load", "startup", "kvExhaustion", "activation", "cudaGraph", "compileCache", "host"
+    ] = Field(
         description=(
             "load (weights + a layer in flight vs free memory), startup (vLLM's free-memory "
             "check), kvExhaustion (one request at max-model-len; preemption of the batch), "
             "activation (spikes beyond the profiled batch), cudaGraph (the graph pool's capture), "
-            "host (the pod's memory vs the load-time host peak)."
+            "compileCache (vLLM's compile cache on no volume that outlives the pod: every pod "
+            "compiles cold, a smaller KV pool), host (the pod's memory vs the load-time host peak)."
         )
     )
     resource: Literal["gpu", "host"] = Field(description="gpu (per rank) or host (per pod).")
@@ -542,7 +545,7 @@ class InferenceCapacityStatus(_Status):
         None, description="What the operator last wrote to the target. null: nothing yet."
     )
     risks: tuple[Risk, ...] = Field(
-        (), description="The six OOM kinds per resource, each with its margin and its flag."
+        (), description="The seven OOM kinds per resource, each with its margin and its flag."
     )
     observed: Observed | None = Field(
         None,

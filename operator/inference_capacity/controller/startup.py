@@ -363,10 +363,13 @@ def forget(key: str) -> None:
 
 
 def host_input(dep: Mapping[str, Any], index: int, flags: Mapping[str, str]) -> HostInput:
-    """The vLLM container's memory request/limit and the host-memory flags it runs with."""
-    containers = (dep.get("spec") or {}).get("template", {}).get("spec", {}).get("containers")
+    """The vLLM container's memory request/limit, the host-memory flags it runs with and where
+    its compile cache lives among the pod's volumes."""
+    pod = (dep.get("spec") or {}).get("template", {}).get("spec", {}) or {}
+    containers = pod.get("containers")
     container = (containers or [{}])[index] if containers else {}
-    return risks.host_input(container, flags)
+    volumes = [v for v in (pod.get("volumes") or []) if isinstance(v, Mapping)]
+    return risks.host_input(container, flags, volumes)
 
 
 def shortfall_gib(parsed: StartupLog) -> float | None:
