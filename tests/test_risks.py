@@ -114,6 +114,11 @@ def test_a_compile_cache_that_goes_with_the_pod_is_a_risk() -> None:
     vols = [*pvc, {"name": "models", "emptyDir": {}}]
     assert compile_cache_state(moved, vols).volume == "models"
     assert _cache_risk(plan, moved, vols).at_risk
+    # a mount at the root holds every path; a trailing slash is the same mount
+    root = {"volumeMounts": [{"name": "cache", "mountPath": "/"}]}
+    assert compile_cache_state(root, pvc).persistent
+    slash = {"volumeMounts": [{"name": "cache", "mountPath": "/root/.cache/vllm/"}]}
+    assert compile_cache_state(slash, pvc).volume == "cache"
     home = {"env": [{"name": "HOME", "value": "/home/vllm"}]}
     assert compile_cache_state(home, []).path == "/home/vllm/.cache/vllm"
     xdg = {"env": [{"name": "XDG_CACHE_HOME", "value": "/xdg"}]}

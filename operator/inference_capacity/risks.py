@@ -102,15 +102,15 @@ def compile_cache_state(
     if not isinstance(root, str):
         return CompileCache(None)
     path = root.rstrip("/") or "/"
-    best: Mapping[str, Any] | None = None
+    best: tuple[int, str] | None = None  # (mount path length, volume name)
     for m in container.get("volumeMounts") or []:
-        mount = str(m.get("mountPath") or "").rstrip("/") or "/"
-        inside = path == mount or path.startswith(mount + "/") or mount == "/"
-        if inside and (best is None or len(mount) > len(str(best.get("mountPath") or ""))):
-            best = m
+        mount = str(m.get("mountPath") or "").rstrip("/")
+        inside = path == mount or path.startswith(mount + "/")
+        if inside and (best is None or len(mount) > best[0]):
+            best = (len(mount), str(m.get("name")))
     if best is None:
         return CompileCache(path)
-    name = str(best.get("name"))
+    name = best[1]
     source = next((v for v in volumes if v.get("name") == name), {})
     return CompileCache(path, name, any(k in source for k in PERSISTENT_VOLUME_SOURCES))
 

@@ -451,7 +451,12 @@ class Risk(_Status):
     margin_bytes: SInt64 | None = Field(
         None, description="Bytes to spare (negative: it runs out). null: unknown."
     )
-    at_risk: bool = Field(description="The margin is negative (or preemption above target).")
+    at_risk: bool = Field(
+        description=(
+            "The margin is negative (or preemption above target; compileCache: the cache goes "
+            "with the pod)."
+        )
+    )
     flag: str = Field(description="The flag or field that moves the margin.")
     detail: str = Field("", max_length=1024, description="The numbers behind the margin.")
 
