@@ -429,34 +429,30 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
     (module doc, 6): unknown margin; at risk where vLLM compiles (a V1 engine without
     ``--enforce-eager``) and the cache is on the container's filesystem or a volume that goes
     with the pod."""
-    rs = plan.prediction.settings
-    flag = "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / --enforce-eager"
     cache = (host or HostInput()).compile_cache
-    if rs.era is Era.V0 or plan.input.engine.enforce_eager:
-        return Risk("compileCache", "gpu", None, False, flag, "vLLM compiles nothing at startup")
-    if cache is None:
-        return Risk(
-            "compileCache", "gpu", None, False, flag, "the pod's volumes were not read (unknown)"
+    at_risk = False
+    if plan.prediction.settings.era is Era.V0 or plan.input.engine.enforce_eager:
+        detail = "vLLM compiles nothing at startup"
+    elif cache is None:
+        detail = "the pod's volumes were not read (unknown)"
+    elif cache.path is None:
+        detail = "the cache directory is set by reference"
+    elif cache.persistent:
+        detail = (
+            f"vLLM's cache {cache.path} on volume {cache.volume}, which outlives the pod: pods "
+            "after the first boot warm"
         )
-    if cache.path is None:
-        return Risk(
-            "compileCache", "gpu", None, False, flag, "the cache directory is set by reference"
+    else:
+        where = "the container's filesystem" if cache.volume is None else f"volume {cache.volume}"
+        at_risk = True
+        detail = (
+            f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod "
+            "compiles cold, and vLLM counts a cold compile's temporaries as activation "
+            "(vllm-project/vllm#54122), so its KV pool is smaller than the plan (Qwen3-8B on an "
+            "RTX 4090: 0.99 GiB; tens of GiB reported) for the pod's life"
         )
-    if cache.persistent:
-        where = f"on volume {cache.volume}, which outlives the pod: pods after the first boot warm"
-        return Risk("compileCache", "gpu", None, False, flag, f"vLLM's cache {cache.path} {where}")
-    where = "the container's filesystem" if cache.volume is None else f"volume {cache.volume}"
-    return Risk(
-        "compileCache",
-        "gpu",
-        None,
-        True,
-        flag,
-        f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod compiles "
-        "cold, and vLLM counts a cold compile's temporaries as activation "
-        "(vllm-project/vllm#54122), so its KV pool is smaller than the plan (Qwen3-8B on an "
-        "RTX 4090: 0.99 GiB; tens of GiB reported) for the pod's life",
-    )
+    flag = "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / --enforce-eager"
+    return Risk("compileCache", "gpu", None, at_risk, flag, detail)
 
 
 def _host(plan: Plan, host: HostInput | None) -> Risk:
