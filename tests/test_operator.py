@@ -155,6 +155,7 @@ def test_more_tp_sets_the_flag_when_the_pod_has_the_gpus(cluster: Cluster) -> No
         ns, "llama-8b", {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
     )
     args = c.wait_args(ns, "llama-8b", lambda a: flag_value(a, "--tensor-parallel-size") == "2")
+    c.wait_condition(ns, "llama-8b", "Applied", "True")  # the status follows the patch
     assert c.icap(ns, "llama-8b")["status"]["summary"]["tensorParallel"] == 2
     assert GMU in args
 
@@ -292,6 +293,7 @@ def test_kv_cache_memory_bytes_is_replaced_not_kept_beside(cluster: Cluster) -> 
     apply_example(c, ns, edit=kv_bytes)
     args = c.wait_args(ns, "llama-8b", lambda a: GMU in a)
     assert "--kv-cache-memory-bytes" not in args
+    c.wait_condition(ns, "llama-8b", "Applied", "True")  # the status follows the patch
     st = c.icap(ns, "llama-8b")["status"]
     # the pool the Deployment asked for (20e9 B = 9,536 blocks of 2 MiB) is what was planned
     assert st["vllmStartup"]["numGpuBlocks"] == 20_000_000_000 // (2 * 2**20)
@@ -553,6 +555,8 @@ def test_an_hpa_owns_replicas(cluster: Cluster) -> None:
     c.wait_args(ns, "llama-8b", lambda a: SEQS in a)
     dep = c.deployment(ns, "llama-8b")
     assert dep["spec"]["replicas"] == 1, "replicas belong to the HPA"
+    # the status is written after the Deployment's patch: wait for it, not only for the args
+    c.wait_condition(ns, "llama-8b", "Applied", "True")
     rec = c.icap(ns, "llama-8b")["status"]["recommendation"]
     assert rec["replicas"] >= 7  # at least the HPA's minReplicas
 
