@@ -80,8 +80,10 @@ DATA_GAPS = (
     " a cold and a warm boot of one endpoint (vllm-startup-171/173: Qwen3-8B TP1, RTX 4090,"
     " 0.27.1, V2 runner) differ in the profile's peak alone, 1.18 GiB cold against 0.19 warm"
     " (the ledger: 0.21), so a cold torch.compile holds ~1 GiB the ledger does not model (vLLM"
-    " issue #54122, open: the compile's temporaries count as activation; the likeliest cause"
-    " of the ~1.45 GiB above, whose excerpts do not show the compile)."
+    " issue #54122, open: the compile's temporaries count as activation); the blog's boots"
+    " compiled cold too (each a new container without vLLM's cache: vllm-startup-161/163"
+    " quote the docker run), and the ~1.45 GiB above is the embedding table the TP1 and"
+    " stage-0 ranks hold whole (the TP2 rank, half of it, shows nothing)."
     " Their consumed memory beyond the weights is 0.27 GiB where the ledger puts 0.44 (0.27"
     " non-torch, 0.15 the V2 sampler state, 0.02 the rest): on these consumer and PCIe cards"
     " the non-torch term may be smaller than the H100-fitted 0.27 (vllm-startup-161 is 0.17"
@@ -156,6 +158,13 @@ def blocked_term(reason: str) -> str:
     return head if head in ("model", "device", "version", "settings", "weights", "kv") else "other"
 
 
+def _shown_by(raw: dict[str, Any]) -> str:
+    """What shows a log's torch.compile state: the log's own lines, or its launch (a container
+    whose vLLM cache starts empty), from the data's ``compile_cache_shown_by``."""
+    how = str(raw.get("compile_cache_shown_by") or "the log")
+    return "the log" if how.startswith("the log") else "its launch"
+
+
 def evidence_summary(rows: list[Row]) -> dict[str, Any]:
     """The >= 0.20 evidence: logs whose own version is >= 0.20, how many have a source URL,
     which replay, their available-KV errors, and the term and reason of each one that does not."""
@@ -173,12 +182,12 @@ def evidence_summary(rows: list[Row]) -> dict[str, Any]:
         and (e := term_errors(r.predicted or {}, r.point.logged)["tok"]) is not None
     }
     cache = {
-        r.point.id: str(r.point.raw["compile_cache"])
+        r.point.id: (str(r.point.raw["compile_cache"]), _shown_by(r.point.raw))
         for r in replayed
         if r.point.id in kv and r.point.raw.get("compile_cache")
     }
-    cold = [abs(e) for pid, e in kv.items() if cache.get(pid) == "cold"]
-    other = [abs(e) for pid, e in kv.items() if cache.get(pid) != "cold"]
+    cold = [abs(e) for pid, e in kv.items() if pid in cache and cache[pid][0] == "cold"]
+    other = [abs(e) for pid, e in kv.items() if pid not in cache or cache[pid][0] != "cold"]
     return {
         "layout_tokens_errors_pct": layout,
         "compile_cache": cache,
@@ -385,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  replayable: {ev['replayable']} of {ev['logs']}")
     for pid, e in ev["kv_errors_pct"].items():
         state = ev["compile_cache"].get(pid)
-        note = f" ({state} torch.compile cache, as the log shows)" if state else ""
+        note = f" ({state[0]} torch.compile cache, as {state[1]} shows)" if state else ""
         print(f"    {pid}: available KV {e:+.2f} %{note}")
     print(
         "  available-KV MAE on the replayable >= 0.20 logs: "
@@ -395,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     if ev["kv_mae_cold_pct"] is not None and ev["kv_mae_not_cold_pct"] is not None:
         (c, nc), (o, no) = ev["kv_mae_cold_pct"], ev["kv_mae_not_cold_pct"]
         print(
-            f"    of which the boots whose log shows a cold torch.compile: {c:.2f} % over {nc};"
+            f"    of which the boots whose log or launch shows a cold torch.compile: {c:.2f} % over"
+            f" {nc};"
             f" the others (warm, or not shown): {o:.2f} % over {no} (the plan is a warm boot's:"
             " README, Limits)"
         )

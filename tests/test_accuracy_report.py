@@ -95,12 +95,21 @@ def test_accuracy_report() -> None:
         r" over (\d+)",
         text,
     )
+    # the blog's Qwen3-32B runs (vllm-startup-161/163) are new containers with only the Hub's
+    # cache mounted: the report counts them cold, as their launch shows
+    launched = re.findall(
+        r"^    (vllm-startup-\d+): available KV [-+][\d.]+ % \(cold torch.compile cache, as its"
+        r" launch shows\)",
+        text,
+        re.M,
+    )
+    assert launched == ["vllm-startup-161", "vllm-startup-163"]
     assert split is not None and int(split.group(2)) + int(split.group(4)) == len(kv_errs)
     assert float(split.group(1)) > float(split.group(3))
     # the V2 runner's sampler state in vLLM 0.27's consumed budget: Qwen3-32B TP2 on two RTX PRO
     # 6000 (kubesimplify/website) -1.13 % (+6.4 % without it); its PP2 boot stays +20.8 % on
-    # stage 0, an unexplained ~1.45 GiB (README), so issue 21's <= 2 % is not met over all
-    tp2 = re.search(r"^    vllm-startup-161: available KV ([-+][\d.]+) %$", text, re.M)
+    # stage 0, ~1.45 GiB of a cold compile (README, Limits): issue 21's <= 2 % not met over all
+    tp2 = re.search(r"^    vllm-startup-161: available KV ([-+][\d.]+) % \(cold ", text, re.M)
     assert tp2 is not None and abs(float(tp2.group(1))) <= 2.0
     # the 0.27.1 V1-runner boot of Qwen3-235B-A22B-Instruct-2507-FP8 (vllm-startup-167): replayed
     # with Qwen3-235B-A22B-FP8's config (the architecture its post quotes), the weights agree

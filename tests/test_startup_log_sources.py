@@ -49,6 +49,26 @@ def test_every_entry_names_its_public_source_by_url() -> None:
         assert e["source"].strip(), e["id"]
 
 
+def test_a_compile_cache_state_says_what_shows_it() -> None:
+    """A log marked cold or warm (torch.compile's cache) says how that is known: its own lines
+    (a graph compiled, or the saved AOT compile loaded, quoted in raw_lines) or its launch (a
+    new container whose vLLM cache starts empty); nothing is marked by how its replay came
+    out."""
+    marked = [e for e in ENTRIES if "compile_cache" in e]
+    assert marked
+    for e in marked:
+        assert e["compile_cache"] in ("cold", "warm"), e["id"]
+        how = e["compile_cache_shown_by"]
+        if how.startswith("the log"):
+            said = "Compiling a graph" if e["compile_cache"] == "cold" else "Directly load AOT"
+            assert any(said in line for line in e["raw_lines"]), e["id"]
+        else:
+            assert "new container" in how and "/root/.cache/vllm" in how, e["id"]
+            run = [line for line in e["raw_lines"] if "docker run" in line]
+            assert run and "-v /root/.cache/huggingface:" in run[0], e["id"]
+            assert "/root/.cache/vllm" not in run[0] and "VLLM_CACHE_ROOT" not in run[0], e["id"]
+
+
 def test_the_vllm_0_20_or_newer_logs_are_counted_by_their_own_version() -> None:
     # 4 before issue 21 + 16 added: the evidence may grow, never shrink below what was added
     assert len(ADDED_BY_ISSUE_21) == 16
