@@ -255,9 +255,10 @@ def test_the_weight_memo_is_keyed_on_the_shape_not_its_identity() -> None:
     assert c != a
 
 
-def test_a_v2_runner_sampler_peak_is_assumed_only_with_the_warmup_pass() -> None:
-    # engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT (0.33's warm-up-params pass) has no startup
-    # log in the data: where it sets the activation peak, the ledger says "assumed"; 0.22-0.32
+def test_a_v2_runner_sampler_peak_is_assumed_only_off_flashinfers_sampler() -> None:
+    # 0.33's warm-up-params pass is derived from the code on FlashInfer's sampler (SM80-SM121:
+    # engines/vllm.py::flashinfer_sampler); elsewhere vLLM's Triton top-k/top-p runs and the
+    # figure is a bound: where it sets the activation peak, the ledger says "assumed"; 0.22-0.32
     # sample once in the model dtype (sampler_peak, from the code)
     from inference_capacity.budget import build_ledger
     from inference_capacity.engines.vllm import EngineSettings, predict_startup
@@ -277,10 +278,17 @@ def test_a_v2_runner_sampler_peak_is_assumed_only_with_the_warmup_pass() -> None
     assert not v1[0] and v2[0] and v2w[0]
     assert v1[2].provenance == "calibrated"
     assert v2w[1].sampler_peak >= v2w[1].forward_peak  # the warm-up pass sets it
-    assert v2w[2].provenance == "assumed" and "warm-up pass" in v2w[2].note
-    # one model-dtype pass: below the fp32 pipeline, and no longer "assumed"
+    assert v2w[2].provenance == "exact" and "warm-up pass" in v2w[2].note
+    # one model-dtype pass: below the fp32 pipeline
     assert v2[1].sampler_peak < v2w[1].sampler_peak
     assert v2[2].provenance != "assumed"
+    # a V100 (SM70): not FlashInfer's sampler, the figure a bound
+    v100 = get_gpu("V100-32GB")
+    p = predict_startup(
+        shape, v100.total_bytes, v100.name, 1, 1, EngineSettings(version="0.33.0", dtype="float16")
+    )
+    item = next(i for i in build_ledger(p, 0.0)[0].items if i.name == "activation_peak")
+    assert p.ranks[0].sampler_bound and item.provenance == "assumed" and "bound" in item.note
 
 
 def test_v2_default_sampler_pass_from_the_code() -> None:
@@ -305,6 +313,29 @@ def test_v2_default_sampler_pass_from_the_code() -> None:
         sampler_peak(qwen, 8, True, 64, 1, 2, warmup_pass=False)
         == (8 * 151_936 + (64 + 8) * 4096) * 2
     )
-    # the V1 runner and 0.33's warm-up pass keep their constants
+    # the V1 runner keeps its fitted constant
     assert sampler_peak(gemma, R, False) == int(R * 256_000 * 14.95)
-    assert sampler_peak(gemma, R, True, T, 1, 2, warmup_pass=True) == int(R * 256_000 * 9.3)
+
+
+def test_v2_sampler_warmup_pass_from_the_code() -> None:
+    """0.33 (v1/worker/gpu/model_runner.py ``_dummy_sampler_run``) samples the same logits again
+    with ``SamplingParams.for_sampler_warmup()``: sample/sampler.py ``apply_sampling_params``
+    makes an fp32 copy, and FlashInfer's ``top_k_top_p_sampling_from_logits`` (flashinfer-python
+    0.7.2.post1, top-k as a tensor: ``top_k_mask_logits`` then ``torch.softmax``) two more fp32
+    (R, V) tensors, beside the bf16 (R, padded V) logits (all-gathered whole on every TP rank)
+    and the hidden rows: 2 + 3 × 4 = 14 B a logit at TP1."""
+    from inference_capacity.engines.vllm import sampler_peak
+    from inference_capacity.model import load_model
+
+    gemma = load_model("google/gemma-2-9b-it")  # vocab 256,000, hidden 3584
+    R, T = 1024, 8192
+    hidden = (T + R) * 3584 * 2
+    tp1 = sampler_peak(gemma, R, True, T, 1, 2, warmup_pass=True)
+    assert tp1 == R * 256_000 * (2 + 12) + hidden
+    # at TP4 the all-gather's transient (9 slices) is below the fp32 pipeline: the same peak
+    assert sampler_peak(gemma, R, True, T, 4, 2, warmup_pass=True) == tp1
+    qwen = load_model("Qwen/Qwen3-8B")  # vocab 151,936: padded to 64 for the bf16 logits only
+    assert (
+        sampler_peak(qwen, 256, True, 2048, 1, 2, warmup_pass=True)
+        == 256 * 151_936 * 2 + 12 * 256 * 151_936 + (2048 + 256) * 4096 * 2
+    )

@@ -29,14 +29,21 @@ def _predict(version: str, tp: int = 2, pp: int = 1, **kw: object) -> object:
     return predict_startup(QWEN3_32B, int(95.01 * GiB), PRO6000.name, tp, pp, s)
 
 
+#: the V2 sampler's fixed-width int32/fp32 states per request (0.27.1 v1/worker/gpu/sample/):
+#: logit_bias.py allowed ids, bias ids, bias values (3 × 1,024) and stop ids (128),
+#: bad_words.py ids and offsets (1,024 + 129), logprob.py token ids (128)
+FIXED = 3 * 1024 + 128 + 1024 + 129 + 128
+STATE = 4 * 1024 * (151_936 + 2 * 4_748 + FIXED + 1)
+
+
 def test_the_bytes_from_the_code() -> None:
     # Qwen3's vocabulary of 151,936 ids, 1,024 sequences (the default on a 95 GiB card), one
-    # token a request: 4 × 1,024 × (151,936 + 2 × ⌈151,936 / 32⌉ = 4,748) = 661,213,184 B
+    # token a request: 4 × 1,024 × (151,936 + 2 × ⌈151,936 / 32⌉ = 4,748 + the fixed-width
+    # states + one logits index) B
     assert QWEN3_32B.vocab_size == 151_936
-    assert v2_sampler_state_bytes(151_936, 1024, 1) == 4 * 1024 * (151_936 + 2 * 4_748)
-    assert v2_sampler_state_bytes(151_936, 1024, 1) == 661_225_472
-    # three speculative tokens: the grammar bitmask holds four rows a request
-    assert v2_sampler_state_bytes(151_936, 1024, 4) == 4 * 1024 * (151_936 + 5 * 4_748)
+    assert v2_sampler_state_bytes(151_936, 1024, 1) == STATE == 679_583_744
+    # three speculative tokens: the grammar bitmask and logits indices hold four rows a request
+    assert v2_sampler_state_bytes(151_936, 1024, 4) == 4 * 1024 * (151_936 + 5 * 4_748 + FIXED + 4)
 
 
 def test_consumed_from_0_27_and_beyond_the_budget_before() -> None:
@@ -44,7 +51,7 @@ def test_consumed_from_0_27_and_beyond_the_budget_before() -> None:
     p26 = _predict("0.26.0")
     for p in (p27, p26):
         assert p.settings.v2_runner  # type: ignore[attr-defined]
-        assert p.ranks[0].sampler_state == 661_225_472  # type: ignore[attr-defined]
+        assert p.ranks[0].sampler_state == STATE  # type: ignore[attr-defined]
     assert p27.settings.era is Era.V1_CONSUMED  # type: ignore[attr-defined]
     # kubesimplify/website's TP2 boot (vllm-startup-161) printed 8.22 GiB; the ledger now says
     # 8.13 (8.74 without the state)
@@ -54,10 +61,10 @@ def test_consumed_from_0_27_and_beyond_the_budget_before() -> None:
     item27 = next(i for i in ledger27.items if i.name == "v2_sampler_state")
     item26 = next(i for i in ledger26.items if i.name == "v2_sampler_state")
     assert item27.in_vllm_budget and not item26.in_vllm_budget
-    assert item27.bytes == item26.bytes == 661_225_472
+    assert item27.bytes == item26.bytes == STATE
     # only the last pipeline stage samples
     pp = _predict("0.27.1", tp=1, pp=2)
-    assert [r.sampler_state for r in pp.ranks] == [0, 661_225_472]  # type: ignore[attr-defined]
+    assert [r.sampler_state for r in pp.ranks] == [0, STATE]  # type: ignore[attr-defined]
     # the V1 runner has none of these tensors (Llama-3.1-8B on 0.21: V1)
     llama = predict_startup(
         load_model("meta-llama/Llama-3.1-8B-Instruct"),
@@ -97,24 +104,43 @@ def test_vllm_use_v2_model_runner_chooses_the_runner() -> None:
     assert not llama_on("0.21.0", False).settings.v2_runner  # type: ignore[attr-defined]
 
 
-def test_the_v1_runners_inputs_embeds_buffer() -> None:
-    # v1/worker/gpu_model_runner.py (0.18.0–0.28.0): inputs_embeds = _make_buffer(
-    # max_num_tokens, inputs_embeds_size, dtype) on the GPU whatever the flags: Qwen3-235B at
-    # 8,192 batched tokens × hidden 4,096 × 2 B = 64 MiB on every rank; consumed memory from
-    # 0.27 (vllm-startup-167's V1 runner), beyond the budget before; the V2 runner has none
+def test_the_runners_buffers() -> None:
+    # v1/worker/gpu_model_runner.py (0.27.1): inputs_embeds = _make_buffer(max_num_tokens,
+    # inputs_embeds_size, dtype) on the GPU whatever the flags (0.18.0-0.28.0), the input
+    # buffers (29 T + 8 max(N + 1, T) + 41 N + 4), the InputBatch's sampling parameters and
+    # min-p (28 N + 4), the constructor's placeholder block table (N x W int32, W = 32768 / 16
+    # = 2,048 blocks, a multiple of 8) and slot mapping (8 T), and on the last stage the
+    # sampler's FlashInfer row states (1 MiB) and Triton tables (1,600 B): consumed memory
+    # from 0.27 (vllm-startup-167's V1 runner), beyond the budget before
     qwen235 = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    n, t = 32, 8192
 
     def v1(version: str) -> object:
-        s = EngineSettings(version=version, max_model_len=32768, max_num_seqs=32)
+        s = EngineSettings(version=version, max_model_len=32768, max_num_seqs=n)
         return predict_startup(qwen235, int(95.01 * GiB), PRO6000.name, 4, 1, s)
 
+    v1_bytes = t * 4096 * 2 + 29 * t + 8 * t + 41 * n + 4 + 28 * n + 4
+    v1_bytes += 4 * n * 2048 + 8 * t + (1 << 20) + 1_600
     p27, p26 = v1("0.27.1"), v1("0.26.0")
     for p in (p27, p26):
         assert not p.settings.v2_runner  # type: ignore[attr-defined]
-        assert {r.runner_buffers for r in p.ranks} == {8192 * 4096 * 2}  # type: ignore[attr-defined]
+        assert {r.runner_buffers for r in p.ranks} == {v1_bytes}  # type: ignore[attr-defined]
     [l27] = build_ledger(p27, 0.0)  # type: ignore[arg-type]
     [l26] = build_ledger(p26, 0.0)  # type: ignore[arg-type]
-    i27 = next(i for i in l27.items if i.name == "v1_inputs_embeds")
-    i26 = next(i for i in l26.items if i.name == "v1_inputs_embeds")
-    assert i27.in_vllm_budget and not i26.in_vllm_budget and i27.bytes == 8192 * 4096 * 2
-    assert all(r.runner_buffers == 0 for r in _predict("0.27.1").ranks)  # type: ignore[attr-defined]
+    i27 = next(i for i in l27.items if i.name == "runner_buffers")
+    i26 = next(i for i in l26.items if i.name == "runner_buffers")
+    assert i27.in_vllm_budget and not i26.in_vllm_budget and i27.bytes == v1_bytes
+    assert i27.owner == "V1 runner"
+    # a --block-size of 128: W = 256 blocks, rounded to a multiple of 128 / gcd(128, 128) = 1
+    s = EngineSettings(version="0.27.1", max_model_len=32768, max_num_seqs=n, block_size=128)
+    p = predict_startup(qwen235, int(95.01 * GiB), PRO6000.name, 4, 1, s)
+    assert p.ranks[0].runner_buffers == v1_bytes - 4 * n * (2048 - 256)  # type: ignore[attr-defined]
+    # the V2 runner (v1/worker/gpu/): InputBuffers 13 T + 12 N + 4 and RequestState 20 N; its
+    # block tables come with the KV cache; at 1,024 sequences and 8,192 tokens
+    v2 = _predict("0.27.1")
+    assert {r.runner_buffers for r in v2.ranks} == {13 * 8192 + 32 * 1024 + 4}  # type: ignore[attr-defined]
+    # a stage after the first also holds the intermediate tensors it receives (hidden states
+    # and residual: 2 x 8,192 x 5,120 x 2 B)
+    pp = _predict("0.27.1", tp=1, pp=2)
+    first, second = (r.runner_buffers for r in pp.ranks)  # type: ignore[attr-defined]
+    assert second - first == 2 * 8192 * 5120 * 2

@@ -117,7 +117,7 @@ def margin_items(
     if r.cuda_graph and not pred.settings.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=False))
     if pred.settings.era is not Era.V1_CONSUMED:
-        items.extend(_runner_state_items(r, in_budget=False))
+        items.extend(_runner_state_items(r, False, pred.settings.v2_runner))
     frag = max(
         FRAGMENTATION_FLOOR, int(FRAGMENTATION_FRACTION * (r.activation_peak + r.cuda_graph))
     )
@@ -217,11 +217,12 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     items: list[LedgerItem] = []
     sampler = r.sampler_peak >= r.forward_peak
     which = "sampler logits" if sampler else "forward activations"
-    # the V2 runner's sampler: 0.33's warm-up-params pass is a constant with no startup log in
-    # the data (engines/vllm.py::V2_SAMPLER_BYTES_PER_LOGIT): assumed; 0.22–0.32's default pass
-    # is derived from the code (engines/vllm.py::sampler_peak): exact
+    # the V2 runner's sampler, from the code (engines/vllm.py::sampler_peak): 0.22–0.32's
+    # default pass and 0.33's warm-up-params pass on FlashInfer's sampler exact; the warm-up
+    # pass elsewhere a bound (vLLM's Triton top-k/top-p): assumed
     v2_sampler = sampler and s.v2_runner
-    assumed = v2_sampler and s.rules.v2_sampler_warmup_pass
+    warmup = v2_sampler and s.rules.v2_sampler_warmup_pass
+    assumed = warmup and r.sampler_bound
     items.append(
         LedgerItem(
             "activation_peak",
@@ -233,8 +234,10 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
             f"{which} at {s.max_num_batched_tokens} tokens / "
             f"{min(s.max_num_seqs, s.max_num_batched_tokens)} sequences"
             + (
-                " (V2 runner sampler's warm-up pass: no log in the data)"
+                " (V2 runner sampler's warm-up pass: a bound, vLLM's Triton sampler)"
                 if assumed
+                else " (V2 runner sampler's warm-up pass: fp32 logits, FlashInfer's mask, probs)"
+                if warmup
                 else " (V2 runner, default sampler pass: model-dtype logits)"
                 if v2_sampler
                 else ""
@@ -273,15 +276,15 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
     if r.cuda_graph and s.cg_in_budget:
         items.append(_cuda_graph_item(r, in_budget=True))
     if s.era is Era.V1_CONSUMED:
-        items.extend(_runner_state_items(r, in_budget=True))
+        items.extend(_runner_state_items(r, True, s.v2_runner))
     return items
 
 
-def _runner_state_items(r: RankPrediction, in_budget: bool) -> list[LedgerItem]:
+def _runner_state_items(r: RankPrediction, in_budget: bool, v2_runner: bool) -> list[LedgerItem]:
     """A model runner's persistent tensors, built after vLLM's memory snapshot and before the
     profile: the V2 runner's sampler state (engines/vllm.py::v2_sampler_state_bytes) and the
-    V1 runner's ``inputs_embeds`` buffer (v1_runner_buffer_bytes). vLLM's consumed budget
-    counts them from 0.27; before, they are held beyond it."""
+    runner's buffers (runner_buffer_bytes). vLLM's consumed budget counts them from 0.27;
+    before, they are held beyond it."""
     where = (
         "consumed memory (0.27+)"
         if in_budget
@@ -294,7 +297,14 @@ def _runner_state_items(r: RankPrediction, in_budget: bool) -> list[LedgerItem]:
             "V2 sampler",
             "penalty counts and masks, grammar bitmask",
         ),
-        ("v1_inputs_embeds", r.runner_buffers, "V1 runner", "max-num-batched-tokens × hidden"),
+        (
+            "runner_buffers",
+            r.runner_buffers,
+            "V2 runner" if v2_runner else "V1 runner",
+            "input buffers, request state"
+            if v2_runner
+            else "inputs_embeds (max-num-batched-tokens × hidden), input buffers, block table",
+        ),
     )
     return [
         LedgerItem(name, nbytes, "worker", component, "exact", in_budget, f"{what}: {where}")

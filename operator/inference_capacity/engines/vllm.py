@@ -37,7 +37,7 @@ from ..ledger.weights import (
 )
 from ..model import AttnKind, LayerAttention, ModelShape, resolve_dtype
 from ..model.quant import tensor_format
-from ..model.shapes import Group, vocab_rows_per_rank
+from ..model.shapes import Group, cdiv, vocab_rows_per_rank
 from ..units import GiB, MiB, gib
 from ..vocab import DTYPE_BYTES
 from .versions import NEWEST_SUPPORTED, Era, Version, parse_version
@@ -71,14 +71,15 @@ FORWARD_HIDDEN_COPIES = 4.26
 #: Llama-3.2-1B, 0.6.4.post1, T = 512 (chunked), R = 256: 7.52 − 2.32 − 0.44 − 3.60 = 1.17 GiB
 #: = 256 × 128256 × 38 B; Llama-3-8B at T = 8192 then gives 1.16 against 1.19–1.26 logged.
 V0_SAMPLER_BYTES_PER_LOGIT = 38.0
-#: V2 model runner from 0.33, whose profile also runs the sampler's warm-up-params pass (the fp32
-#: logits pipeline: :attr:`VllmRules.v2_sampler_warmup_pass`; 0.22–0.32 are derived from the
-#: code instead, :func:`sampler_peak`). ASSUMED, not calibrated: derived from a figure of
-#: research/vllm-memory.md (a V2-runner Llama-3.1-8B start the note dates "~0.31", 1.44 GiB
-#: "peak activation" incl. a ~0.3 GiB CG estimate) whose log is not in tests/data, so no startup
-#: log in the data backs it; the ledger labels an activation peak set by it "assumed"
-#: (budget.py).
-V2_SAMPLER_BYTES_PER_LOGIT = 9.3
+#: fp32 (row, vocabulary) tensors alive at once in 0.33's sampler warm-up-params pass
+#: (:attr:`VllmRules.v2_sampler_warmup_pass`; from the code, :func:`sampler_peak`): the fp32
+#: copy of the logits (v1/worker/gpu/sample/sampler.py ``apply_sampling_params``,
+#: ``torch.empty_like(logits, dtype=torch.float32).copy_(logits)``: every warm-up row needs
+#: logits processing), and FlashInfer's ``top_k_mask_logits`` output and its softmax ``probs``
+#: (flashinfer-python 0.7.2.post1, vLLM 0.33.0's pin, sampling.py::
+#: top_k_top_p_sampling_from_logits, ``top_k_first``: vLLM passes top-k as a tensor, so the
+#: integer-k fast path does not apply). 4 B each.
+V2_WARMUP_FP32_COPIES = 3
 #: Non-torch memory growth during profiling at TP = 1 (cuBLAS workspaces, modules): 0.25 GiB in
 #: every 0.19.0 H100 log; 0.07 in a 0.11 log; 0.35 in a 0.9/0.10 log; V0 logs 0.12–0.44.
 NON_TORCH_TP1 = {
@@ -205,13 +206,6 @@ def dp_ep_nccl_groups(dp: int, moe: bool) -> int:
     return 1 + (1 if moe else 0)
 
 
-#: Persistent torch allocations counted in "consumed" from 0.27 (input batch, block tables):
-#: 15.26 consumed − 14.99 weights − ~0.25 non-torch ≈ 0.02 GiB. ASSUMED, not calibrated: the
-#: same research/vllm-memory.md figure (a ~0.31 start whose log is not in tests/data); 0.02 GiB
-#: is below the logs' two-decimal GiB precision either way.
-PERSISTENT_MISC_GIB = 0.02
-
-
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     """The vLLM flags that move memory. ``None`` means vLLM's default for the version/GPU."""
@@ -310,8 +304,11 @@ class RankPrediction:
     #: FlashInfer workspaces allocated after the KV cache, beyond the budget
     #: (:func:`_post_kv_workspace`)
     post_kv_workspace: int = 0
-    #: the V1 runner's persistent input buffers (:func:`v1_runner_buffer_bytes`; every rank)
+    #: the runner's other persistent tensors (:func:`runner_buffer_bytes`; every rank)
     runner_buffers: int = 0
+    #: the sampler peak is a bound, not vLLM's figure: 0.33's warm-up pass off FlashInfer's
+    #: sampler (:func:`flashinfer_sampler`)
+    sampler_bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -941,6 +938,16 @@ def moe_workspace(
     return int(tokens * shape.experts_per_token * per_row * dtype_bytes)
 
 
+def flashinfer_sampler(gpu_name: str) -> bool:
+    """vLLM samples top-k/top-p with FlashInfer on this GPU (v1/sample/ops/topk_topp_sampler.py::
+    flashinfer_sampler_supported, 0.33.0, ``VLLM_USE_FLASHINFER_SAMPLER`` unset): CUDA,
+    ``FlashInferBackend.supports_compute_capability`` (SM80 to SM121) and more than 16 SMs (every
+    catalogued GPU of those capabilities). A GPU without a catalogued compute capability (ROCm,
+    a custom entry) is not taken to have it."""
+    cc = _compute_capability(gpu_name)
+    return cc is not None and (8, 0) <= cc <= (12, 1)
+
+
 def sampler_peak(
     shape: ModelShape,
     rows: int,
@@ -952,22 +959,34 @@ def sampler_peak(
 ) -> int:
     """The profile's activation peak while it samples ``rows`` dummy requests on the last stage.
 
-    V1 runner: :data:`SAMPLER_BYTES_PER_LOGIT` (fitted). V2 runner with the warm-up-params
-    pass (0.33): :data:`V2_SAMPLER_BYTES_PER_LOGIT` (assumed). V2 runner without it (0.22–0.32,
-    ``warmup_pass`` False), from the code: ``_dummy_sampler_run`` computes the logits
+    V1 runner: :data:`SAMPLER_BYTES_PER_LOGIT` (fitted). V2 runner (0.22–0.32, ``warmup_pass``
+    False), from the code: ``_dummy_sampler_run`` computes the logits
     (``LogitsProcessor._get_logits``: the rank's vocab slice of the padded vocabulary, then at
     TP > 1 ``all_gather`` into a (tp·rows, slice) buffer reshaped into a (rows, padded vocab)
     copy: the slice, the buffer and the copy live at once) in the model dtype, and the default
     sampler pass keeps them there (no dummy request needs logits processing); beside them the
     forward's output hidden states (``tokens`` rows) and the sampled rows' copy stay live. The
-    Gumbel sampler's per-block maxima (rows × ⌈V/1024⌉ × 12 B) are left out (< 1 %)."""
+    Gumbel sampler's per-block maxima (rows × ⌈V/1024⌉ × 12 B) are left out (< 1 %).
+
+    0.33 adds a warm-up-params pass (``warmup_pass``; model_runner.py ``_dummy_sampler_run``
+    samples the same logits again with ``SamplingParams.for_sampler_warmup()``): beside the
+    (rows, padded vocab) logits and the hidden rows, :data:`V2_WARMUP_FP32_COPIES` fp32
+    (rows, vocab) tensors on FlashInfer's sampler, vLLM's default on CUDA GPUs of SM80–SM121
+    with more than 16 SMs (v1/sample/ops/topk_topp_sampler.py::flashinfer_sampler_supported);
+    penalties, temperature, min-p and the logit bias work in place, and the log-probabilities
+    take a top-k of the raw logits (no (rows, vocab) tensor). Elsewhere vLLM's Triton top-k/
+    top-p masks in place (the fp32 copy and a per-program scratch of at most two copies' size):
+    this is its bound."""
     if not v2_runner:
         return int(rows * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT)
-    if warmup_pass:
-        return int(rows * shape.vocab_size * V2_SAMPLER_BYTES_PER_LOGIT)
     slice_ = vocab_rows_per_rank(shape.vocab_size, tp)
-    logits = rows * slice_ * (1 if tp == 1 else 1 + 2 * tp)
-    return (logits + (tokens + rows) * shape.hidden_size) * dtype_bytes
+    hidden = (tokens + rows) * shape.hidden_size * dtype_bytes
+    logits = rows * slice_ * (1 if tp == 1 else 1 + 2 * tp) * dtype_bytes
+    if not warmup_pass:
+        return logits + hidden
+    gathered = rows * vocab_rows_per_rank(shape.vocab_size, 1) * dtype_bytes
+    fp32 = V2_WARMUP_FP32_COPIES * 4 * rows * shape.vocab_size
+    return hidden + max(logits, gathered + fp32)
 
 
 def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False) -> int:
@@ -2129,8 +2148,9 @@ def available_kv(
     """vLLM's KV budget by era (v1/worker/gpu_worker.py::Worker.determine_available_memory per
     release; the eras: versions.py). ``cg_in_budget``: the CUDA-graph estimate where the
     version subtracts it, else 0; ``sampler_state``: the V2 runner's persistent sampler
-    tensors (:func:`v2_sampler_state_bytes`), and ``runner_buffers``, the V1 runner's
-    (:func:`v1_runner_buffer_bytes`), which only the consumed budget (0.27+) sees."""
+    tensors (:func:`v2_sampler_state_bytes`), and ``runner_buffers``, the runner's other
+    persistent tensors (:func:`runner_buffer_bytes`), which only the consumed budget (0.27+)
+    sees."""
     if era is Era.V1_EARLY:
         # absolute peak (incl. weights) and non-torch incl. the CUDA context
         return requested - (weights + activation) - (nt + gib(CUDA_CONTEXT_GIB))
@@ -2161,23 +2181,62 @@ def consumed_bytes(weights: int, nt: int, sampler_state: int, runner_buffers: in
     ``total_consumed`` (v1/worker/gpu_worker.py::Worker.determine_available_memory, 0.27.1 and
     0.28.0; utils/mem_utils.py::memory_profiling: free memory at the worker's init snapshot
     minus free memory after the profile), which holds whatever stays allocated after the
-    profile: the weights, non-torch memory, the runners' persistent tensors
-    (:func:`v2_sampler_state_bytes`, :func:`v1_runner_buffer_bytes`) and the smaller ones of
-    :data:`PERSISTENT_MISC_GIB`."""
-    return weights + nt + gib(PERSISTENT_MISC_GIB) + sampler_state + runner_buffers
+    profile: the weights, non-torch memory and the runners' persistent tensors
+    (:func:`v2_sampler_state_bytes`, :func:`runner_buffer_bytes`), all from the code."""
+    return weights + nt + sampler_state + runner_buffers
 
 
-def v1_runner_buffer_bytes(shape: ModelShape, max_num_tokens: int, dtype_bytes: int) -> int:
-    """The V1 model runner's ``inputs_embeds`` buffer, from the code (v1/worker/
-    gpu_model_runner.py::GPUModelRunner.__init__, the same in the 0.18.0, 0.19.0, 0.22.0,
-    0.26.0, 0.27.1 and 0.28.0 sources): ``_make_buffer(max_num_tokens, inputs_embeds_size,
-    dtype=model dtype)`` on the GPU whether or not prompt embeddings are enabled,
-    ``inputs_embeds_size`` the text hidden size (``ModelConfig.get_inputs_embeds_size``; CLIP-style
-    projection sizes are for embedding models). Built after the worker's memory snapshot and
-    before the profile: consumed memory from 0.27, outside the budget before (like
-    :func:`v2_sampler_state_bytes`). Its smaller buffers (token ids, positions, the input
-    batch) are left to :data:`PERSISTENT_MISC_GIB`."""
-    return max_num_tokens * shape.hidden_size * dtype_bytes
+def runner_buffer_bytes(
+    shape: ModelShape,
+    v2_runner: bool,
+    max_num_seqs: int,
+    max_num_tokens: int,
+    max_model_len: int,
+    block_size: int | None,
+    spec_tokens: int,
+    stage: int,
+    last: bool,
+    dtype_bytes: int,
+) -> int:
+    """A model runner's persistent GPU tensors besides the V2 sampler's state, from the code of
+    0.27.1 (built after the worker's memory snapshot and alive after the profile: consumed
+    memory from 0.27, held beyond the budget before). N = max-num-seqs, T = max-num-batched-
+    tokens.
+
+    * V1 runner (v1/worker/gpu_model_runner.py::GPUModelRunner.__init__): ``inputs_embeds``
+      (T × the text hidden size, model dtype, allocated whether or not prompt embeddings are on;
+      the same in 0.18.0–0.28.0); input ids, positions, request indices, token-id flags and
+      ``query_pos`` (29·T + 8·max(N + 1, T) B) and the per-request int32/int64/bool buffers
+      (41·N + 4); the InputBatch's sampling parameters (6 × N, gpu_input_batch.py) and min-p
+      (4·N, sample/logits_processor/builtin.py) and its scalar (4); the placeholder block
+      table the constructor builds before the KV cache is known (v1/worker/block_table.py::
+      BlockTable: N × W int32, W = ⌈L / block⌉ rounded up to 128 / gcd(128, block) blocks,
+      the block size ``--block-size`` or 16; one group) and its slot mapping (8·T). On the
+      last stage the profile's sampler leaves FlashInfer's 1 MiB row-state buffer
+      (flashinfer sampling.py ``_get_cache_buf``) and the Triton top-k/top-p tables (1,600 B);
+      its Triton scratch (4 B × min(SMs, N) rows × vocab, v1/sample/ops/topk_topp_triton.py)
+      needs the GPU's SM count, which the catalog does not hold: not counted (80 MB on a
+      132-SM GPU at a 152k vocabulary).
+    * V2 runner (v1/worker/gpu/): ``InputBuffers`` (13·T + 12·N + 4) and ``RequestState``
+      (20·N, plus 12·N per speculative token); its all-token-ids and per-request scalars are
+      pinned host memory (UVA), its block tables come with the KV cache.
+    * Either runner, a stage after the first: the intermediate tensors it receives (hidden
+      states and residual: 2·T × hidden, model dtype)."""
+    n, t = max_num_seqs, max_num_tokens
+    if v2_runner:
+        out = 13 * t + 12 * n + 4 + 20 * n + 12 * n * spec_tokens
+    else:
+        bs = block_size or 16
+        align = 128 // math.gcd(128, bs)
+        width = cdiv(cdiv(max_model_len, bs), align) * align
+        out = t * shape.hidden_size * dtype_bytes
+        out += 29 * t + 8 * max(n + 1, t) + 41 * n + 4 + 24 * n + 4 * n + 4
+        out += 4 * n * width + 8 * t
+        if last:
+            out += (1 << 20) + 1_600
+    if stage > 0:
+        out += 2 * t * shape.hidden_size * dtype_bytes
+    return out
 
 
 def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -> int:
@@ -2187,12 +2246,16 @@ def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -
     neither weights nor profile peak: ``Penalties.output_bin_counts`` (max-num-seqs × vocab
     int32, "can be very large, taking up GBs", the source's TODO) and ``prompt_bin_mask``
     (max-num-seqs × ⌈vocab / 32⌉ int32), and ``StructuredOutputsWorker.grammar_bitmask``
-    (max-num-seqs × the decode query length × ⌈vocab / 32⌉ int32). Their per-request scalars
-    (< 1 MiB) are left out. vLLM's budget counts them from 0.27 (consumed memory, by
-    ``mem_get_info``: :func:`available_kv`); before, none of its terms does, so they are held
-    beyond the budget (budget.py's margin)."""
+    (max-num-seqs × the decode query length × ⌈vocab / 32⌉ int32, and its logits indices), and
+    the fixed-width per-request states (0.27.1 sample/logit_bias.py: allowed ids, logit-bias
+    ids and values 3 × 1,024, stop ids 128; sample/bad_words.py: 1,024 + 129; sample/
+    logprob.py: 128 token ids; 4 B each). The per-request scalars are pinned host memory.
+    vLLM's budget counts them from 0.27 (consumed memory, by ``mem_get_info``:
+    :func:`available_kv`); before, none of its terms does, so they are held beyond the budget
+    (budget.py's margin)."""
     words = -(-vocab_size // 32)
-    return 4 * max_num_seqs * (vocab_size + words + query_len * words)
+    fixed = 3 * 1024 + 128 + 1024 + 129 + 128 + query_len
+    return 4 * max_num_seqs * (vocab_size + words + query_len * words + fixed)
 
 
 def _predict_stage(
@@ -2262,8 +2325,19 @@ def _predict_stage(
         else 0
     )
     buffers_v1 = (
-        v1_runner_buffer_bytes(shape, T, rs.dtype_bytes)
-        if era is not Era.V0 and not rs.v2_runner
+        runner_buffer_bytes(
+            shape,
+            rs.v2_runner,
+            rs.max_num_seqs,
+            T,
+            rs.max_model_len,
+            settings.block_size,
+            su.k_spec,
+            stage,
+            last,
+            rs.dtype_bytes,
+        )
+        if era is not Era.V0
         else 0
     )
     avail = available_kv(
@@ -2297,6 +2371,10 @@ def _predict_stage(
             state,
             _post_kv_workspace(su, workspaces),
             buffers_v1,
+            bool(samp)
+            and rs.v2_runner
+            and rs.rules.v2_sampler_warmup_pass
+            and not flashinfer_sampler(gpu_name),
         )
         for t in range(tp)
     ]
