@@ -84,8 +84,9 @@ DATA_GAPS = (
     " compiled cold too (each a new container without vLLM's cache: vllm-startup-161/163"
     " quote the docker run), and the ~1.45 GiB above is the embedding table the TP1 and"
     " stage-0 ranks hold whole (the TP2 rank, half of it, shows nothing)."
-    " Their consumed memory beyond the weights is 0.27 GiB where the ledger puts 0.44 (0.27"
-    " non-torch, 0.15 the V2 sampler state, 0.02 the rest): on these consumer and PCIe cards"
+    " Their consumed memory beyond the weights is 0.27 GiB where the ledger puts 0.43 (0.27"
+    " non-torch, 0.16 the V2 sampler state, < 0.01 the runner's buffers, all but the first"
+    " from the code): on these consumer and PCIe cards"
     " the non-torch term may be smaller than the H100-fitted 0.27 (vllm-startup-161 is 0.17"
     " over the same way); two logs do not make a fit",
     "no ROCm (MI300X) startup log",
