@@ -327,6 +327,9 @@ def test_catalog_file_is_packaged() -> None:
         ({"compute_capability": [9]}, r"compute_capability must be \[major, minor\]"),
         ({"colour": "green"}, r"unknown fields \['colour'\]"),
         ({"larger_memory_variant": "H999"}, r"'H999' is not in the catalog"),
+        ({"sm_count": 0}, r"sm_count must be positive"),
+        ({"sm_count_source": " "}, r"sm_count and sm_count_source \(where it was seen\)"),
+        ({"sm_count": "132"}, r"sm_count: wrong type str"),
     ],
 )
 def test_a_malformed_catalog_entry_is_named(change: dict[str, Any], message: str) -> None:

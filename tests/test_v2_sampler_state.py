@@ -107,7 +107,7 @@ def test_vllm_use_v2_model_runner_chooses_the_runner() -> None:
 def test_the_runners_buffers() -> None:
     # v1/worker/gpu_model_runner.py (0.27.1): inputs_embeds = _make_buffer(max_num_tokens,
     # inputs_embeds_size, dtype) on the GPU whatever the flags (0.18.0-0.28.0), the input
-    # buffers (29 T + 8 max(N + 1, T) + 41 N + 4), the InputBatch's sampling parameters and
+    # buffers (21 T + 8 max(N + 1, T) + 41 N + 4), the InputBatch's sampling parameters and
     # min-p (28 N + 4), the constructor's placeholder block table (N x W int32, W = 32768 / 16
     # = 2,048 blocks, a multiple of 8) and slot mapping (8 T), and on the last stage the
     # sampler's FlashInfer row states (1 MiB) and Triton tables (1,600 B): consumed memory
@@ -119,8 +119,12 @@ def test_the_runners_buffers() -> None:
         s = EngineSettings(version=version, max_model_len=32768, max_num_seqs=n)
         return predict_startup(qwen235, int(95.01 * GiB), PRO6000.name, 4, 1, s)
 
-    v1_bytes = t * 4096 * 2 + 29 * t + 8 * t + 41 * n + 4 + 28 * n + 4
+    v1_bytes = t * 4096 * 2 + 21 * t + 8 * t + 41 * n + 4 + 28 * n + 4
     v1_bytes += 4 * n * 2048 + 8 * t + (1 << 20) + 1_600
+    # the profile's seeded second sampler call (0.22+) leaves the Triton top-k/top-p scratch:
+    # min(next_pow2(min(188 SMs, 32 rows)), 188) = 32 rows x 151,936 fp32 (18.5 MiB)
+    assert PRO6000.sm_count == 188
+    v1_bytes += 4 * 32 * 151_936
     p27, p26 = v1("0.27.1"), v1("0.26.0")
     for p in (p27, p26):
         assert not p.settings.v2_runner  # type: ignore[attr-defined]
@@ -144,3 +148,33 @@ def test_the_runners_buffers() -> None:
     pp = _predict("0.27.1", tp=1, pp=2)
     first, second = (r.runner_buffers for r in pp.ranks)  # type: ignore[attr-defined]
     assert second - first == 2 * 8192 * 5120 * 2
+
+
+def test_the_v1_samplers_triton_scratch() -> None:
+    """v1/sample/ops/topk_topp_triton.py (0.27.1, 0.33.0): the scratch holds
+    min(next_power_of_2(min(SMs, rows)), SMs) fp32 rows of the vocabulary and stays for the
+    process's life; below 8 rows vLLM sorts in PyTorch (topk_topp_sampler.py) and keeps
+    nothing; without a catalogued SM count the rule's largest, next_power_of_2(rows)."""
+    from inference_capacity.engines.vllm import triton_topk_scratch_bytes
+
+    h100 = get_gpu("H100-SXM-80GB")
+    assert h100.sm_count == 132  # NVIDIA's H100 SXM5: 132 SMs
+    v = 151_936
+    assert triton_topk_scratch_bytes(h100.name, 1024, v) == 4 * 132 * v
+    assert triton_topk_scratch_bytes(h100.name, 100, v) == 4 * 128 * v
+    assert triton_topk_scratch_bytes(h100.name, 7, v) == 0
+    assert triton_topk_scratch_bytes(h100.name, 8, v) == 4 * 8 * v
+    assert triton_topk_scratch_bytes("my-custom-gpu", 1000, v) == 4 * 1024 * v
+    # the V1 runner from 0.22 only (0.20.0's profile samples once, on FlashInfer)
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+
+    def scratch(version: str) -> int:
+        s = EngineSettings(
+            version=version, max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192
+        )
+        p = predict_startup(llama, h100.total_bytes, h100.name, 1, 1, s)
+        assert not p.settings.v2_runner  # type: ignore[attr-defined]
+        r: int = p.ranks[0].runner_buffers  # type: ignore[attr-defined]
+        return r
+
+    assert scratch("0.22.0") - scratch("0.20.0") == 4 * 132 * 128_256

@@ -87,6 +87,9 @@ class Gpu:
     source_kind: SourceKind
     #: Where the memory figure comes from: repository/issue and the quoted line.
     source: str
+    #: Streaming multiprocessors (AMD: compute units) as CUDA/ROCm report them
+    #: (``multi_processor_count``), with ``sm_count_source`` in the catalog; None when unknown.
+    sm_count: int | None = None
 
     @property
     def total_gib(self) -> float:
@@ -145,6 +148,8 @@ _OPTIONAL: dict[str, type | tuple[type, ...]] = {
     "dense_fp4_flops": str,
     "dense_fp4_flops_source": str,
     "larger_memory_variant": str,
+    "sm_count": int,
+    "sm_count_source": str,
 }
 
 
@@ -214,6 +219,11 @@ def _entry(raw: Any, index: int) -> tuple[Gpu, float | None, str | None, dict[st
         len(cc) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in cc)
     ):
         raise GpuCatalogError(at, "compute_capability must be [major, minor]")
+    sms = raw.get("sm_count")
+    if sms is not None and sms <= 0:
+        raise GpuCatalogError(at, "sm_count must be positive")
+    if (sms is None) != (not str(raw.get("sm_count_source", "")).strip()):
+        raise GpuCatalogError(at, "sm_count and sm_count_source (where it was seen) go together")
     gpu = Gpu(
         name=raw["name"],
         aliases=_strings(f"{at}.aliases", raw["aliases"]),
@@ -233,6 +243,7 @@ def _entry(raw: Any, index: int) -> tuple[Gpu, float | None, str | None, dict[st
         node_label_products=_strings(f"{at}.node_label_products", raw["node_label_products"]),
         source_kind=raw["source_kind"],
         source=raw["source"],
+        sm_count=sms,
     )
     flops = _rate(f"{at}.dense_bf16_flops", raw.get("dense_bf16_flops"), ("TFLOP/s",))
     low: dict[str, float] = {}

@@ -2186,6 +2186,25 @@ def consumed_bytes(weights: int, nt: int, sampler_state: int, runner_buffers: in
     return weights + nt + sampler_state + runner_buffers
 
 
+def triton_topk_scratch_bytes(gpu_name: str, rows: int, vocab_size: int) -> int:
+    """The V1 sampler's Triton top-k/top-p scratch the profile leaves allocated
+    (:attr:`VllmRules.v1_sampler_triton_scratch`; v1/sample/ops/topk_topp_triton.py, 0.27.1
+    and 0.33.0: ``min(next_power_of_2(min(SMs, rows)), SMs)`` rows × vocab in the fp32 of the
+    V1 sampler's logits), ``rows`` the profile's sampled requests; below 8 rows vLLM sorts in
+    PyTorch instead and keeps nothing (v1/sample/ops/topk_topp_sampler.py::apply_top_k_top_p).
+    A GPU without a catalogued SM count takes ``next_power_of_2(rows)`` rows, the most the rule
+    allows."""
+    from ..hardware import find_gpu
+
+    if rows < 8:
+        return 0
+    gpu = find_gpu(gpu_name)
+    sms = gpu.sm_count if gpu is not None else None
+    pow2 = 1 << max(0, rows - 1).bit_length()
+    programs = pow2 if sms is None else min(1 << max(0, min(sms, rows) - 1).bit_length(), sms)
+    return 4 * programs * vocab_size
+
+
 def runner_buffer_bytes(
     shape: ModelShape,
     v2_runner: bool,
@@ -2206,7 +2225,7 @@ def runner_buffer_bytes(
     * V1 runner (v1/worker/gpu_model_runner.py::GPUModelRunner.__init__): ``inputs_embeds``
       (T × the text hidden size, model dtype, allocated whether or not prompt embeddings are on;
       the same in 0.18.0–0.28.0); input ids, positions, request indices, token-id flags and
-      ``query_pos`` (29·T + 8·max(N + 1, T) B) and the per-request int32/int64/bool buffers
+      ``query_pos`` (21·T + 8·max(N + 1, T) B) and the per-request int32/int64/bool buffers
       (41·N + 4); the InputBatch's sampling parameters (6 × N, gpu_input_batch.py) and min-p
       (4·N, sample/logits_processor/builtin.py) and its scalar (4); the placeholder block
       table the constructor builds before the KV cache is known (v1/worker/block_table.py::
@@ -2214,9 +2233,7 @@ def runner_buffer_bytes(
       the block size ``--block-size`` or 16; one group) and its slot mapping (8·T). On the
       last stage the profile's sampler leaves FlashInfer's 1 MiB row-state buffer
       (flashinfer sampling.py ``_get_cache_buf``) and the Triton top-k/top-p tables (1,600 B);
-      its Triton scratch (4 B × min(SMs, N) rows × vocab, v1/sample/ops/topk_topp_triton.py)
-      needs the GPU's SM count, which the catalog does not hold: not counted (80 MB on a
-      132-SM GPU at a 152k vocabulary).
+      its Triton scratch is added by the caller (:func:`triton_topk_scratch_bytes`).
     * V2 runner (v1/worker/gpu/): ``InputBuffers`` (13·T + 12·N + 4) and ``RequestState``
       (20·N, plus 12·N per speculative token); its all-token-ids and per-request scalars are
       pinned host memory (UVA), its block tables come with the KV cache.
@@ -2230,7 +2247,7 @@ def runner_buffer_bytes(
         align = 128 // math.gcd(128, bs)
         width = cdiv(cdiv(max_model_len, bs), align) * align
         out = t * shape.hidden_size * dtype_bytes
-        out += 29 * t + 8 * max(n + 1, t) + 41 * n + 4 + 24 * n + 4 * n + 4
+        out += 21 * t + 8 * max(n + 1, t) + 41 * n + 4 + 24 * n + 4 * n + 4
         out += 4 * n * width + 8 * t
         if last:
             out += (1 << 20) + 1_600
@@ -2256,6 +2273,36 @@ def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -
     words = -(-vocab_size // 32)
     fixed = 3 * 1024 + 128 + 1024 + 129 + 128 + query_len
     return 4 * max_num_seqs * (vocab_size + words + query_len * words + fixed)
+
+
+def _stage_runner_buffers(
+    shape: ModelShape,
+    settings: EngineSettings,
+    su: _Setup,
+    stage: int,
+    last: bool,
+    gpu_name: str,
+) -> int:
+    """A rank's runner buffers (:func:`runner_buffer_bytes`) and, on the V1 runner's last stage
+    from 0.22, the sampler's Triton scratch (:func:`triton_topk_scratch_bytes`); none in V0."""
+    rs = su.rs
+    if rs.era is Era.V0:
+        return 0
+    out = runner_buffer_bytes(
+        shape,
+        rs.v2_runner,
+        rs.max_num_seqs,
+        su.T,
+        rs.max_model_len,
+        settings.block_size,
+        su.k_spec,
+        stage,
+        last,
+        rs.dtype_bytes,
+    )
+    if last and not rs.v2_runner and rs.rules.v1_sampler_triton_scratch:
+        out += triton_topk_scratch_bytes(gpu_name, su.R, shape.vocab_size)
+    return out
 
 
 def _predict_stage(
@@ -2324,22 +2371,7 @@ def _predict_stage(
         if rs.v2_runner and last
         else 0
     )
-    buffers_v1 = (
-        runner_buffer_bytes(
-            shape,
-            rs.v2_runner,
-            rs.max_num_seqs,
-            T,
-            rs.max_model_len,
-            settings.block_size,
-            su.k_spec,
-            stage,
-            last,
-            rs.dtype_bytes,
-        )
-        if era is not Era.V0
-        else 0
-    )
+    buffers_v1 = _stage_runner_buffers(shape, settings, su, stage, last, gpu_name)
     avail = available_kv(
         era, su.requested, w.total, act, nt, cg if rs.cg_in_budget else 0, state, buffers_v1
     )

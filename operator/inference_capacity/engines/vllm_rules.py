@@ -161,6 +161,12 @@ class VllmRules:
     #: sample/sampler.py ``apply_sampling_params``, read in 0.22.0, 0.26.0, 0.28.0, 0.29.0,
     #: 0.31.0, 0.32.0 and 0.33.0)
     v2_sampler_warmup_pass: bool
+    #: the V1 runner's profile samples a second time with a seeded generator ("Also warm
+    #: forward_native", v1/worker/gpu_model_runner.py ``_dummy_sampler_run``), whose top-k/
+    #: top-p runs vLLM's Triton kernel and keeps its per-program scratch for the process's life
+    #: (v1/sample/ops/topk_topp_triton.py ``_TRITON_BUFFER_CACHE``): read in 0.22.0, 0.24.0,
+    #: 0.26.0, 0.27.1, 0.28.0 and 0.33.0; not in 0.20.0 (0.21 not read: taken as 0.20)
+    v1_sampler_triton_scratch: bool
 
     # --- CUDA graphs --------------------------------------------------------------------------
     #: the capture-size rules with speculative decoding were read (config/vllm.py::
@@ -402,6 +408,7 @@ def _rules(v: Version) -> VllmRules:
         v2_cudagraph_manager=at((0, 25, 0)),
         v2_profiles_drafter_graphs=at((0, 30, 0)),
         v2_sampler_warmup_pass=at((0, 33, 0)),
+        v1_sampler_triton_scratch=at((0, 22, 0)),
         spec_capture_sizes=at((0, 11, 0)),
         capture_max_times_query_len=at((0, 13, 0)),
         blackwell_capture_ceiling=at((0, 29, 0)),
