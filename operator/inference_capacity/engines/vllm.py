@@ -2256,6 +2256,12 @@ def runner_buffer_bytes(
     return out
 
 
+#: the V2 sampler's fixed-width 4-byte states per request (0.27.1 v1/worker/gpu/sample/):
+#: logit_bias.py allowed ids, bias ids and bias values (3 × MAX 1,024) and stop ids (128),
+#: bad_words.py ids and offsets (1,024 + 129), logprob.py token ids (128)
+V2_SAMPLER_FIXED_WIDTH = 3 * 1024 + 128 + 1024 + 129 + 128
+
+
 def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -> int:
     """The V2 model runner's persistent sampler tensors on the last pipeline stage, from the code
     (v1/worker/gpu/, 0.22.0, 0.24.0, 0.26.0, 0.27.1, 0.28.0, 0.33.0): ``load_model`` builds the
@@ -2271,7 +2277,7 @@ def v2_sampler_state_bytes(vocab_size: int, max_num_seqs: int, query_len: int) -
     :func:`available_kv`); before, none of its terms does, so they are held beyond the budget
     (budget.py's margin)."""
     words = -(-vocab_size // 32)
-    fixed = 3 * 1024 + 128 + 1024 + 129 + 128 + query_len
+    fixed = V2_SAMPLER_FIXED_WIDTH + query_len
     return 4 * max_num_seqs * (vocab_size + words + query_len * words + fixed)
 
 
