@@ -438,6 +438,13 @@ POINT_SETUP: dict[str, PointSetup] = {
     "vllm-startup-165": _QWEN3_32B_PRO6000,
     "vllm-startup-171": _QWEN3_8B_4090,
     "vllm-startup-173": _QWEN3_8B_4090,
+    # vireshkoli/LLM-Inference-Optimization (one A40, 0.26.0, V2 runner): the logged total
+    # (44.43 GiB) and its non-default args
+    "vllm-startup-175": PointSetup(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        gpu="A40",
+        note="the log's non-default args (4,096 tokens, 0.9, 256 sequences)",
+    ),
     # kubesimplify/website (4x RTX PRO 6000 Blackwell Server Edition, 0.27.1, V1 runner): the
     # post's docker run flags; its checkpoint, Qwen3-235B-A22B-Instruct-2507-FP8, has the
     # architecture and quantization block of Qwen3-235B-A22B-FP8 (the post's config excerpt),
