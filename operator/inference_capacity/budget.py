@@ -303,7 +303,8 @@ def _runner_state_items(r: RankPrediction, in_budget: bool, v2_runner: bool) -> 
             "V2 runner" if v2_runner else "V1 runner",
             "input buffers, request state"
             if v2_runner
-            else "inputs_embeds (max-num-batched-tokens × hidden), input buffers, block table",
+            else "inputs_embeds (max-num-batched-tokens × hidden), input buffers, block table, "
+            "the sampler's Triton scratch",
         ),
     )
     return [
