@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
-from ..hardware import sm100_family
+from ..hardware import find_gpu, sm100_family
 from ..ledger.kv import (
     PACKED_FORMATS,
     KvLayout,
@@ -418,8 +418,6 @@ def lora_graph_cases(v: Version, max_loras: int) -> int:
 
 def _compute_capability(gpu_name: str) -> tuple[int, int] | None:
     """The catalogued CUDA compute capability of ``gpu_name`` (None: unknown or not CUDA)."""
-    from ..hardware import find_gpu
-
     gpu = find_gpu(gpu_name)
     return gpu.compute_capability if gpu is not None else None
 
@@ -1552,8 +1550,6 @@ def pre_snapshot_bytes(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: b
 def pcie_only(gpu_name: str) -> bool:
     """Whether the catalog lists ``gpu_name`` as a PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`);
     False for NVLink GPUs and for GPUs it does not know (the NVLink fit: the larger terms)."""
-    from ..hardware import find_gpu
-
     gpu = find_gpu(gpu_name)
     return gpu is not None and gpu.interconnect == "pcie"
 
@@ -2194,15 +2190,18 @@ def triton_topk_scratch_bytes(gpu_name: str, rows: int, vocab_size: int) -> int:
     PyTorch instead and keeps nothing (v1/sample/ops/topk_topp_sampler.py::apply_top_k_top_p).
     A GPU without a catalogued SM count takes ``next_power_of_2(rows)`` rows, the most the rule
     allows."""
-    from ..hardware import find_gpu
-
     if rows < 8:
         return 0
     gpu = find_gpu(gpu_name)
     sms = gpu.sm_count if gpu is not None else None
-    pow2 = 1 << max(0, rows - 1).bit_length()
-    programs = pow2 if sms is None else min(1 << max(0, min(sms, rows) - 1).bit_length(), sms)
-    return 4 * programs * vocab_size
+    if sms is None:
+        return 4 * _next_power_of_2(rows) * vocab_size
+    return 4 * min(_next_power_of_2(min(sms, rows)), sms) * vocab_size
+
+
+def _next_power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` (triton's ``next_power_of_2``; 1 for n <= 1)."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def runner_buffer_bytes(
