@@ -658,6 +658,8 @@ def _predict_point(
         dtype=p.dtype or "auto",
     )
     kw.update(setup.settings or {})
+    if p.raw.get("compile_cache"):  # the boot's torch.compile cache, as its log or launch shows
+        kw["compile_cache"] = p.raw["compile_cache"]
     if setup.limit_mm_per_prompt is not None:
         limits = json.loads(setup.limit_mm_per_prompt)
         kw["mm_limits"] = tuple(sorted(limits.items()))

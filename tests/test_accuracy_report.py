@@ -84,12 +84,18 @@ def test_accuracy_report() -> None:
         assert abs(float(got["pk27%"])) <= pk_bound, pid
     # a cold and a warm torch.compile boot of one endpoint (vllm-startup-171/173, Qwen3-8B TP1 on
     # an RTX 4090, 0.27.1, V2 runner, every term printed): the same but for the profile's peak
-    # (1.18 GiB cold, 0.19 warm; the ledger 0.21): the warm one within 3.5 %, the cold one ~1 GiB
-    # of KV over, and the report says which boots its log shows cold
+    # (1.18 GiB cold, 0.19 warm; the ledger 0.21): the warm one within 3.5 %; the cold one,
+    # replayed cold (engines/vllm.py::cold_compile_bytes: 1.19 GiB), within 3.5 % too (+16.6 %
+    # planned warm) and its printed peak within 2 %; the report says which boots are cold
     warm = re.search(r"^    vllm-startup-173: available KV ([-+][\d.]+) % \(warm ", text, re.M)
     cold = re.search(r"^    vllm-startup-171: available KV ([-+][\d.]+) % \(cold ", text, re.M)
     assert warm is not None and abs(float(warm.group(1))) <= 3.5
-    assert cold is not None and float(cold.group(1)) > 10.0
+    assert cold is not None and abs(float(cold.group(1))) <= 3.5
+    row171 = re.search(r"^vllm-startup-171 .*$", text, re.M)
+    assert row171 is not None
+    f171 = row171.group(0).split()
+    at171 = next(i for i, f in enumerate(f171) if re.fullmatch(r"\d+/\d+", f)) + 1
+    assert abs(float(dict(zip(terms, f171[at171:], strict=False))["pk27%"])) <= 2.0
     split = re.search(
         r"cold torch.compile: ([\d.]+) % over (\d+); the others \(warm, or not shown\): ([\d.]+) %"
         r" over (\d+)",

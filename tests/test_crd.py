@@ -332,7 +332,8 @@ model.quantization model.kvCacheDtype model.maxLoras model.maxLoraRank
 hardware.gpu hardware.gpuMemoryGiB hardware.tensorParallel hardware.pipelineParallel
 hardware.gpuResourceName hardware.hbmEfficiency
 engine.name engine.version engine.blockSize engine.maxNumBatchedTokens engine.maxNumSeqsCap
-engine.enforceEager engine.kvCacheMemoryBytes engine.dataParallel engine.enablePrefixCaching
+engine.enforceEager engine.compileCache engine.kvCacheMemoryBytes engine.dataParallel
+engine.enablePrefixCaching
 workload.maxModelLen workload.cohorts[].name workload.cohorts[].weight
 workload.cohorts[].promptTokens.p50 workload.cohorts[].promptTokens.p95
 workload.cohorts[].promptTokens.p99 workload.cohorts[].outputTokens.p50
@@ -711,6 +712,7 @@ REJECTED: list[tuple[str, Any]] = [
     ("spec.engine.maxNumBatchedTokens", 0),
     ("spec.engine.maxNumSeqsCap", 0),
     ("spec.engine.enforceEager", "yes"),
+    ("spec.engine.compileCache", "lukewarm"),
     ("spec.workload.maxModelLen", 0),
     ("spec.workload.maxModelLen", 10_000_001),
     ("spec.workload.cohorts", [_cohort(f"c{i}") for i in range(17)]),

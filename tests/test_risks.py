@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
 
 from inference_capacity.api import InferenceCapacity
@@ -132,3 +133,23 @@ def test_a_compile_cache_that_goes_with_the_pod_is_a_risk() -> None:
     engine = replace(plan.input.engine, enforce_eager=True)
     eager = replace(plan, input=replace(plan.input, engine=engine))
     assert not _cache_risk(eager, {"name": "vllm"}, []).at_risk
+
+
+def test_a_plan_made_cold_counts_the_compile_and_is_not_at_risk() -> None:
+    # spec.engine.compileCache: cold plans the compile's peak (engines/vllm.py::
+    # cold_compile_bytes), so a cache that goes with the pod is no longer a surprise
+    icap, dep = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    icap["spec"].setdefault("engine", {})["compileCache"] = "cold"
+    spec = InferenceCapacity.from_manifest(icap).spec
+    assert spec.engine.compile_cache == "cold"
+    cold, _ = plan_for_target(resolve(spec, dep).plan_input, spec, dep, None, None, "")
+    peak = cold.prediction.ranks[0].compile_peak
+    assert peak > 0
+    risk = _cache_risk(cold, {"name": "vllm"}, [])
+    assert not risk.at_risk and "planned cold" in risk.detail
+    assert f"{peak / GiB:.2f} GiB" in risk.detail
+    warm = _cache_risk(_plan(), {"name": "vllm"}, [])
+    assert warm.at_risk and "compileCache: cold" in warm.detail
+    icap["spec"]["engine"]["compileCache"] = "tepid"
+    with pytest.raises(ValueError, match="compileCache"):
+        InferenceCapacity.from_manifest(icap)

@@ -263,6 +263,24 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
                 r.mm_profile.describe(),
             )
         )
+    warm = max(r.forward_peak, r.sampler_peak) + r.moe_workspace + r.mm_encoder
+    if r.activation_peak > warm:
+        # engines/vllm.py::cold_compile_bytes: Inductor's benchmark copies of the embedding
+        # kernel's arguments, from the code; the L2 flush buffer left out on vllm-startup-029
+        items.append(
+            LedgerItem(
+                "cold_compile",
+                r.activation_peak - warm,
+                "iteration",
+                "torch.compile (cold cache)",
+                "assumed",
+                True,
+                f"Inductor benchmarks the embedding kernel on random copies of its arguments "
+                f"({r.compile_peak / GiB:.2f} GiB, the embedding table the rank holds and "
+                f"{s.max_num_batched_tokens} tokens' outputs) inside vLLM's profile: the peak "
+                "above the warm one",
+            )
+        )
     items.append(
         LedgerItem(
             "non_torch",

@@ -833,6 +833,7 @@ def resolve(
         kv_cache_dtype=sz.kv_dtype,
         dtype=dtype,
         enforce_eager=eager,
+        compile_cache=spec.engine.compile_cache,
         max_loras=max_loras,
         max_lora_rank=max_rank,
         data_parallel=dp,

@@ -18,8 +18,9 @@ with its margin in bytes (negative: it happens) and the flag that moves it.
    every start, and vLLM counts a cold compile's freed temporaries as activation in its profile
    (vllm-project/vllm#54122, open: ``profile_run`` compiles inside ``memory_profiling``), so its
    KV pool is smaller than the plan, which is a warm boot's (``vllm-startup-171/173``: 0.99 GiB
-   on Qwen3-8B); the margin is unknown (the compile's largest temporary), the risk is the cache
-   directory on no volume that outlives the pod (:func:`compile_cache_state`).
+   on Qwen3-8B); the margin is unknown, the risk is the cache directory on no volume that
+   outlives the pod (:func:`compile_cache_state`) under a warm plan: ``spec.engine.
+   compileCache: cold`` plans the compile's peak (engines/vllm.py::cold_compile_bytes).
 7. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak
    (:func:`host_peak_bytes`, the one estimate: the risk, ``plan -o patch`` and the operator's
    ``spec.policy.setMemoryRequest`` all read it).
@@ -426,13 +427,21 @@ def assess(plan: Plan, host: HostInput | None = None) -> list[Risk]:
 
 def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
     """A cold torch.compile at every pod start where the cache does not outlive the pod
-    (module doc, 6): unknown margin; at risk where vLLM compiles (a V1 engine without
-    ``--enforce-eager``) and the cache is on the container's filesystem or a volume that goes
-    with the pod."""
+    (module doc, 6): at risk where vLLM compiles (a V1 engine without ``--enforce-eager``), the
+    cache is on the container's filesystem or a volume that goes with the pod, and the plan is
+    a warm boot's (``spec.engine.compileCache: warm``); a plan made cold counts the compile's
+    peak (engines/vllm.py::cold_compile_bytes) and is not at risk."""
     cache = (host or HostInput()).compile_cache
+    cold = plan.input.engine.compile_cache == "cold"
     at_risk = False
     if plan.prediction.settings.era is Era.V0 or plan.input.engine.enforce_eager:
         detail = "vLLM compiles nothing at startup"
+    elif cold:
+        peak = max(r.compile_peak for r in plan.prediction.ranks)
+        detail = (
+            "planned cold (spec.engine.compileCache): the compile's peak in vLLM's profile, "
+            f"{peak / GiB:.2f} GiB on the first stage, is counted"
+        )
     elif cache is None:
         detail = "the pod's volumes were not read (unknown)"
     elif cache.path is None:
@@ -448,10 +457,14 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
         detail = (
             f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod "
             "compiles cold, and vLLM counts a cold compile's temporaries as activation "
-            "(vllm-project/vllm#54122), so its KV pool is smaller than the plan (Qwen3-8B on an "
-            "RTX 4090: 0.99 GiB; tens of GiB reported) for the pod's life"
+            "(vllm-project/vllm#54122), so its KV pool is smaller than this warm plan (Qwen3-8B "
+            "on an RTX 4090: 0.99 GiB) for the pod's life; spec.engine.compileCache: cold "
+            "plans it"
         )
-    flag = "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / --enforce-eager"
+    flag = (
+        "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / "
+        "spec.engine.compileCache: cold / --enforce-eager"
+    )
     return Risk("compileCache", "gpu", None, at_risk, flag, detail)
 
 

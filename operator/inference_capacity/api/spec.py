@@ -378,6 +378,17 @@ class EngineSpec(_Spec):
             "The target runs with --enforce-eager (no CUDA graphs, so no CUDA-graph memory pool)."
         ),
     )
+    compile_cache: Literal["warm", "cold"] = Field(
+        "warm",
+        description=(
+            "vLLM's torch.compile cache when a pod starts: warm (the compiled graphs saved "
+            "under VLLM_CACHE_ROOT survive the pod, on a PersistentVolumeClaim or hostPath) or "
+            "cold (they go with the pod, e.g. the container's filesystem or an emptyDir: every "
+            "pod compiles inside vLLM's memory profile, whose peak then holds a copy of the "
+            "embedding table, so the KV pool is smaller). The compileCache risk says which the "
+            "Deployment's volumes give."
+        ),
+    )
     kv_cache_memory_bytes: SInt64 | None = Field(
         None,
         ge=1,

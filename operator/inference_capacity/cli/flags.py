@@ -125,7 +125,12 @@ def _flags_plan(a: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
         )
         skip_mm = skip_mm or mm_refused
 
-    settings = replace(cfg.settings(), mm_limits=mm_limits, skip_mm_profiling=skip_mm)
+    settings = replace(
+        cfg.settings(),
+        mm_limits=mm_limits,
+        skip_mm_profiling=skip_mm,
+        compile_cache=a.compile_cache or "warm",
+    )
     headroom = 0.05 if a.operational_headroom is None else a.operational_headroom
     if not 0 <= headroom < 1:
         raise CliError("--operational-headroom must be in [0, 1)")

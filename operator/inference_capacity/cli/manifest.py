@@ -47,6 +47,7 @@ MANIFEST_FIELDS: dict[str, str] = {
     "engine_version": "spec.engine.version",
     "engine": "spec.engine.version",
     "enforce_eager": "spec.engine.enforceEager",
+    "compile_cache": "spec.engine.compileCache",
     "max_loras": "spec.model.maxLoras",
     "max_lora_rank": "spec.model.maxLoraRank",
     "kv_cache_gib": "spec.engine.kvCacheMemoryBytes",

@@ -158,6 +158,13 @@ def _add_plan(sub: Any) -> None:
         "--enforce-eager", action="store_true", help="no CUDA graphs (vLLM --enforce-eager)"
     )
     plan.add_argument(
+        "--compile-cache",
+        choices=("warm", "cold"),
+        default=None,
+        help="vLLM's torch.compile cache at startup: warm (kept across pods, the default) or "
+        "cold (every pod compiles inside the memory profile)",
+    )
+    plan.add_argument(
         "--limit-mm-per-prompt",
         default=None,
         metavar="JSON",

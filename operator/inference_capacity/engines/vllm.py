@@ -249,6 +249,10 @@ class EngineSettings:
     #: --limit-mm-per-prompt counts by modality; None: unset (999 each, config/multimodal.py)
     mm_limits: tuple[tuple[str, int], ...] | None = None
     skip_mm_profiling: bool = False  # --skip-mm-profiling: profile_run runs no encoder
+    #: vLLM's torch.compile cache when the engine starts (:data:`COMPILE_CACHE_STATES`): "warm"
+    #: loads the saved graphs; "cold" compiles inside the memory profile
+    #: (:func:`cold_compile_bytes`)
+    compile_cache: str = "warm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +313,9 @@ class RankPrediction:
     #: the sampler peak is a bound, not vLLM's figure: 0.33's warm-up pass off FlashInfer's
     #: sampler (:func:`flashinfer_sampler`)
     sampler_bound: bool = False
+    #: a cold torch.compile's largest allocation inside the profile (:func:`cold_compile_bytes`;
+    #: 0: warm, eager, or no embedding table in this stage's compiled graph)
+    compile_peak: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,6 +743,11 @@ def resolve_settings(
     v = parse_version(s.version)
     rules = VllmRules.for_version(v)
     era = rules.era_for(s.engine)
+    if s.compile_cache not in COMPILE_CACHE_STATES:
+        raise SettingsError(
+            f"compile_cache must be one of {', '.join(COMPILE_CACHE_STATES)}, got "
+            f"{s.compile_cache!r}"
+        )
     used: list[str] = []
     u = s.gpu_memory_utilization
     if u is None:
@@ -2199,6 +2211,64 @@ def triton_topk_scratch_bytes(gpu_name: str, rows: int, vocab_size: int) -> int:
     return 4 * min(_next_power_of_2(min(sms, rows)), sms) * vocab_size
 
 
+#: the states of vLLM's torch.compile cache at startup (``EngineSettings.compile_cache``)
+COMPILE_CACHE_STATES: Final = ("warm", "cold")
+#: bytes per token of the V1/V2 runners' ``input_ids`` buffer (int32), an argument of the
+#: embedding kernel's benchmark
+INPUT_ID_BYTES: Final = 4
+
+
+def cold_compile_bytes(
+    embedding_bytes: int, tokens: int, hidden: int, tp: int, dtype_bytes: int
+) -> int:
+    """The largest allocation of a cold torch.compile inside vLLM's memory profile
+    (:attr:`VllmRules.cold_compile_benchmark`): ``profile_run``'s first forward compiles, and
+    with vLLM's ``benchmark_combo_kernel`` Inductor times the first stage's fused embedding
+    kernel on ``rand_strided`` copies of all its arguments (torch 2.13.0
+    ``_inductor/codegen/triton.py::benchmark_codegened_module`` and ``codegen_kernel_benchmark``;
+    ``_dynamo/testing.py::rand_strided``): the rank's embedding table, its outputs at the
+    profile's ``tokens`` (TP1: the embedding and the normed hidden states, fused; TP > 1: the
+    masked gather before the all-reduce, vocab_parallel_embedding.py) and the int32 token
+    ids. The copies are freed before the profiling forward, so the profile's peak is the
+    larger of the two (vLLM's memory_profiling: the torch peak over the window).
+
+    Inductor's benchmarker would also zero an L2-sized flush buffer beside them
+    (``_inductor/runtime/benchmarking.py::InductorBenchmarker.benchmark_gpu``); the logs do not
+    show it: on vllm-startup-029 (in sample, PP2 stage 0 on an H100) these terms give 1.103 GiB
+    against the printed 1.10, with the H100's 50 MiB L2 1.152, so it is left out (chosen on
+    that log)."""
+    outputs = (2 if tp == 1 else 1) * tokens * hidden * dtype_bytes
+    return embedding_bytes + outputs + INPUT_ID_BYTES * tokens
+
+
+def _cold_compile(
+    shape: ModelShape,
+    settings: EngineSettings,
+    su: _Setup,
+    stage: int,
+    tp: int,
+    embedding_bytes: int,
+) -> int:
+    """:func:`cold_compile_bytes` where it happens, else 0: a cold cache, a version whose
+    compile benchmarks (:attr:`VllmRules.cold_compile_benchmark`), a V1 engine that compiles
+    (no ``--enforce-eager``), and the first stage with the embedding in its compiled graph: a
+    multimodal model's runner embeds outside it
+    (v1/worker/gpu_model_runner.py::_dummy_run and v1/worker/gpu/model_runner.py: with
+    ``supports_mm_inputs`` the model gets ``inputs_embeds``) unless every modality is at 0."""
+    rs = su.rs
+    if (
+        settings.compile_cache != "cold"
+        or not rs.rules.cold_compile_benchmark
+        or rs.era is Era.V0
+        or settings.enforce_eager
+        or stage != 0
+        or not embedding_bytes
+        or (shape.mm_modalities and not text_only(_mm_limits(settings), shape.mm_modalities))
+    ):
+        return 0
+    return cold_compile_bytes(embedding_bytes, su.T, shape.hidden_size, tp, rs.dtype_bytes)
+
+
 def _next_power_of_2(n: int) -> int:
     """The smallest power of two >= ``n`` (triton's ``next_power_of_2``; 1 for n <= 1)."""
     return 1 << max(0, n - 1).bit_length()
@@ -2364,6 +2434,8 @@ def _predict_stage(
     if stage == 0:
         mm += _calibrated_profile(shape, settings, rs)
     act += mm
+    compile_peak = _cold_compile(shape, settings, su, stage, tp, w.by_group.get("embedding", 0))
+    act = max(act, compile_peak)
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
@@ -2412,6 +2484,7 @@ def _predict_stage(
             and rs.v2_runner
             and rs.rules.v2_sampler_warmup_pass
             and not flashinfer_sampler(gpu_name),
+            compile_peak,
         )
         for t in range(tp)
     ]

@@ -167,6 +167,14 @@ class VllmRules:
     #: (v1/sample/ops/topk_topp_triton.py ``_TRITON_BUFFER_CACHE``): read in 0.22.0, 0.24.0,
     #: 0.26.0, 0.27.1, 0.28.0 and 0.33.0; not in 0.20.0 (0.21 not read: taken as 0.20)
     v1_sampler_triton_scratch: bool
+    #: a cold torch.compile benchmarks its fused Triton kernels with random copies of every
+    #: argument, the input-embedding table included, inside ``profile_run``'s memory profile:
+    #: vLLM sets Inductor's ``combo_kernels`` and ``benchmark_combo_kernel`` when the user sets
+    #: neither (config/compilation.py::CompilationConfig.__post_init__, from 0.11.1, torch
+    #: >= 2.9; read in 0.11.1, 0.12.0, 0.14.0, 0.16.0, 0.18.0–0.20.0, 0.22.0, 0.24.0–0.28.0 and
+    #: 0.33.0; absent in 0.11.0), and Inductor's ``benchmark_codegened_module`` allocates each
+    #: argument with ``rand_strided`` (torch 2.13.0 ``_inductor/codegen/triton.py``)
+    cold_compile_benchmark: bool
 
     # --- CUDA graphs --------------------------------------------------------------------------
     #: the capture-size rules with speculative decoding were read (config/vllm.py::
@@ -409,6 +417,7 @@ def _rules(v: Version) -> VllmRules:
         v2_profiles_drafter_graphs=at((0, 30, 0)),
         v2_sampler_warmup_pass=at((0, 33, 0)),
         v1_sampler_triton_scratch=at((0, 22, 0)),
+        cold_compile_benchmark=at((0, 11, 1)),
         spec_capture_sizes=at((0, 11, 0)),
         capture_max_times_query_len=at((0, 13, 0)),
         blackwell_capture_ceiling=at((0, 29, 0)),
