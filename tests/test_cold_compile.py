@@ -53,6 +53,7 @@ def test_a_cold_plan_peaks_at_the_compile_where_it_exceeds_the_warm_forward() ->
     embedding = w.weights.by_group["embedding"]
     assert c.compile_peak == embedding + 2 * t * 4096 * 2 + 4 * t
     assert c.activation_peak == max(w.activation_peak, c.compile_peak) > w.activation_peak
+    assert c.compile_excess == c.activation_peak - w.activation_peak
     assert c.available_kv == w.available_kv - (c.activation_peak - w.activation_peak)
     assert w.compile_peak == 0
 

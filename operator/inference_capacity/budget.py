@@ -263,14 +263,13 @@ def _iteration_items(pred: StartupPrediction, r: RankPrediction) -> list[LedgerI
                 r.mm_profile.describe(),
             )
         )
-    warm = max(r.forward_peak, r.sampler_peak) + r.moe_workspace + r.mm_encoder
-    if r.activation_peak > warm:
+    if r.compile_excess:
         # engines/vllm.py::cold_compile_bytes: Inductor's benchmark copies of the embedding
         # kernel's arguments, from the code; the L2 flush buffer left out on vllm-startup-029
         items.append(
             LedgerItem(
                 "cold_compile",
-                r.activation_peak - warm,
+                r.compile_excess,
                 "iteration",
                 "torch.compile (cold cache)",
                 "assumed",

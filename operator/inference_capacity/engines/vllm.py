@@ -316,6 +316,9 @@ class RankPrediction:
     #: a cold torch.compile's largest allocation inside the profile (:func:`cold_compile_bytes`;
     #: 0: warm, eager, or no embedding table in this stage's compiled graph)
     compile_peak: int = 0
+    #: what it adds to the activation peak: its excess over the warm profile's peak (in
+    #: activation_peak)
+    compile_excess: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -2435,7 +2438,8 @@ def _predict_stage(
         mm += _calibrated_profile(shape, settings, rs)
     act += mm
     compile_peak = _cold_compile(shape, settings, su, stage, tp, w.by_group.get("embedding", 0))
-    act = max(act, compile_peak)
+    compile_excess = max(0, compile_peak - act)
+    act += compile_excess
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
@@ -2485,6 +2489,7 @@ def _predict_stage(
             and rs.rules.v2_sampler_warmup_pass
             and not flashinfer_sampler(gpu_name),
             compile_peak,
+            compile_excess,
         )
         for t in range(tp)
     ]
