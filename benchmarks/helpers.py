@@ -330,6 +330,9 @@ POINT_SETUP: dict[str, PointSetup] = {
         "Qwen/Qwen2.5-72B",
         note="Kimi-Dev-72B is a Qwen2.5-72B fine-tune (Qwen2ForCausalLM, the same shapes)",
     ),
+    # the sweep's two warm boots of catalog models (they load the compile a cold twin saved)
+    "vllm-startup-177": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
+    "vllm-startup-179": PointSetup("Qwen/Qwen2.5-7B-Instruct"),
     "vllm-startup-027": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
     "vllm-startup-029": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),
     "vllm-startup-031": PointSetup("meta-llama/Llama-3.1-8B-Instruct"),

@@ -160,3 +160,18 @@ def test_plan_takes_the_cache_state_and_a_manifest_says_it_in_its_spec() -> None
     )
     assert bad.returncode != 0 and "spec.engine.compileCache" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_where_the_warm_forward_is_larger_a_cold_boot_prints_the_same() -> None:
+    """The sweep's warm Llama-3.1-8B boot (177) loads the compile its cold twin (105) saved
+    (the AOT path its note quotes) and prints the same peak; the plan is the same cold or warm
+    there, the copy (1.10 GiB at 8,192 tokens) being below the warm forward and sampler peak."""
+    warm, cold = _log("vllm-startup-177"), _log("vllm-startup-105")
+    assert (warm["compile_cache"], cold["compile_cache"]) == ("warm", "cold")
+    assert warm["logged"]["activation_peak_gib"] == cold["logged"]["activation_peak_gib"]  # type: ignore[index]
+    h100 = get_gpu("H100-SXM-80GB")
+    s = EngineSettings(version="0.19.0", max_model_len=8192, compile_cache="cold")
+    planned = predict_startup(LLAMA, h100.total_bytes, h100.name, 1, 1, s).ranks[0]
+    assert 0 < planned.compile_peak < planned.activation_peak and planned.compile_excess == 0
+    printed = warm["logged"]["activation_peak_gib"]  # type: ignore[index]
+    assert abs(planned.activation_peak / GiB - printed) / printed <= 0.035
