@@ -14,6 +14,8 @@ import yaml
 
 from inference_capacity.api import InferenceCapacity
 from inference_capacity.decision import plan_for_target
+from inference_capacity.model import load_model
+from inference_capacity.planner import make_plan
 from inference_capacity.resolve import resolve
 from inference_capacity.risks import (
     HOST_BASE_BYTES,
@@ -150,6 +152,11 @@ def test_a_plan_made_cold_counts_the_compile_and_is_not_at_risk() -> None:
     assert f"{peak / GiB:.2f} GiB" in risk.detail
     warm = _cache_risk(_plan(), {"name": "vllm"}, [])
     assert warm.at_risk and "compileCache: cold" in warm.detail
+    # a multimodal model's runner embeds outside the compiled graph: nothing to count
+    vl = make_plan(replace(cold.input, model=load_model("google/gemma-3-4b-it")))
+    assert vl.prediction.ranks[0].compile_peak == 0
+    none = _cache_risk(vl, {"name": "vllm"}, [])
+    assert not none.at_risk and "nothing to count" in none.detail
     icap["spec"]["engine"]["compileCache"] = "tepid"
     with pytest.raises(ValueError, match="compileCache"):
         InferenceCapacity.from_manifest(icap)

@@ -438,9 +438,12 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
         detail = "vLLM compiles nothing at startup"
     elif cold:
         peak = max(r.compile_peak for r in plan.prediction.ranks)
-        detail = (
-            "planned cold (spec.engine.compileCache): the compile's peak in vLLM's profile, "
-            f"{peak / GiB:.2f} GiB on the first stage, is counted"
+        detail = "planned cold (spec.engine.compileCache): " + (
+            f"the compile's peak in vLLM's profile, {peak / GiB:.2f} GiB on the first stage, "
+            "is counted"
+            if peak
+            else "no embedding table in the compiled graph here (a multimodal model's runner "
+            "embeds outside it, or the version does not benchmark), nothing to count"
         )
     elif cache is None:
         detail = "the pod's volumes were not read (unknown)"
