@@ -14,6 +14,7 @@ import yaml
 
 from inference_capacity.api import InferenceCapacity
 from inference_capacity.decision import plan_for_target
+from inference_capacity.engines.vllm import cold_compile_loss
 from inference_capacity.model import load_model
 from inference_capacity.planner import make_plan
 from inference_capacity.resolve import resolve
@@ -98,8 +99,21 @@ def test_a_compile_cache_that_goes_with_the_pod_is_a_risk() -> None:
     # no volume that outlives it compiles cold at every start
     plan = _plan()
     bare = _cache_risk(plan, {"name": "vllm"}, [])
-    assert bare.at_risk and bare.margin_bytes is None
+    # the margin: minus the KV a cold boot loses at the plan's own batch (the example's sized
+    # max-num-seqs keeps the warm sampler peak under the compile's embedding copy)
+    i = plan.input
+    engine = replace(i.engine, max_num_seqs=plan.prediction.settings.max_num_seqs)
+    lost = cold_compile_loss(i.model, i.gpu.total_bytes, i.gpu.name, i.tp, i.pp, engine)
+    assert lost > 0 and bare.at_risk and bare.margin_bytes == -lost
+    assert f"{lost / GiB:.2f} GiB smaller" in bare.detail
     assert "/root/.cache/vllm" in bare.detail and "container's filesystem" in bare.detail
+    # at vLLM's default 1,024 sequences on the H100 the warm sampler peak is the larger (the
+    # llm-d sweep's warm and cold boots print the same peak, vllm-startup-105/177): no loss
+    big = make_plan(
+        replace(i, engine=replace(i.engine, max_num_seqs=1024), choose_max_num_seqs=False)
+    )
+    same = _cache_risk(big, {"name": "vllm"}, [])
+    assert not same.at_risk and same.margin_bytes == 0 and "the KV pool is the same" in same.detail
     pvc = [{"name": "cache", "persistentVolumeClaim": {"claimName": "vllm-cache"}}]
     mounted = {"name": "vllm", "volumeMounts": [{"name": "cache", "mountPath": "/root/.cache"}]}
     assert not _cache_risk(plan, mounted, pvc).at_risk

@@ -18,9 +18,10 @@ with its margin in bytes (negative: it happens) and the flag that moves it.
    every start, and vLLM counts a cold compile's freed temporaries as activation in its profile
    (vllm-project/vllm#54122, open: ``profile_run`` compiles inside ``memory_profiling``), so its
    KV pool is smaller than the plan, which is a warm boot's (``vllm-startup-171/173``: 0.99 GiB
-   on Qwen3-8B); the margin is unknown, the risk is the cache directory on no volume that
-   outlives the pod (:func:`compile_cache_state`) under a warm plan: ``spec.engine.
-   compileCache: cold`` plans the compile's peak (engines/vllm.py::cold_compile_bytes).
+   on Qwen3-8B); at risk where the cache directory is on no volume that outlives the pod
+   (:func:`compile_cache_state`) under a warm plan and a cold boot loses KV (the margin: minus
+   what it loses, engines/vllm.py::cold_compile_loss; none where the warm profile peak is the
+   larger); ``spec.engine.compileCache: cold`` plans the compile's peak.
 7. ``host`` (CPU memory): the pod's memory limit (else request) against the load-time host peak
    (:func:`host_peak_bytes`, the one estimate: the risk, ``plan -o patch`` and the operator's
    ``spec.policy.setMemoryRequest`` all read it).
@@ -32,10 +33,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from .engines.versions import Era
+from .engines.vllm import cold_compile_loss
 from .engines.vllm_flag_table import flag_table
 from .planner import Plan
 from .units import GiB
@@ -434,6 +436,7 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
     cache = (host or HostInput()).compile_cache
     cold = plan.input.engine.compile_cache == "cold"
     at_risk = False
+    margin: int | None = None
     if plan.prediction.settings.era is Era.V0 or plan.input.engine.enforce_eager:
         detail = "vLLM compiles nothing at startup"
     elif cold:
@@ -456,19 +459,27 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
         )
     else:
         where = "the container's filesystem" if cache.volume is None else f"volume {cache.volume}"
-        at_risk = True
-        detail = (
-            f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod "
+        i = plan.input
+        # the plan's own batch: its max-num-seqs sizes the warm profile's sampler peak
+        engine = replace(i.engine, max_num_seqs=plan.prediction.settings.max_num_seqs)
+        lost = cold_compile_loss(i.model, i.gpu.total_bytes, i.gpu.name, i.tp, i.pp, engine)
+        margin = -lost
+        at_risk = lost > 0
+        head = f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod "
+        detail = head + (
             "compiles cold, and vLLM counts a cold compile's temporaries as activation "
-            "(vllm-project/vllm#54122), so its KV pool is smaller than this warm plan (Qwen3-8B "
-            "on an RTX 4090: 0.99 GiB) for the pod's life; spec.engine.compileCache: cold "
-            "plans it"
+            f"(vllm-project/vllm#54122), so its KV pool is {lost / GiB:.2f} GiB smaller than "
+            "this warm plan for the pod's life (engines/vllm.py::cold_compile_bytes); "
+            "spec.engine.compileCache: cold plans it"
+            if at_risk
+            else "compiles cold, but here the compile's largest copy stays under the warm "
+            "profile peak: the KV pool is the same"
         )
     flag = (
         "a PersistentVolumeClaim (or hostPath) mounted at VLLM_CACHE_ROOT / "
         "spec.engine.compileCache: cold / --enforce-eager"
     )
-    return Risk("compileCache", "gpu", None, at_risk, flag, detail)
+    return Risk("compileCache", "gpu", margin, at_risk, flag, detail)
 
 
 def _host(plan: Plan, host: HostInput | None) -> Risk:

@@ -2272,6 +2272,18 @@ def _cold_compile(
     return cold_compile_bytes(embedding_bytes, su.T, shape.hidden_size, tp, rs.dtype_bytes)
 
 
+def cold_compile_loss(
+    shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int, settings: EngineSettings
+) -> int:
+    """The KV bytes a rank's pool loses when the engine at ``settings`` boots cold instead of
+    warm: the largest :attr:`RankPrediction.compile_excess` of the same prediction made cold
+    (0 where the warm profile peak is the larger everywhere)."""
+    cold = predict_startup(
+        shape, total_bytes, gpu_name, tp, pp, replace(settings, compile_cache="cold")
+    )
+    return max((r.compile_excess for r in cold.ranks), default=0)
+
+
 def _next_power_of_2(n: int) -> int:
     """The smallest power of two >= ``n`` (triton's ``next_power_of_2``; 1 for n <= 1)."""
     return 1 << max(0, n - 1).bit_length()
