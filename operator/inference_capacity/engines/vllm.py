@@ -90,6 +90,24 @@ NON_TORCH_TP1 = {
     Era.V1_CG: 0.25,
     Era.V1_CONSUMED: 0.27,
 }
+#: The same on an Ampere GA10x or Ada GPU (compute capability 8.6 / 8.9: A40, A10, RTX A5000 and
+#: A6000, RTX 3090/4090, L4, L40S, RTX 6000 Ada) from 0.11 (:data:`SMALL_NON_TORCH_ERAS`):
+#: *fitted* on ``vllm-startup-175`` (A40, vLLM 0.26.0, TP1: "0.08 GiB for non-torch memory").
+#: The TP1 logs that print the term split by architecture: Hopper and datacenter Blackwell
+#: 0.16–0.27 (the 0.19.0 H100 sweep, 0.25; a B300 on 0.26.0, 0.25 with the V1 runner,
+#: ``vllm-startup-169``), these cards about a third of it (the A40 above; the two RTX 4090
+#: boots of vLLM 0.27.1, ``vllm-startup-171``/``173``, hold 0.27 GiB of consumed memory
+#: beyond their weights where 0.16 is the V2 sampler's state from the code, so 0.11 of
+#: non-torch: out of sample). No code gives either figure (driver memory the profile sees
+#: grow: kernel images, library handles). The A100 (8.0) keeps the general figure, which its
+#: 0.19.0 log (``vllm-startup-017``) fits better (+0.22 % of KV against +0.69 %); so do the
+#: SM12x cards (RTX 5090, RTX PRO), whose logs disagree.
+NON_TORCH_TP1_SM86_SM89 = 0.08
+#: the compute capabilities :data:`NON_TORCH_TP1_SM86_SM89` applies to
+SMALL_NON_TORCH_CAPABILITIES = frozenset({(8, 6), (8, 9)})
+#: the eras it applies to (0.11 on; the older V1 and V0 figures came from logs of every kind of
+#: GPU)
+SMALL_NON_TORCH_ERAS = frozenset({Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED})
 #: NCCL channel/proxy buffers allocated lazily at the first collective (TP ≥ 2): 2.07 GiB at
 #: TP2 and 2.17 GiB at TP4 (0.19.0 H100 logs), ~1.38 at TP2 on H200 (0.11). NVLink GPUs and GPUs
 #: the catalog does not know only: see :data:`PCIE_TP_INIT_SCALE` for PCIe-only ones.
@@ -1002,10 +1020,19 @@ def sampler_peak(
     return hidden + max(logits, gathered + fp32)
 
 
-def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = False) -> int:
+def non_torch(
+    era: Era,
+    tp: int,
+    pp: int,
+    nccl_groups: int = 0,
+    pcie: bool = False,
+    compute_capability: tuple[int, int] | None = None,
+) -> int:
     """Non-torch memory at the profile; ``nccl_groups``: the DP/EP communicators
     (:func:`dp_ep_nccl_groups`), each adding :data:`NCCL_GROUP_PROFILE_GIB` in V1; ``pcie``: a
-    PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`), whose TP communicators add nothing measurable."""
+    PCIe-only GPU (:data:`PCIE_TP_INIT_SCALE`), whose TP communicators add nothing measurable;
+    ``compute_capability``: the GPU's; 8.6 and 8.9 (Ampere GA10x, Ada) take
+    :data:`NON_TORCH_TP1_SM86_SM89` at TP = PP = 1 from 0.11 (None: the general figure)."""
     extra = nccl_groups * NCCL_GROUP_PROFILE_GIB if era is not Era.V0 else 0.0
     if tp >= 2 and pcie and era is not Era.V0:
         return gib(NON_TORCH_TP1[era] + extra)
@@ -1015,6 +1042,8 @@ def non_torch(era: Era, tp: int, pp: int, nccl_groups: int = 0, pcie: bool = Fal
         return gib(NON_TORCH_TP1[era] + 0.2)
     if pp >= 2:
         return gib(NON_TORCH_PP_ONLY + extra)
+    if era in SMALL_NON_TORCH_ERAS and compute_capability in SMALL_NON_TORCH_CAPABILITIES:
+        return gib(NON_TORCH_TP1_SM86_SM89 + extra)
     return gib(NON_TORCH_TP1[era] + extra)
 
 
@@ -2452,7 +2481,7 @@ def _predict_stage(
     compile_peak = _cold_compile(shape, settings, su, stage, tp, w.by_group.get("embedding", 0))
     compile_excess = max(0, compile_peak - act)
     act += compile_excess
-    nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie)
+    nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie, _compute_capability(gpu_name))
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
     groups = sum(1 for g in layout.groups if g.kind in _STANDARD_ATTENTION)
     workspaces = flashinfer_workspaces(
