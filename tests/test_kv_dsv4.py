@@ -210,8 +210,10 @@ def test_flash_plans_on_h200_tp2_with_the_packed_layout() -> None:
     ("version", "kv", "block_size", "match"),
     [
         ("0.19.0", "fp8", None, "no DeepSeek-V4"),
-        ("0.22.0", "fp8", None, "read for 0.24–0.26 only"),
-        ("0.27.0", "fp8", None, "read for 0.24–0.26 only"),
+        ("0.22.0", "fp8", None, "read for 0.24–0.28 only"),
+        ("0.29.0", "fp8", None, "read for 0.24–0.28 only"),
+        ("0.33.0", "fp8", None, "read for 0.24–0.28 only"),
+        ("0.28.0", "auto", None, "only supports fp8 kv-cache"),
         ("0.25.0", "auto", None, "only supports fp8 kv-cache"),
         ("0.25.0", "fp8", 64, "256 only"),
     ],
@@ -221,3 +223,95 @@ def test_flash_refusals_name_the_reason(
 ) -> None:
     with pytest.raises(SettingsError, match=match):
         _plan(version, kv, block_size)
+
+
+# --- vLLM 0.27.1 / 0.28.0 (ledger/kv_dsv4.py's docstring: the packing read against 0.26.0) ----
+
+
+def test_027_packs_by_the_largest_group() -> None:
+    """0.27.1 and 0.28.0: ``_get_kv_cache_groups_uniform_groups`` keeps each sliding kind's own
+    page, ``_get_packed_kv_cache_layout``'s block stride is the largest group's page sum and
+    ``get_max_concurrency_for_kv_cache_config`` sums the groups' page counts."""
+    old = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
+    new = dsv4_layout(
+        flash_counts(), head_dim=512, index_head_dim=128, window=128, group_stride=True
+    )
+    # the full MLA group: 21 C4 pages + 21 indexer pages + 20 C128 pages
+    assert new.bytes_per_block == 21 * 37_440 + 21 * 8_640 + 20 * 1_728 == 1_002_240
+    assert new.bytes_per_block == max(g.page_sum for g in new.groups)
+    # the C4 compressor-state group keeps its 32,832 and 8,640 B pages (0.26 padded both up to
+    # MLA pages: 37,440 and 8,640)
+    states = [g for g in new.groups if g.window == 8]
+    assert states and set(states[0].pages) == {32_832, 8_640}
+    # the groups: full, the SWA layers split in two (22 + 21), the C4 and the C128 states
+    assert [len(g.pages) for g in new.groups] == [62, 22, 21, 42, 20]
+    # blocks a request needs at 65,536 tokens with 2 × 8,192 in flight: 256 full + 2 × 259 SWA
+    # (cdiv(127 + 16,384, 64) + 1) + 4,099 C4 states (cdiv(7 + 16,384, 4) + 1) + 2,065 C128
+    # states (cdiv(127 + 16,384, 8) + 1)
+    L, in_flight = 65_536, 2 * 8192
+    assert new.blocks_per_request(L, in_flight) == 256 + 2 * 259 + 4099 + 2065 == 6938
+    # at 60 GiB: 64,280 blocks (61,965 at 0.26's 1,039,680 B a block); tokens = blocks / need × L
+    blocks = new.num_blocks(60 * GiB)
+    assert blocks == 60 * GiB // 1_002_240 == 64_280
+    assert old.num_blocks(60 * GiB) == 61_965
+    assert int(blocks / 6938 * L) == 607_185
+    # the start check (_max_memory_usage_bytes_from_groups) is the same text: the same bytes
+    for length in (30_000, 65_536, 1_048_576):
+        assert new.bytes_for_request(length, 16_384) == old.bytes_for_request(length, 16_384)
+
+
+def test_model_buffers_by_version() -> None:
+    """DeepseekV4Model.__init__'s buffers (models/deepseek_v4/nvidia/model.py), in "Model loading
+    took": at T = 8,192 and TP2, 0.26 holds the top-k indices (8,192 × 512 int32, 16 MiB) and the
+    MTP hidden buffer (8,192 × hc_mult 4 × hidden 4,096 bf16, 256 MiB); 0.27.1 drops the latter
+    without a speculator and adds DeepseekV4EagerScratchPool: the padded q (8,192 × 64 heads ×
+    512 bf16, 512 MiB) and the largest aux view set, the MXFP4 indexer q (8,192 × 64 × 64 B +
+    8,192 × 64 × 4 B + 8,192 × 64 fp32 = 36 MiB)."""
+    from inference_capacity.engines.vllm import dsv4_model_buffer_bytes
+    from inference_capacity.engines.vllm_rules import VllmRules
+
+    shape = flash()
+    T = 8192
+    topk = T * 512 * 4
+    r26, r27, r28 = (VllmRules.for_version(v) for v in ("0.26.0", "0.27.1", "0.28.0"))
+    assert dsv4_model_buffer_bytes(shape, r26, T, 2, True, 2) == topk + T * 4 * 4096 * 2
+    assert dsv4_model_buffer_bytes(shape, r26, T, 2, False, 2) == topk
+    scratch = T * 64 * 512 * 2 + (T * 64 * 64 + T * 64 * 4 + T * 64 * 4)
+    assert dsv4_model_buffer_bytes(shape, r27, T, 2, True, 2) == topk + scratch
+    assert dsv4_model_buffer_bytes(shape, r28, T, 2, True, 2) == topk + scratch
+    assert (topk + scratch) / GiB == pytest.approx(0.551, abs=0.001)
+    # every other model: none
+    assert dsv4_model_buffer_bytes(load_model("Qwen/Qwen3-8B"), r27, T, 1, True, 2) == 0
+
+
+@pytest.mark.parametrize("version", ["0.27.1", "0.28.0"])
+def test_flash_plans_on_027_and_028(version: str) -> None:
+    p = _plan(version)
+    assert p.starts
+    r = p.ranks[p.binding_rank]
+    assert r.layout.bytes_per_block == 1_002_240
+    assert p.num_gpu_blocks == r.available_kv // 1_002_240
+    T = p.settings.max_num_batched_tokens
+    need = r.layout.blocks_per_request(1_048_576, 2 * T)
+    # full cdiv(1,048,576, 256) = 4,096, and the sliding groups as at 65,536 tokens
+    assert need == 4096 + 2 * (-(-(127 + 2 * T) // 64) + 1) + (-(-(7 + 2 * T) // 4) + 1) + (
+        -(-(127 + 2 * T) // 8) + 1
+    )
+    assert p.kv_cache_tokens == int(p.num_gpu_blocks / need * 1_048_576)
+    # the buffers are weights ("Model loading took"), and 0.28.0 runs DeepSeek-V4 on the V2
+    # runner by default (config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)
+    assert r.weights.by_group["dsv4_buffers"] == T * 512 * 4 + T * 64 * 512 * 2 + T * 64 * 72
+    assert p.settings.v2_runner is (version == "0.28.0")
+
+
+def test_more_than_128_query_heads_a_rank_is_refused() -> None:
+    """flashmla.py::get_padded_num_q_heads (0.24.0–0.28.0): 'DeepseekV4 FlashMLA does not support
+    {n} heads (FP8 decode kernel requires h_q in {64, 128})' beyond 128 heads a rank."""
+    from dataclasses import replace
+
+    wide = replace(flash(), num_attention_heads=256)
+    s = EngineSettings(version="0.27.1", kv_cache_dtype="fp8", max_model_len=65_536)
+    with pytest.raises(SettingsError, match="256 query heads a rank"):
+        predict_startup(wide, H200.total_bytes, H200.name, 1, 1, s)
+    # at TP2 each rank holds 128: planned
+    assert predict_startup(wide, H200.total_bytes, H200.name, 2, 1, s) is not None

@@ -466,9 +466,9 @@ def test_batched_tokens_below_max_num_seqs_is_refused() -> None:
 
 
 #: flags a family cannot start without, as its vLLM recipe gives them: DeepSeek-V4's FlashMLA
-#: layout needs an fp8 KV cache, and its KV planning was read for 0.24–0.26 (engines/vllm.py::
+#: layout needs an fp8 KV cache, and its KV planning was read for 0.24–0.28 (engines/vllm.py::
 #: check_deepseek_v4 refuses the rest, naming why)
-REQUIRED_FLAGS: dict[str, tuple[str, str]] = {"deepseek_v4": ("fp8", "0.25.0")}
+REQUIRED_FLAGS: dict[str, tuple[str, str]] = {"deepseek_v4": ("fp8", "0.28.0")}
 
 
 @pytest.mark.parametrize("name", catalog_names())

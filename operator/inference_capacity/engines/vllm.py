@@ -635,15 +635,23 @@ def _gpu_family(gpu_name: str) -> str:
 
 
 def check_deepseek_v4(
-    v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str, pp: int, s: EngineSettings
+    v: Version,
+    shape: ModelShape,
+    gpu_name: str,
+    kv_cache_dtype: str,
+    tp: int,
+    pp: int,
+    s: EngineSettings,
 ) -> None:
     """Refuse the DeepSeek-V4 setups the ledger has not read (a SettingsError names it).
 
-    Modelled: vLLM 0.24.x–0.26.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
+    Modelled: vLLM 0.24.x–0.28.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
     _select_dsv4_attn_cls`` picks FlashInfer on SM12x), an fp8 KV cache (``auto`` trips
-    ``_resolve_dsv4_kv_cache_dtype``'s assertion there), block size 256 (the backend's only
-    kernel block size), one pipeline stage and no speculative decoding (the MTP draft layer
-    joins the KV groups as a 44th sliding layer; not modelled)."""
+    ``_resolve_dsv4_kv_cache_dtype``'s assertion there; 0.33 resolves it to fp8, not read
+    whole), block size 256 (the backend's only kernel block size), at most 128 query heads a
+    rank (``flashmla.py::get_padded_num_q_heads`` raises beyond), one pipeline stage and no
+    speculative decoding (the MTP draft layer joins the KV groups as a 44th sliding layer; not
+    modelled)."""
     if shape.model_type != "deepseek_v4":
         return
     rules = VllmRules.for_version(v)
@@ -651,7 +659,7 @@ def check_deepseek_v4(
         raise SettingsError(f"vLLM {v} has no DeepSeek-V4 (added in 0.20.0)")
     if not rules.deepseek_v4_read:
         raise SettingsError(
-            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.26 only "
+            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.28 only "
             "(ledger/kv_dsv4.py); this release is not modelled"
         )
     if _gpu_family(gpu_name) not in ("hopper", "blackwell"):
@@ -673,6 +681,12 @@ def check_deepseek_v4(
         raise SettingsError("DeepSeek-V4 with pipeline parallelism is not modelled")
     if s.speculative is not None:
         raise SettingsError("DeepSeek-V4 with speculative decoding (MTP) is not modelled")
+    if shape.num_attention_heads // tp > 128:
+        raise SettingsError(
+            f"DeepSeek-V4 with {shape.num_attention_heads // tp} query heads a rank: vLLM's "
+            "FlashMLA backend raises 'DeepseekV4 FlashMLA does not support ... heads (FP8 decode "
+            "kernel requires h_q in {64, 128})'; raise --tensor-parallel-size"
+        )
 
 
 def default_block_size(v: Version, shape: ModelShape, gpu_name: str, kv_cache_dtype: str) -> int:
@@ -1949,6 +1963,58 @@ def deepstack_buffer_bytes(
     return shape.deepstack_levels * max_num_batched_tokens * shape.hidden_size * dtype
 
 
+#: models/deepseek_v4/eager_scratch.py (0.27.1, 0.28.0): ``DeepseekV4EagerScratchPool._ALIGNMENT``
+#: and fused_indexer_q.py ``MXFP4_BLOCK_SIZE``
+DSV4_SCRATCH_ALIGNMENT = 256
+DSV4_MXFP4_BLOCK = 32
+
+
+def _dsv4_packed(specs: tuple[tuple[int, int], ...]) -> int:
+    """``DeepseekV4EagerScratchPool._packed_size``: (elements, itemsize) views, each started on a
+    256-B boundary, the total rounded up to one."""
+    a, off = DSV4_SCRATCH_ALIGNMENT, 0
+    for elements, itemsize in specs:
+        off = -(-off // a) * a + elements * itemsize
+    return -(-off // a) * a
+
+
+def dsv4_model_buffer_bytes(
+    shape: ModelShape, rules: VllmRules, T: int, tp: int, last: bool, dtype_bytes: int
+) -> int:
+    """DeepSeek-V4's model-wide buffers on a rank, allocated by ``DeepseekV4Model.__init__``
+    (models/deepseek_v4/nvidia/model.py) while the model loads, so in vLLM's "Model loading took"
+    (0 for every other model), T = max-num-batched-tokens:
+
+    * ``topk_indices_buffer``: T × ``index_topk`` int32 (0.24.0–0.28.0);
+    * ``_mtp_hidden_buffer`` on the last PP rank: T × ``hc_mult`` × hidden in the model dtype
+      (0.24–0.26 always, :attr:`VllmRules.dsv4_mtp_hidden_buffer`; 0.27.1 only for an EAGLE or
+      draft-model speculator, which the ledger refuses for DeepSeek-V4);
+    * from 0.27 ``DeepseekV4EagerScratchPool`` (:attr:`VllmRules.dsv4_eager_scratch`): the
+      padded q, T × P × head_dim bf16 with P = 64 local heads or fewer → 64, else 128 (FlashMLA's
+      ``get_padded_num_q_heads``; more than 128 it raises, and ``check_deepseek_v4`` refuses),
+      and one uint8 storage of the largest of three 256-B-aligned view sets: the MXFP4 indexer
+      q (T × index_n_heads × index_head_dim / 2, its scales / 32 and T × index_n_heads fp32
+      weights), the global top-k (T × index_topk and T int32), the compressor scratch
+      (T × head_dim fp32)."""
+    d = shape.dsv4
+    if d is None:
+        return 0
+    out = T * d.index_topk * 4
+    if rules.dsv4_mtp_hidden_buffer and last:
+        out += T * d.hc_mult * shape.hidden_size * dtype_bytes
+    if rules.dsv4_eager_scratch:
+        local = shape.num_attention_heads // tp
+        padded = 64 if local <= 64 else 128
+        out += T * padded * shape.head_dim * 2
+        ih = d.index_n_heads
+        ihd = max((g.attention.index_head_dim for g in shape.layer_groups), default=0)
+        fp4 = ((T * ih * ihd // 2, 1), (T * ih * (ihd // DSV4_MXFP4_BLOCK), 1), (T * ih, 4))
+        top = ((T * d.index_topk, 4), (T, 4))
+        comp = ((T * shape.head_dim, 4),)
+        out += max(_dsv4_packed(fp4), _dsv4_packed(top), _dsv4_packed(comp))
+    return out
+
+
 def _fmt_gib(b: int) -> str:
     return f"{b / GiB:.2f}"
 
@@ -2030,7 +2096,7 @@ def _setup(
     settings: EngineSettings,
 ) -> _Setup:
     rs = resolve_settings(shape, total_bytes, gpu_name, settings)
-    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, pp, settings)
+    check_deepseek_v4(rs.version, shape, gpu_name, rs.kv_cache_dtype, tp, pp, settings)
     if shape.moe_latent_size and not rs.rules.nemotron_latent_moe:
         raise SettingsError(
             f"moe_latent_size {shape.moe_latent_size} (Nemotron-H LatentMoE) needs vLLM 0.13 or "
@@ -2472,6 +2538,9 @@ def _predict_stage(
     buffers = deepstack_buffer_bytes(shape, settings, era, T, rs.dtype_bytes)
     if buffers:
         w = replace(w, by_group={**w.by_group, "deepstack": buffers})
+    dsv4_buffers = dsv4_model_buffer_bytes(shape, rs.rules, T, tp, last, rs.dtype_bytes)
+    if dsv4_buffers:
+        w = replace(w, by_group={**w.by_group, "dsv4_buffers": dsv4_buffers})
     act = max(fwd, samp) + moe
     prof = _mm_profile(shape, settings, rs, tp) if stage == 0 else None
     mm = prof.extra_over(act) if prof is not None else 0
@@ -2635,6 +2704,7 @@ def _stages_layout(
         hybrid_manager=su.hybrid_manager,
         align=su.align,
         kv_format=kv_token_format(rs.kv_cache_dtype),
+        dsv4_group_stride=rs.rules.dsv4_group_stride,
     )
 
 

@@ -30,6 +30,10 @@ V2_RUNNER_MOE_DEFAULTS_0_25 = frozenset(
 V2_RUNNER_DEFAULTS_0_22 = frozenset({"Qwen3ForCausalLM"})
 V2_RUNNER_DEFAULTS_0_23 = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"})
 V2_RUNNER_DEFAULTS_0_24 = V2_RUNNER_DEFAULTS_0_23 | V2_RUNNER_MOE_DEFAULTS_0_25
+#: 0.28.0 adds DeepseekV4ForCausalLM on CUDA (``_get_default_v2_model_runner_architectures``
+#: removes it on ROCm, where the ledger refuses DeepSeek-V4). 0.26.0 and 0.27.1 add Inkling,
+#: KimiK3 and LongcatFlashNgram, architectures the ledger does not plan.
+V2_RUNNER_DEFAULTS_0_28 = V2_RUNNER_MOE_DEFAULTS_0_25 | frozenset({"DeepseekV4ForCausalLM"})
 
 #: Speculative methods the V2 runner takes (config/vllm.py::
 #: _get_v2_model_runner_unsupported_features): 0.24.0 eagle, eagle3, mtp, dflash (0.25.0 and
@@ -342,10 +346,25 @@ class VllmRules:
     nemotron_latent_moe: bool
     #: vllm/model_executor/models/deepseek_v4.py ships from 0.20.0 (0.19.x has no DeepSeek-V4)
     deepseek_v4_exists: bool
-    #: DeepSeek-V4's KV planning was read (ledger/kv_dsv4.py) for 0.24.0, 0.25.0 and 0.26.0
-    #: (fp8_ds_mla identical; 0.26's sliding windows hold ``max_in_flight_tokens``); 0.20–0.23
-    #: (other code) and 0.27+ were not read
+    #: DeepSeek-V4's KV planning was read (ledger/kv_dsv4.py) for 0.24.0, 0.25.0, 0.26.0,
+    #: 0.27.1 and 0.28.0 (fp8_ds_mla identical; 0.26's sliding windows hold
+    #: ``max_in_flight_tokens``); 0.20–0.23 (other code) and 0.29+ (0.33's planner moved to
+    #: v1/core/kv_cache_planning.py, its start check changed) were not read
     deepseek_v4_read: bool
+    #: DeepSeek-V4's packing of 0.27+ (ledger/kv_dsv4.py::dsv4_layout ``group_stride``:
+    #: unpadded sliding pages, the largest group's page sum a block, a request's blocks summed;
+    #: ``_get_packed_kv_cache_layout``, ``get_max_concurrency_for_kv_cache_config`` in the
+    #: 0.27.1 and 0.28.0 sources)
+    dsv4_group_stride: bool
+    #: DeepSeek-V4's model-wide buffers, allocated when the model is built (so inside "Model
+    #: loading took"; models/deepseek_v4/nvidia/model.py ``DeepseekV4Model.__init__``): the
+    #: ``_mtp_hidden_buffer`` on the last PP rank in 0.24–0.26 (0.27.1 allocates it only for an
+    #: EAGLE/draft-model speculator) ...
+    dsv4_mtp_hidden_buffer: bool
+    #: ... and from 0.27 ``DeepseekV4EagerScratchPool`` (models/deepseek_v4/eager_scratch.py,
+    #: 0.27.1 and 0.28.0 identical; allocated unless micro-batching); the ``topk_indices_buffer``
+    #: in every release read
+    dsv4_eager_scratch: bool
     #: Qwen3-VL / Qwen3.5's dummy video (models/qwen3_vl.py: ``Qwen3VLDummyInputsBuilder.
     #: get_dummy_mm_data`` and ``get_max_video_tokens``, 2 frames at the video processor's
     #: longest_edge // temporal_patch_size) was read in 0.20.0, 0.21.0, 0.24.0 and 0.28.0
@@ -377,7 +396,9 @@ def _rules(v: Version) -> VllmRules:
         landed between a pre-release and the release)."""
         return k > first or (k == first and not v.prerelease)
 
-    if at((0, 25, 0)):
+    if at((0, 28, 0)):
+        v2_archs = V2_RUNNER_DEFAULTS_0_28
+    elif at((0, 25, 0)):
         v2_archs = V2_RUNNER_MOE_DEFAULTS_0_25
     elif at((0, 24, 0)):
         v2_archs = V2_RUNNER_DEFAULTS_0_24
@@ -467,6 +488,9 @@ def _rules(v: Version) -> VllmRules:
         vocab_lora=at((0, 20, 0)),
         nemotron_latent_moe=at((0, 13, 0)),
         deepseek_v4_exists=at((0, 20, 0)),
-        deepseek_v4_read=between((0, 24, 0), (0, 27, 0)),
+        deepseek_v4_read=between((0, 24, 0), (0, 29, 0)),
+        dsv4_group_stride=at((0, 27, 0)),
+        dsv4_mtp_hidden_buffer=between((0, 24, 0), (0, 27, 0)),
+        dsv4_eager_scratch=at((0, 27, 0)),
         qwen3_video_dummy_read=between((0, 20, 0), (0, 29, 0)),
     )

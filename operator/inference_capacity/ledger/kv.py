@@ -162,8 +162,12 @@ def kv_layout(
     hybrid_manager: bool = True,
     align: int | None = None,
     kv_format: str = "",
+    dsv4_group_stride: bool = False,
 ) -> KvLayout:
     """Group this rank's layers as vLLM does and size one block.
+
+    ``dsv4_group_stride``: DeepSeek-V4's packing as vLLM 0.27+ plans it
+    (:func:`~.kv_dsv4.dsv4_layout`'s ``group_stride``).
 
     ``align``: the unit a hybrid model's block size is raised in (default ``block_size``);
     Mamba "all" prefix-caching mode needs multiples of ``lcm(chunk_size, block_size)``.
@@ -187,7 +191,9 @@ def kv_layout(
     if not cached:
         return KvLayout((), 0, 0, block_size, 0, 0)
     if any(layer.compress_ratio for layer, _ in cached):
-        return _dsv4_kv_layout(cached, kv_bytes, per_token, hybrid_manager, kv_format)
+        return _dsv4_kv_layout(
+            cached, kv_bytes, per_token, hybrid_manager, kv_format, dsv4_group_stride
+        )
     if not hybrid_manager:
         attn = [(layer, n) for layer, n in cached if layer.kind is not AttnKind.MAMBA]
         n_attn = sum(n for _, n in attn)
@@ -256,7 +262,12 @@ def kv_layout(
 
 
 def _dsv4_kv_layout(
-    cached: Layers, kv_bytes: int, per_token: int, hybrid_manager: bool, kv_format: str
+    cached: Layers,
+    kv_bytes: int,
+    per_token: int,
+    hybrid_manager: bool,
+    kv_format: str,
+    group_stride: bool = False,
 ) -> KvLayout:
     """DeepSeek-V4: vLLM's packed layout, for the fp8_ds_mla format its FlashMLA backend takes
     (an fp8 ``--kv-cache-dtype``, which ``_resolve_dsv4_kv_cache_dtype`` rewrites to it)."""
@@ -273,7 +284,9 @@ def _dsv4_kv_layout(
         counts[layer.compress_ratio] = counts.get(layer.compress_ratio, 0) + n
     first = cached[0][0]
     index_head = max(layer.index_head_dim for layer, _ in cached)
-    packed = dsv4_layout(counts, first.latent_dim, index_head, first.window)
+    packed = dsv4_layout(
+        counts, first.latent_dim, index_head, first.window, group_stride=group_stride
+    )
     groups = tuple(
         KvGroup(
             AttnKind.SLIDING if g.window else AttnKind.MLA,

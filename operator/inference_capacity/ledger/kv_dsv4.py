@@ -29,6 +29,19 @@ FlashMLA uses on SM90/SM100, the default DeepSeek-V4 backend there):
   available // Σ page × slots``), ``get_max_concurrency_for_kv_cache_config`` (the logged
   concurrency and ``GPU KV cache size``) and ``_max_memory_usage_bytes_from_groups`` (the
   start check and the estimated maximum length).
+
+vLLM 0.27.1 and 0.28.0 (read against 0.26.0; 0.27.0 not read, taken as 0.27.1) keep every
+spec above, the grouping keys, ``_approximate_gcd`` and the start check, and change three
+things (``group_stride`` of :func:`dsv4_layout`):
+
+* ``_get_kv_cache_groups_uniform_groups`` no longer pads a sliding page to an MLA page ("The
+  packed block planner overlays groups, so their page sizes do not need to match"): each kind
+  keeps its own aligned page;
+* ``_get_kv_cache_config_packed`` divides the memory by ``_get_packed_kv_cache_layout``'s
+  block stride, the largest group's sum of pages (the groups overlay one another in a block),
+  not by Σ page × slots over the page sizes;
+* ``get_max_concurrency_for_kv_cache_config`` counts a request's blocks as Σ over the groups
+  of ``cdiv(max_memory_usage_bytes, page_size_bytes)``, each group's own pages, unweighted.
 """
 
 from __future__ import annotations
@@ -114,15 +127,21 @@ class Dsv4Layout:
     """The packed KV layout of one rank."""
 
     groups: tuple[Dsv4Group, ...]
-    bytes_per_block: int  # Σ page × slots over the page-size buckets
+    #: Σ page × slots over the page-size buckets (≤ 0.26); the largest group's page sum (0.27+)
+    bytes_per_block: int
     slots: tuple[tuple[int, int], ...]  # (page bytes, slots), largest page first
+    #: 0.27+: a request's blocks are the groups' page counts summed, unweighted
+    blocks_summed: bool = False
 
     def num_blocks(self, available: int) -> int:
         return max(0, available) // self.bytes_per_block
 
     def blocks_per_request(self, max_model_len: int, batched_tokens: int) -> int:
         """``get_max_concurrency_for_kv_cache_config``: ``cdiv(n × Σ_g pages_g × page_sum_g,
-        page_sum_0 × n)`` with n the largest group's layer count."""
+        page_sum_0 × n)`` with n the largest group's layer count (≤ 0.26); ``Σ_g pages_g``
+        (0.27+, :attr:`blocks_summed`)."""
+        if self.blocks_summed:
+            return sum(g.max_pages(max_model_len, batched_tokens) for g in self.groups)
         n = max(len(g.pages) for g in self.groups)
         need = n * sum(g.max_pages(max_model_len, batched_tokens) * g.page_sum for g in self.groups)
         return cdiv(need, self.groups[0].page_sum * n)
@@ -175,11 +194,14 @@ def dsv4_layout(
     index_head_dim: int,
     window: int,
     block_size: int = DSV4_BLOCK_SIZE,
+    group_stride: bool = False,
 ) -> Dsv4Layout:
     """Group and pack one rank's DeepSeek-V4 caches as vLLM does.
 
     ``ratio_counts``: layers per effective compress ratio (1: sliding window only; 4: CSA with
-    the indexer; 128: HCA). Ratios other than 1, 4 and 128 are refused, as vLLM does."""
+    the indexer; 128: HCA). Ratios other than 1, 4 and 128 are refused, as vLLM does.
+    ``group_stride``: vLLM 0.27+'s planning (the module docstring): unpadded sliding pages, the
+    largest group's page sum a block, a request's blocks summed over the groups."""
     bad = sorted(r for r, n in ratio_counts.items() if n and r not in (1, 4, 128))
     if bad:
         raise ValueError(f"DeepSeek-V4 compress ratios {bad}: vLLM supports 0/1, 4 and 128")
@@ -212,6 +234,9 @@ def dsv4_layout(
     for b, w, kinds in sliding:
         padded: dict[int, int] = {}
         for pg, n in kinds:
+            if group_stride:  # 0.27+: each kind keeps its own page
+                padded[pg] = padded.get(pg, 0) + n
+                continue
             bigger = [x for x in full_pages if x >= pg]
             if not bigger:
                 raise ValueError(f"DeepSeek-V4: a {pg} B sliding page exceeds every MLA page")
@@ -230,8 +255,10 @@ def dsv4_layout(
         for pg, n in Counter(g.pages).items():
             slots[pg] = max(slots.get(pg, 0), n)
     per_block = sum(pg * n for pg, n in slots.items())
+    if group_stride:  # _get_packed_kv_cache_layout: the groups overlay one another in a block
+        per_block = max(g.page_sum for g in groups)
     ordered = tuple(sorted(slots.items(), reverse=True))
-    return Dsv4Layout(tuple(groups), per_block, ordered)
+    return Dsv4Layout(tuple(groups), per_block, ordered, blocks_summed=group_stride)
 
 
 def _count(kinds: list[tuple[int, int]]) -> Counter[int]:

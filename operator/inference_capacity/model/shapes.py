@@ -279,6 +279,17 @@ class Quantization:
 
 
 @dataclass(frozen=True, slots=True)
+class Dsv4Dims:
+    """The DeepSeek-V4 config fields its model-wide buffers are sized by
+    (engines/vllm.py::dsv4_model_buffer_bytes): ``hc_mult`` (the hyper-connection streams),
+    ``index_n_heads`` and ``index_topk`` (the indexer's query heads and top-k)."""
+
+    hc_mult: int
+    index_n_heads: int
+    index_topk: int
+
+
+@dataclass(frozen=True, slots=True)
 class HeaderWeights:
     """The checkpoint's bytes from its safetensors headers, next to the config-derived figure.
 
@@ -398,6 +409,8 @@ class ModelShape:
     deepstack_levels: int = 0
     #: Nemotron-H LatentMoE's expert width (``moe_latent_size``; 0: the hidden size)
     moe_latent_size: int = 0
+    #: DeepSeek-V4's buffer dimensions; None for every other model
+    dsv4: Dsv4Dims | None = None
     #: the q/k RMSNorm spans every head (MiniMax-M2's ``MiniMaxText01RMSNormTP``): at TP > 1 its
     #: variance is all-reduced across the ranks in every layer (the step model's extra
     #: collective, :attr:`~inference_capacity.engines.vllm_rules.VllmRules.qk_norm_allreduces`)

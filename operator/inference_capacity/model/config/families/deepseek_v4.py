@@ -41,6 +41,7 @@ from ...layerset import LayerSet, Pattern
 from ...quant import MXFP4_EXPERTS
 from ...shapes import (
     AttnKind,
+    Dsv4Dims,
     Group,
     LayerAttention,
     LayerGroup,
@@ -251,7 +252,7 @@ def deepseek_v4_shape(config: Mapping[str, Any], name: str, dtype: str) -> Model
         sorted((LayerGroup(a, ls) for a, ls in specs.items()), key=lambda g: g.layers.first() or 0)
     )
     mtp = c.integer("num_nextn_predict_layers", 0)
-    notes = ["DeepSeek-V4: KV as vLLM packs it (ledger/kv_dsv4.py, vLLM 0.24–0.25, fp8_ds_mla)"]
+    notes = ["DeepSeek-V4: KV as vLLM packs it (ledger/kv_dsv4.py, vLLM 0.24–0.28, fp8_ds_mla)"]
     if mtp:
         notes.append("MTP (next-n) layers are only loaded with speculative decoding; not counted")
     return ModelShape(
@@ -279,4 +280,6 @@ def deepseek_v4_shape(config: Mapping[str, Any], name: str, dtype: str) -> Model
         quantization=dsv4_quantization(c),
         notes=tuple(notes),
         mtp_layers=mtp,
+        # DeepseekV4Model.__init__ reads both whatever the ratios (its scratch and top-k buffers)
+        dsv4=Dsv4Dims(hc, c.pos("index_n_heads"), c.pos("index_topk")),
     )
