@@ -210,10 +210,10 @@ def test_flash_plans_on_h200_tp2_with_the_packed_layout() -> None:
     ("version", "kv", "block_size", "match"),
     [
         ("0.19.0", "fp8", None, "no DeepSeek-V4"),
-        ("0.22.0", "fp8", None, "read for 0.24–0.28 only"),
-        ("0.29.0", "fp8", None, "read for 0.24–0.28 only"),
-        ("0.33.0", "fp8", None, "read for 0.24–0.28 only"),
+        ("0.22.0", "fp8", None, "read for 0.24–0.33 only"),
         ("0.28.0", "auto", None, "only supports fp8 kv-cache"),
+        ("0.29.0", "auto", None, "only supports fp8 kv-cache"),
+        ("0.33.0", "bfloat16", None, "only supports fp8 kv-cache"),
         ("0.25.0", "auto", None, "only supports fp8 kv-cache"),
         ("0.25.0", "fp8", 64, "256 only"),
     ],
@@ -234,7 +234,7 @@ def test_027_packs_by_the_largest_group() -> None:
     ``get_max_concurrency_for_kv_cache_config`` sums the groups' page counts."""
     old = dsv4_layout(flash_counts(), head_dim=512, index_head_dim=128, window=128)
     new = dsv4_layout(
-        flash_counts(), head_dim=512, index_head_dim=128, window=128, group_stride=True
+        flash_counts(), head_dim=512, index_head_dim=128, window=128, planning="group_stride"
     )
     # the full MLA group: 21 C4 pages + 21 indexer pages + 20 C128 pages
     assert new.bytes_per_block == 21 * 37_440 + 21 * 8_640 + 20 * 1_728 == 1_002_240
@@ -315,3 +315,83 @@ def test_more_than_128_query_heads_a_rank_is_refused() -> None:
         predict_startup(wide, H200.total_bytes, H200.name, 1, 1, s)
     # at TP2 each rank holds 128: planned
     assert predict_startup(wide, H200.total_bytes, H200.name, 2, 1, s) is not None
+
+
+# --- vLLM 0.29.0–0.33.0 (ledger/kv_dsv4.py's docstring: _get_packed_kv_cache_groups) -----------
+
+
+def test_029_groups_flash_as_027_and_reserves_the_null_block() -> None:
+    """0.29–0.33's grouping gives Flash the 0.27 groups, block stride and request blocks; the
+    start check weighs bytes per block × a request's blocks (1,002,240 × 6,938 = 6,953,541,120 B
+    at 65,536 tokens, 7,297,221,888 before) against the memory less one block (the null block),
+    so at 6 GiB the estimated length is 15,656 where the 0.28 rule gives 14,916."""
+    kw = dict(head_dim=512, index_head_dim=128, window=128)
+    old = dsv4_layout(flash_counts(), planning="group_stride", **kw)  # type: ignore[arg-type]
+    new = dsv4_layout(flash_counts(), planning="packed_groups", **kw)  # type: ignore[arg-type]
+    assert [len(g.pages) for g in new.groups] == [len(g.pages) for g in old.groups]
+    assert new.bytes_per_block == old.bytes_per_block == 1_002_240
+    L, T = 65_536, 16_384
+    assert new.blocks_per_request(L, T) == old.blocks_per_request(L, T) == 6938
+    assert new.bytes_for_request(L, T) == 1_002_240 * 6938 == 6_953_541_120
+    assert old.bytes_for_request(L, T) == 22 * 6938 * 47_808 == 7_297_221_888
+    assert new.start_check_reserved == 1_002_240 and old.start_check_reserved == 0
+
+    def estimate(layout: object, available: int) -> int:  # _estimate_max_model_len_from_groups
+        lo, hi = 0, L
+        avail = available - layout.start_check_reserved  # type: ignore[attr-defined]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if layout.bytes_for_request(mid, T) <= avail:  # type: ignore[attr-defined]
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    assert estimate(new, 6 * GiB) == 15_656
+    assert estimate(old, 6 * GiB) == 14_916
+
+
+def test_029_grouping_differs_for_other_layer_mixes() -> None:
+    """A mix with more ratio-128 layers than ratio-4 ones (10 and 30, two window-only): the MLA
+    bucket (37,440 × 10, 8,640 × 10, 1,728 × 30) is unbalanced and stays whole; the balanced
+    buckets are the 42 SWA layers, the C4 states (10 of each page: the floor) and the 30 C128
+    states, so repeats = _approximate_gcd([42, 10, 30], 10) = 11 (padding 2 + 1 + 3): SWA in
+    cdiv(42, 11) = 4 groups of 11, 11, 10, 10, the C128 states in 3 of 10. 0.27/0.28 keyed the
+    split on the MLA group's 30 (SWA in two of 21, the states whole)."""
+    kw = dict(head_dim=512, index_head_dim=128, window=128)
+    counts = {1: 2, 4: 10, 128: 30}
+    new = dsv4_layout(counts, planning="packed_groups", **kw)  # type: ignore[arg-type]
+    old = dsv4_layout(counts, planning="group_stride", **kw)  # type: ignore[arg-type]
+    shape = [(len(g.pages), g.block_size, g.window) for g in new.groups]
+    assert shape == [
+        (50, 256, 0),
+        (11, 64, 128),
+        (11, 64, 128),
+        (10, 64, 128),
+        (10, 64, 128),
+        (20, 4, 8),
+        (10, 8, 128),
+        (10, 8, 128),
+        (10, 8, 128),
+    ]
+    assert [len(g.pages) for g in old.groups] == [50, 21, 21, 20, 30]
+    # the block: the largest group, now the MLA one: 10 × 37,440 + 10 × 8,640 + 30 × 1,728
+    assert new.bytes_per_block == 512_640
+    assert old.bytes_per_block == 30 * 32_832  # the C128 states' group
+    with pytest.raises(ValueError, match="without ratio-4 layers"):
+        dsv4_layout({1: 2, 128: 20}, planning="packed_groups", **kw)  # type: ignore[arg-type]
+
+
+def test_030_takes_auto_as_fp8_and_0_33_plans_by_default() -> None:
+    """_resolve_dsv4_kv_cache_dtype: 0.30.0–0.33.0 take ``auto`` as fp8 (fp8_ds_mla); 0.29 still
+    asserts. The default release (0.33.0) plans DeepSeek-V4-Flash without flags: no eager
+    scratch pool (eager_scratch.py is gone in 0.29), the top-k indices buffer alone."""
+    for version in ("0.30.0", "0.33.0"):
+        auto, fp8 = _plan(version, "auto"), _plan(version, "fp8")
+        assert auto.starts and auto.settings.kv_cache_dtype == "fp8"
+        assert auto.kv_cache_tokens == fp8.kv_cache_tokens
+    p = _plan("0.33.0", "auto")
+    r = p.ranks[p.binding_rank]
+    assert r.layout.bytes_per_block == 1_002_240
+    T = p.settings.max_num_batched_tokens
+    assert r.weights.by_group["dsv4_buffers"] == T * 512 * 4

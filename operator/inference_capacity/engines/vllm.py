@@ -659,7 +659,7 @@ def check_deepseek_v4(
         raise SettingsError(f"vLLM {v} has no DeepSeek-V4 (added in 0.20.0)")
     if not rules.deepseek_v4_read:
         raise SettingsError(
-            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.28 only "
+            f"DeepSeek-V4 on vLLM {v}: its KV-cache planning was read for 0.24–0.33 only "
             "(ledger/kv_dsv4.py); this release is not modelled"
         )
     if _gpu_family(gpu_name) not in ("hopper", "blackwell"):
@@ -756,6 +756,10 @@ def resolve_kv_cache_dtype(v: Version, shape: ModelShape, requested: str) -> str
     ``kv_cache_scheme``) from 0.20 (:attr:`VllmRules.nvfp4_kv_dtype`); a native fp8 or
     compressed-tensors checkpoint keeps ``auto`` (its ``kv_cache_scheme`` needs
     ``--kv-cache-dtype fp8``), and 0.11–0.13 resolve nothing (the model dtype)."""
+    if requested == "auto" and shape.model_type == "deepseek_v4":
+        # 0.30+: _resolve_dsv4_kv_cache_dtype takes auto as fp8 (fp8_ds_mla); before, its
+        # assertion refuses auto (check_deepseek_v4)
+        return "fp8" if VllmRules.for_version(v).dsv4_auto_fp8 else requested
     q = shape.quantization
     if requested != "auto" or q is None or q.producer != "modelopt" or not q.kv_cache_algo:
         return requested
@@ -2674,11 +2678,13 @@ def _start_check(
 ) -> tuple[KvLayout, int]:
     """The layout and KV memory vLLM's start check weighs one request of max_model_len
     against: the binding rank's, or at PP ≥ 2 on 0.14–0.16 (:attr:`VllmRules.
-    pp_start_check_whole_model`) every layer of the model against the smallest rank's."""
+    pp_start_check_whole_model`) every layer of the model against the smallest rank's; less
+    what the check holds back (:attr:`KvLayout.start_check_reserved`: DeepSeek-V4's null
+    block from 0.29)."""
     if pp < 2 or not su.rs.rules.pp_start_check_whole_model:
-        return br.layout, br.available_kv
+        return br.layout, br.available_kv - br.layout.start_check_reserved
     whole = _stages_layout(shape, tp, pp, tuple(range(pp)), settings, su)
-    return whole, min(r.available_kv for r in ranks)
+    return whole, min(r.available_kv for r in ranks) - whole.start_check_reserved
 
 
 def _stages_layout(
@@ -2704,7 +2710,7 @@ def _stages_layout(
         hybrid_manager=su.hybrid_manager,
         align=su.align,
         kv_format=kv_token_format(rs.kv_cache_dtype),
-        dsv4_group_stride=rs.rules.dsv4_group_stride,
+        dsv4_planning=rs.rules.dsv4_planning,
     )
 
 

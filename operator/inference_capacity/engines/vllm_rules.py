@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from ..ledger.kv_dsv4 import Planning
 from .versions import Era, Version, era_of, parse_version
 
 __all__ = ["VllmRules"]
@@ -347,23 +348,29 @@ class VllmRules:
     #: vllm/model_executor/models/deepseek_v4.py ships from 0.20.0 (0.19.x has no DeepSeek-V4)
     deepseek_v4_exists: bool
     #: DeepSeek-V4's KV planning was read (ledger/kv_dsv4.py) for 0.24.0, 0.25.0, 0.26.0,
-    #: 0.27.1 and 0.28.0 (fp8_ds_mla identical; 0.26's sliding windows hold
-    #: ``max_in_flight_tokens``); 0.20–0.23 (other code) and 0.29+ (0.33's planner moved to
-    #: v1/core/kv_cache_planning.py, its start check changed) were not read
+    #: 0.27.1, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0 and 0.33.0 (fp8_ds_mla identical; 0.26's
+    #: sliding windows hold ``max_in_flight_tokens``); 0.20–0.23 (other code) were not read
     deepseek_v4_read: bool
-    #: DeepSeek-V4's packing of 0.27+ (ledger/kv_dsv4.py::dsv4_layout ``group_stride``:
-    #: unpadded sliding pages, the largest group's page sum a block, a request's blocks summed;
-    #: ``_get_packed_kv_cache_layout``, ``get_max_concurrency_for_kv_cache_config`` in the
-    #: 0.27.1 and 0.28.0 sources)
-    dsv4_group_stride: bool
+    #: DeepSeek-V4's KV planner (ledger/kv_dsv4.py::dsv4_layout ``planning``): ``padded``
+    #: 0.24–0.26; ``group_stride`` 0.27–0.28 (unpadded sliding pages, the largest group's page
+    #: sum a block, a request's blocks summed: ``_get_packed_kv_cache_layout``,
+    #: ``get_max_concurrency_for_kv_cache_config`` in the 0.27.1 and 0.28.0 sources);
+    #: ``packed_groups`` 0.29–0.33 (``_get_packed_kv_cache_groups`` and the start check less the
+    #: null block, 0.29.0–0.33.0 sources)
+    dsv4_planning: Planning
+    #: ``--kv-cache-dtype auto`` is fp8 for DeepSeek-V4 (models/deepseek_v4/attention.py::
+    #: _resolve_dsv4_kv_cache_dtype ``if kv_cache_dtype == "auto": kv_cache_dtype = "fp8"``,
+    #: 0.30.0–0.33.0; 0.24–0.29 assert an fp8 dtype)
+    dsv4_auto_fp8: bool
     #: DeepSeek-V4's model-wide buffers, allocated when the model is built (so inside "Model
     #: loading took"; models/deepseek_v4/nvidia/model.py ``DeepseekV4Model.__init__``): the
     #: ``_mtp_hidden_buffer`` on the last PP rank in 0.24–0.26 (0.27.1 allocates it only for an
     #: EAGLE/draft-model speculator) ...
     dsv4_mtp_hidden_buffer: bool
-    #: ... and from 0.27 ``DeepseekV4EagerScratchPool`` (models/deepseek_v4/eager_scratch.py,
-    #: 0.27.1 and 0.28.0 identical; allocated unless micro-batching); the ``topk_indices_buffer``
-    #: in every release read
+    #: ... and in 0.27–0.28 ``DeepseekV4EagerScratchPool`` (models/deepseek_v4/eager_scratch.py,
+    #: 0.27.1 and 0.28.0 identical; allocated unless micro-batching; the file is gone in 0.29.0,
+    #: whose kernel allocates the padded q per call again); the ``topk_indices_buffer`` in every
+    #: release read
     dsv4_eager_scratch: bool
     #: Qwen3-VL / Qwen3.5's dummy video (models/qwen3_vl.py: ``Qwen3VLDummyInputsBuilder.
     #: get_dummy_mm_data`` and ``get_max_video_tokens``, 2 frames at the video processor's
@@ -488,9 +495,12 @@ def _rules(v: Version) -> VllmRules:
         vocab_lora=at((0, 20, 0)),
         nemotron_latent_moe=at((0, 13, 0)),
         deepseek_v4_exists=at((0, 20, 0)),
-        deepseek_v4_read=between((0, 24, 0), (0, 29, 0)),
-        dsv4_group_stride=at((0, 27, 0)),
+        deepseek_v4_read=at((0, 24, 0)),
+        dsv4_planning=(
+            "packed_groups" if at((0, 29, 0)) else "group_stride" if at((0, 27, 0)) else "padded"
+        ),
+        dsv4_auto_fp8=at((0, 30, 0)),
         dsv4_mtp_hidden_buffer=between((0, 24, 0), (0, 27, 0)),
-        dsv4_eager_scratch=at((0, 27, 0)),
+        dsv4_eager_scratch=between((0, 27, 0), (0, 29, 0)),
         qwen3_video_dummy_read=between((0, 20, 0), (0, 29, 0)),
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model.shapes import AttnKind, LayerAttention, ModelShape, cdiv
 from ..vocab import KV_DTYPE_BYTES
-from .kv_dsv4 import Dsv4Layout, dsv4_layout, dsv4_token_bytes
+from .kv_dsv4 import Dsv4Layout, Planning, dsv4_layout, dsv4_token_bytes
 from .weights import pp_layer_range
 
 #: formats whose page is not ``elements × bytes`` (v1/kv_cache_interface.py, read in 0.20,
@@ -128,6 +128,12 @@ class KvLayout:
             g.blocks_per_request(max_model_len, in_flight_tokens, mamba_blocks) for g in self.groups
         )
 
+    @property
+    def start_check_reserved(self) -> int:
+        """Bytes vLLM's start check leaves out of the KV memory (DeepSeek-V4 from 0.29: the
+        null block, :attr:`~.kv_dsv4.Dsv4Layout.start_check_reserved`); 0 otherwise."""
+        return self.packed.start_check_reserved if self.packed is not None else 0
+
     def bytes_for_request(
         self, max_model_len: int, in_flight_tokens: int, mamba_blocks: int = 1
     ) -> int:
@@ -162,12 +168,11 @@ def kv_layout(
     hybrid_manager: bool = True,
     align: int | None = None,
     kv_format: str = "",
-    dsv4_group_stride: bool = False,
+    dsv4_planning: Planning = "padded",
 ) -> KvLayout:
     """Group this rank's layers as vLLM does and size one block.
 
-    ``dsv4_group_stride``: DeepSeek-V4's packing as vLLM 0.27+ plans it
-    (:func:`~.kv_dsv4.dsv4_layout`'s ``group_stride``).
+    ``dsv4_planning``: the release's DeepSeek-V4 planner (:func:`~.kv_dsv4.dsv4_layout`).
 
     ``align``: the unit a hybrid model's block size is raised in (default ``block_size``);
     Mamba "all" prefix-caching mode needs multiples of ``lcm(chunk_size, block_size)``.
@@ -192,7 +197,7 @@ def kv_layout(
         return KvLayout((), 0, 0, block_size, 0, 0)
     if any(layer.compress_ratio for layer, _ in cached):
         return _dsv4_kv_layout(
-            cached, kv_bytes, per_token, hybrid_manager, kv_format, dsv4_group_stride
+            cached, kv_bytes, per_token, hybrid_manager, kv_format, dsv4_planning
         )
     if not hybrid_manager:
         attn = [(layer, n) for layer, n in cached if layer.kind is not AttnKind.MAMBA]
@@ -267,7 +272,7 @@ def _dsv4_kv_layout(
     per_token: int,
     hybrid_manager: bool,
     kv_format: str,
-    group_stride: bool = False,
+    planning: Planning = "padded",
 ) -> KvLayout:
     """DeepSeek-V4: vLLM's packed layout, for the fp8_ds_mla format its FlashMLA backend takes
     (an fp8 ``--kv-cache-dtype``, which ``_resolve_dsv4_kv_cache_dtype`` rewrites to it)."""
@@ -284,9 +289,7 @@ def _dsv4_kv_layout(
         counts[layer.compress_ratio] = counts.get(layer.compress_ratio, 0) + n
     first = cached[0][0]
     index_head = max(layer.index_head_dim for layer, _ in cached)
-    packed = dsv4_layout(
-        counts, first.latent_dim, index_head, first.window, group_stride=group_stride
-    )
+    packed = dsv4_layout(counts, first.latent_dim, index_head, first.window, planning=planning)
     groups = tuple(
         KvGroup(
             AttnKind.SLIDING if g.window else AttnKind.MLA,

@@ -42,6 +42,23 @@ things (``group_stride`` of :func:`dsv4_layout`):
   not by Σ page × slots over the page sizes;
 * ``get_max_concurrency_for_kv_cache_config`` counts a request's blocks as Σ over the groups
   of ``cdiv(max_memory_usage_bytes, page_size_bytes)``, each group's own pages, unweighted.
+
+vLLM 0.29.0–0.33.0 (read: 0.29.0, 0.30.0, 0.31.0, 0.32.0, 0.33.0) keep the specs, the block
+stride and the count of a request's blocks, and replace the grouping and the start check
+(``planning="packed_groups"``):
+
+* ``_get_packed_kv_cache_groups`` (v1/core/kv_cache_utils.py 0.29–0.32; v1/core/
+  kv_cache_planning.py 0.33, the BLHNC layout DeepSeek-V4's indexer backend declares) buckets
+  the specs greedily by ``UniformTypeKVCacheSpecs.is_uniform_type`` (the MLA caches and the
+  indexer keys together; each sliding kind by its block size and window); a bucket with as
+  many layers of each page size ("balanced") repeats one layer of each, and the balanced
+  buckets split into ``cdiv(layers per page size, repeats)`` groups with ``repeats =
+  _approximate_gcd(their layers per page size, lower bound the largest balanced bucket that
+  mixes page sizes)``; an unbalanced bucket stays whole. Flash gets the 0.27 groups back;
+  other layer mixes may not;
+* ``get_kv_cache_configs`` reserves the null block the block pool holds back: the start check
+  and the length estimate weigh ``bytes per block × Σ_g pages_g`` (``_max_memory_usage_bytes_
+  from_groups``) against the memory less one block.
 """
 
 from __future__ import annotations
@@ -49,6 +66,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..model.shapes import cdiv
 
@@ -60,6 +78,9 @@ DS_MLA_ALIGNMENT = 576
 SWA_BLOCK_SIZE = 64
 #: ``DeepseekV4Indexer.quant_block_size``: one fp32 scale per 128 fp8 key values
 INDEXER_QUANT_BLOCK = 128
+#: vLLM's planner of a release (:func:`dsv4_layout`): ``padded`` 0.24–0.26, ``group_stride``
+#: 0.27–0.28, ``packed_groups`` 0.29–0.33
+Planning = Literal["padded", "group_stride", "packed_groups"]
 #: the kernel block size of the DeepSeek-V4 FlashMLA backend (``sparse_mla.py``
 #: ``get_supported_kernel_block_sizes`` → [256]; vLLM logs "Setting kv cache block size to 256")
 DSV4_BLOCK_SIZE = 256
@@ -132,6 +153,15 @@ class Dsv4Layout:
     slots: tuple[tuple[int, int], ...]  # (page bytes, slots), largest page first
     #: 0.27+: a request's blocks are the groups' page counts summed, unweighted
     blocks_summed: bool = False
+    #: 0.29+: the start check weighs bytes per block × a request's blocks against the memory
+    #: less the null block
+    null_block_reserved: bool = False
+
+    @property
+    def start_check_reserved(self) -> int:
+        """Bytes the start check and the length estimate leave out of the memory: one block
+        from 0.29 (the block pool's null block), else nothing."""
+        return self.bytes_per_block if self.null_block_reserved else 0
 
     def num_blocks(self, available: int) -> int:
         return max(0, available) // self.bytes_per_block
@@ -148,7 +178,10 @@ class Dsv4Layout:
 
     def bytes_for_request(self, max_model_len: int, batched_tokens: int) -> int:
         """``_max_memory_usage_bytes_from_groups`` (the start check): every group reserves the
-        largest tuple count of slots of one full layer tuple's bytes per page."""
+        largest tuple count of slots of one full layer tuple's bytes per page (≤ 0.28); bytes
+        per block × a request's blocks (0.29+, :attr:`null_block_reserved`)."""
+        if self.null_block_reserved:
+            return self.bytes_per_block * self.blocks_per_request(max_model_len, batched_tokens)
         tuple_bytes = sum(set(self.groups[0].pages))
         tuples = max(g.layer_tuples for g in self.groups)
         return sum(
@@ -194,14 +227,17 @@ def dsv4_layout(
     index_head_dim: int,
     window: int,
     block_size: int = DSV4_BLOCK_SIZE,
-    group_stride: bool = False,
+    planning: Planning = "padded",
 ) -> Dsv4Layout:
     """Group and pack one rank's DeepSeek-V4 caches as vLLM does.
 
     ``ratio_counts``: layers per effective compress ratio (1: sliding window only; 4: CSA with
     the indexer; 128: HCA). Ratios other than 1, 4 and 128 are refused, as vLLM does.
-    ``group_stride``: vLLM 0.27+'s planning (the module docstring): unpadded sliding pages, the
-    largest group's page sum a block, a request's blocks summed over the groups."""
+    ``planning``: the release's planner (:data:`Planning`; the module docstring): ``padded``
+    (≤ 0.26), ``group_stride`` (0.27–0.28: unpadded sliding pages, the largest group's page sum
+    a block, a request's blocks summed over the groups), ``packed_groups`` (0.29+: that, with
+    0.29's grouping and start check)."""
+    group_stride = planning != "padded"
     bad = sorted(r for r, n in ratio_counts.items() if n and r not in (1, 4, 128))
     if bad:
         raise ValueError(f"DeepSeek-V4 compress ratios {bad}: vLLM supports 0/1, 4 and 128")
@@ -210,7 +246,14 @@ def dsv4_layout(
         raise ValueError("DeepSeek-V4 without a compressed layer: vLLM's grouping needs one")
     p = dsv4_page_bytes(counts, head_dim, index_head_dim, block_size)
     n4, n128 = counts.get(4, 0), counts.get(128, 0)
-    full = [p["c4"]] * n4 + [p["c4_indexer"]] * n4 + ([p["c128"]] * n128 if n128 else [])
+    full = ([p["c4"]] * n4 + [p["c4_indexer"]] * n4 if n4 else []) + (
+        [p["c128"]] * n128 if n128 else []
+    )
+    full_kinds = [
+        (pg, n)
+        for pg, n in ((p.get("c4", 0), n4), (p.get("c4_indexer", 0), n4), (p.get("c128", 0), n128))
+        if n
+    ]
     full_group = Dsv4Group(tuple(full), block_size)
     # the sliding specs by (block_size, window), each a list of (page, layers) kinds
     sliding: list[tuple[int, int, list[tuple[int, int]]]] = [
@@ -224,6 +267,10 @@ def dsv4_layout(
     # state group's would merge them; refuse rather than guess
     if len({(b, w) for b, w, _ in sliding}) != len(sliding):
         raise ValueError(f"DeepSeek-V4 sliding_window {window} collides with a compressor state")
+    if planning == "packed_groups":
+        packed = _packed_groups([(block_size, 0, full_kinds), *sliding])
+        stride = max(g.page_sum for g in packed)
+        return Dsv4Layout(tuple(packed), stride, (), blocks_summed=True, null_block_reserved=True)
     # get_num_layer_tuples of each group before the padding
     tuple_counts = [full_group.layer_tuples] + [
         _count(kinds).most_common(1)[0][1] for _, _, kinds in sliding
@@ -259,6 +306,45 @@ def dsv4_layout(
         per_block = max(g.page_sum for g in groups)
     ordered = tuple(sorted(slots.items(), reverse=True))
     return Dsv4Layout(tuple(groups), per_block, ordered, blocks_summed=group_stride)
+
+
+def _packed_groups(buckets: list[tuple[int, int, list[tuple[int, int]]]]) -> list[Dsv4Group]:
+    """vLLM 0.29+'s ``_get_packed_kv_cache_groups`` over the uniform-type buckets (block size,
+    window (0: full), its (page, layers) kinds): a balanced bucket (as many layers of each page
+    size) repeats one layer of each page size and splits into ``cdiv(its layers per page size,
+    repeats)`` groups, the i-th taking repeats i, i + k, …; an unbalanced one stays whole."""
+    sized: list[tuple[int, int, dict[int, int]]] = []
+    for b, w, kinds in buckets:
+        per: dict[int, int] = {}
+        for pg, n in kinds:
+            per[pg] = per.get(pg, 0) + n
+        sized.append((b, w, per))
+
+    def balanced(per: dict[int, int]) -> bool:
+        return len(set(per.values())) == 1
+
+    floor = max(
+        (max(per.values()) for _, _, per in sized if balanced(per) and len(per) > 1), default=0
+    )
+    if not floor:
+        # no balanced bucket mixing page sizes: 0.30–0.32 then cap the sliding buckets by
+        # another rule, not read
+        raise ValueError(
+            "DeepSeek-V4 without ratio-4 layers: vLLM 0.29+'s grouping of it is not modelled"
+        )
+    repeats = _approximate_gcd([max(per.values()) for _, _, per in sized if balanced(per)], floor)
+    groups: list[Dsv4Group] = []
+    for b, w, per in sized:
+        if not balanced(per):
+            pages = tuple(pg for pg, n in per.items() for _ in range(n))
+            groups.append(Dsv4Group(pages, b, w))
+            continue
+        layers = next(iter(per.values()))
+        k = cdiv(layers, repeats)
+        for i in range(k):
+            in_group = len(range(i, layers, k))
+            groups.append(Dsv4Group(tuple(pg for pg in per for _ in range(in_group)), b, w))
+    return groups
 
 
 def _count(kinds: list[tuple[int, int]]) -> Counter[int]:

@@ -252,7 +252,7 @@ def deepseek_v4_shape(config: Mapping[str, Any], name: str, dtype: str) -> Model
         sorted((LayerGroup(a, ls) for a, ls in specs.items()), key=lambda g: g.layers.first() or 0)
     )
     mtp = c.integer("num_nextn_predict_layers", 0)
-    notes = ["DeepSeek-V4: KV as vLLM packs it (ledger/kv_dsv4.py, vLLM 0.24–0.28, fp8_ds_mla)"]
+    notes = ["DeepSeek-V4: KV as vLLM packs it (ledger/kv_dsv4.py, vLLM 0.24–0.33, fp8_ds_mla)"]
     if mtp:
         notes.append("MTP (next-n) layers are only loaded with speculative decoding; not counted")
     return ModelShape(
