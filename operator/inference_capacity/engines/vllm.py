@@ -645,13 +645,13 @@ def check_deepseek_v4(
 ) -> None:
     """Refuse the DeepSeek-V4 setups the ledger has not read (a SettingsError names it).
 
-    Modelled: vLLM 0.24.x–0.28.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
+    Modelled: vLLM 0.24.x–0.33.x on the FlashMLA backend (SM90/SM100: ``nvidia/model.py::
     _select_dsv4_attn_cls`` picks FlashInfer on SM12x), an fp8 KV cache (``auto`` trips
-    ``_resolve_dsv4_kv_cache_dtype``'s assertion there; 0.33 resolves it to fp8, not read
-    whole), block size 256 (the backend's only kernel block size), at most 128 query heads a
-    rank (``flashmla.py::get_padded_num_q_heads`` raises beyond), one pipeline stage and no
-    speculative decoding (the MTP draft layer joins the KV groups as a 44th sliding layer; not
-    modelled)."""
+    ``_resolve_dsv4_kv_cache_dtype``'s assertion through 0.29; 0.30+ resolve it to fp8,
+    :func:`resolve_kv_cache_dtype`), block size 256 (the backend's only kernel block size),
+    at most 128 query heads a rank (``flashmla.py::get_padded_num_q_heads`` raises beyond),
+    one pipeline stage and no speculative decoding (the MTP draft layer joins the KV groups as
+    a 44th sliding layer; not modelled)."""
     if shape.model_type != "deepseek_v4":
         return
     rules = VllmRules.for_version(v)
@@ -1989,11 +1989,11 @@ def dsv4_model_buffer_bytes(
     (models/deepseek_v4/nvidia/model.py) while the model loads, so in vLLM's "Model loading took"
     (0 for every other model), T = max-num-batched-tokens:
 
-    * ``topk_indices_buffer``: T × ``index_topk`` int32 (0.24.0–0.28.0);
+    * ``topk_indices_buffer``: T × ``index_topk`` int32 (every release read, 0.24.0–0.33.0);
     * ``_mtp_hidden_buffer`` on the last PP rank: T × ``hc_mult`` × hidden in the model dtype
       (0.24–0.26 always, :attr:`VllmRules.dsv4_mtp_hidden_buffer`; 0.27.1 only for an EAGLE or
       draft-model speculator, which the ledger refuses for DeepSeek-V4);
-    * from 0.27 ``DeepseekV4EagerScratchPool`` (:attr:`VllmRules.dsv4_eager_scratch`): the
+    * in 0.27–0.28 ``DeepseekV4EagerScratchPool`` (:attr:`VllmRules.dsv4_eager_scratch`): the
       padded q, T × P × head_dim bf16 with P = 64 local heads or fewer → 64, else 128 (FlashMLA's
       ``get_padded_num_q_heads``; more than 128 it raises, and ``check_deepseek_v4`` refuses),
       and one uint8 storage of the largest of three 256-B-aligned view sets: the MXFP4 indexer

@@ -32,7 +32,7 @@ FlashMLA uses on SM90/SM100, the default DeepSeek-V4 backend there):
 
 vLLM 0.27.1 and 0.28.0 (read against 0.26.0; 0.27.0 not read, taken as 0.27.1) keep every
 spec above, the grouping keys, ``_approximate_gcd`` and the start check, and change three
-things (``group_stride`` of :func:`dsv4_layout`):
+things (:func:`dsv4_layout`'s ``planning="group_stride"``):
 
 * ``_get_kv_cache_groups_uniform_groups`` no longer pads a sliding page to an MLA page ("The
   packed block planner overlays groups, so their page sizes do not need to match"): each kind
