@@ -68,6 +68,33 @@ def test_the_older_formats() -> None:
     assert bare.available_kv_cache_gib == 8.22
 
 
+def test_the_merged_capacity_line_of_028() -> None:
+    """vLLM 0.28.0–0.33.0 log the capacity as one line (v1/core/kv_cache_utils.py::
+    update_kv_cache_capacity: ``"GPU KV cache size: %s tokens, Maximum concurrency for %s tokens
+    per request: %.2fx"`` with both counts comma-grouped); the concurrency in it was lost when
+    the tokens' own pattern matched the line first."""
+    line = (
+        "(EngineCore pid=894) INFO 11-02 10:12:33 [kv_cache_utils.py:1869] GPU KV cache size: "
+        "607,185 tokens, Maximum concurrency for 65,536 tokens per request: 9.26x\n"
+    )
+    got = parse(line)
+    assert (got.kv_cache_tokens, got.max_concurrency_len, got.max_concurrency) == (
+        607_185,
+        65_536,
+        9.26,
+    )
+    # the two-line form of 0.10–0.27 still reads the same
+    two = parse(
+        "INFO [kv_cache_utils.py:2235] GPU KV cache size: 607,185 tokens\n"
+        "INFO [kv_cache_utils.py:2236] Maximum concurrency for 65,536 tokens per request: 9.26x\n"
+    )
+    assert (two.kv_cache_tokens, two.max_concurrency_len, two.max_concurrency) == (
+        607_185,
+        65_536,
+        9.26,
+    )
+
+
 def test_failed_starts() -> None:
     f = parse(_log("vllm-startup-023")).failure  # vLLM 0.10.1: the max seq len check
     assert f is not None and f.kind == "MaxSeqLenTooLong"

@@ -21,7 +21,8 @@ through ``pods/log`` and hands the bytes here. The formats are vLLM's, per versi
   0.27 ``X GiB for consumed memory (weights + non-torch)`` replaces the first and third terms);
 * ``GPU KV cache size: N tokens`` and ``Maximum concurrency for L tokens per request: Cx``
   (``v1/core/kv_cache_utils.py::_report_kv_cache_config``; thousands separated by commas from
-  0.10); V0: ``# GPU blocks: N, # CPU blocks: M``;
+  0.10), one line ``GPU KV cache size: N tokens, Maximum concurrency for L tokens per request:
+  Cx`` from 0.28 (``update_kv_cache_capacity``); V0: ``# GPU blocks: N, # CPU blocks: M``;
 * the version: the banner ``version X`` (``entrypoints/utils.py``, 0.11+), ``vLLM API server
   version X`` and ``Initializing a V1 LLM engine (vX) with config``;
 * failures: ``No available memory for the cache blocks`` and ``To serve at least one request
@@ -212,6 +213,14 @@ _RULES: tuple[_Rule, ...] = tuple(
             rf"({_NUM}) GiB for peak activation, and ({_NUM}) GiB for CUDAGraph memory\."
             + _SUMMARY_TAIL,
             ("consumed_gib", "activation_peak_gib", "cuda_graph_gib", "available_kv_cache_gib"),
+        ),
+        # 0.28+ prints the two capacity lines as one (v1/core/kv_cache_utils.py::
+        # update_kv_cache_capacity, 0.28.0–0.33.0): "GPU KV cache size: %s tokens, Maximum
+        # concurrency for %s tokens per request: %.2fx"
+        (
+            rf"^GPU KV cache size: ({_INT}) tokens, Maximum concurrency for ({_INT}) tokens per "
+            rf"request: ({_NUM})x",
+            ("kv_cache_tokens", "max_concurrency_len", "max_concurrency"),
         ),
         (rf"^GPU KV cache size: ({_INT}) tokens", ("kv_cache_tokens",)),
         (
