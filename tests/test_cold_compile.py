@@ -24,9 +24,9 @@ from inference_capacity.engines.vllm_rules import VllmRules
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
 from inference_capacity.units import GiB
+from tests.startup_logs import startup_log
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "vllm-startup-logs.jsonl"
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")  # vocab 128256, hidden 4096
 QWEN = load_model("Qwen/Qwen3-8B")  # vocab 151936, hidden 4096
 
@@ -94,11 +94,7 @@ def test_an_unknown_cache_state_is_refused() -> None:
 
 
 def _log(pid: str) -> dict[str, object]:
-    for line in DATA.read_text().splitlines():
-        d = json.loads(line)
-        if d["id"] == pid:
-            return d  # type: ignore[no-any-return]
-    raise KeyError(pid)
+    return startup_log(pid)
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,6 @@ Blackwell, the A100 and the SM12x cards keep the general figure. The RTX 4090 bo
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from inference_capacity.engines.versions import Era
@@ -24,19 +20,11 @@ from inference_capacity.engines.vllm import (
 from inference_capacity.hardware import get_gpu
 from inference_capacity.model import load_model
 from inference_capacity.units import GiB, gib
+from tests.startup_logs import startup_log
 
-DATA = Path(__file__).resolve().parent / "data" / "vllm-startup-logs.jsonl"
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")
 QWEN = load_model("Qwen/Qwen3-8B")
 FROM_011 = (Era.V1_NO_CG, Era.V1_CG, Era.V1_CONSUMED)
-
-
-def _log(pid: str) -> dict[str, Any]:
-    for line in DATA.read_text().splitlines():
-        d = json.loads(line)
-        if d["id"] == pid:
-            return d  # type: ignore[no-any-return]
-    raise KeyError(pid)
 
 
 @pytest.mark.parametrize("era", FROM_011)
@@ -71,7 +59,7 @@ def test_only_tp1_without_pp() -> None:
 def test_the_constant_is_the_a40_logs_printed_figure() -> None:
     """In sample: vllm-startup-175 prints '0.08 GiB for non-torch memory' (an A40, 0.26.0, TP1,
     its README and image pin), and the replay predicts that figure for it."""
-    log = _log("vllm-startup-175")
+    log = startup_log("vllm-startup-175")
     assert log["logged"]["non_torch_gib"] == NON_TORCH_TP1_SM86_SM89
     assert any("0.08 GiB for non-torch memory" in x for x in log["raw_lines"])
     g = get_gpu("A40")
@@ -87,7 +75,7 @@ def test_the_rtx_4090_warm_boot_out_of_sample() -> None:
     (from the code: 256 sequences × the 151,936-token vocabulary) is 0.16 of the 0.27 beyond
     the weights, which leaves ~0.11 of non-torch: the small figure puts the consumed memory and
     the KV cache within 1 % (the general 0.27 left KV 2.9 % under)."""
-    log = _log("vllm-startup-173")
+    log = startup_log("vllm-startup-173")
     lg = log["logged"]
     assert log["compile_cache"] == "warm"
     state = v2_sampler_state_bytes(151936, 256, 1)
