@@ -1976,10 +1976,10 @@ DSV4_MXFP4_BLOCK = 32
 def _dsv4_packed(specs: tuple[tuple[int, int], ...]) -> int:
     """``DeepseekV4EagerScratchPool._packed_size``: (elements, itemsize) views, each started on a
     256-B boundary, the total rounded up to one."""
-    a, off = DSV4_SCRATCH_ALIGNMENT, 0
+    off = 0
     for elements, itemsize in specs:
-        off = -(-off // a) * a + elements * itemsize
-    return -(-off // a) * a
+        off = _round_up(off, DSV4_SCRATCH_ALIGNMENT) + elements * itemsize
+    return _round_up(off, DSV4_SCRATCH_ALIGNMENT)
 
 
 def dsv4_model_buffer_bytes(

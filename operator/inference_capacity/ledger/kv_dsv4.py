@@ -246,14 +246,9 @@ def dsv4_layout(
         raise ValueError("DeepSeek-V4 without a compressed layer: vLLM's grouping needs one")
     p = dsv4_page_bytes(counts, head_dim, index_head_dim, block_size)
     n4, n128 = counts.get(4, 0), counts.get(128, 0)
-    full = ([p["c4"]] * n4 + [p["c4_indexer"]] * n4 if n4 else []) + (
-        [p["c128"]] * n128 if n128 else []
-    )
-    full_kinds = [
-        (pg, n)
-        for pg, n in ((p.get("c4", 0), n4), (p.get("c4_indexer", 0), n4), (p.get("c128", 0), n128))
-        if n
-    ]
+    # the full group's (page, layers) kinds: the C4 caches and their indexer keys, the C128 ones
+    full_kinds = [(p[k], n) for k, n in (("c4", n4), ("c4_indexer", n4), ("c128", n128)) if n]
+    full = [pg for pg, n in full_kinds for _ in range(n)]
     full_group = Dsv4Group(tuple(full), block_size)
     # the sliding specs by (block_size, window), each a list of (page, layers) kinds
     sliding: list[tuple[int, int, list[tuple[int, int]]]] = [
