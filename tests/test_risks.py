@@ -14,7 +14,7 @@ import yaml
 
 from inference_capacity.api import InferenceCapacity
 from inference_capacity.decision import plan_for_target
-from inference_capacity.engines.vllm import cold_compile_loss
+from inference_capacity.engines.vllm import cold_compile_loss, predict_startup
 from inference_capacity.model import load_model
 from inference_capacity.planner import make_plan
 from inference_capacity.resolve import resolve
@@ -103,7 +103,12 @@ def test_a_compile_cache_that_goes_with_the_pod_is_a_risk() -> None:
     # max-num-seqs keeps the warm sampler peak under the compile's embedding copy)
     i = plan.input
     engine = replace(i.engine, max_num_seqs=plan.prediction.settings.max_num_seqs)
-    lost = cold_compile_loss(i.model, i.gpu.total_bytes, i.gpu.name, i.tp, i.pp, engine)
+    # what a cold boot loses, made independently: the same engine predicted cold
+    made_cold = predict_startup(
+        i.model, i.gpu.total_bytes, i.gpu.name, i.tp, i.pp, replace(engine, compile_cache="cold")
+    )
+    lost = max(r.compile_excess for r in made_cold.ranks)
+    assert cold_compile_loss(plan.prediction) == lost
     assert lost > 0 and bare.at_risk and bare.margin_bytes == -lost
     assert f"{lost / GiB:.2f} GiB smaller" in bare.detail
     assert "/root/.cache/vllm" in bare.detail and "container's filesystem" in bare.detail

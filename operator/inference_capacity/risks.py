@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from .engines.versions import Era
@@ -459,10 +459,8 @@ def _compile_cache(plan: Plan, host: HostInput | None) -> Risk:
         )
     else:
         where = "the container's filesystem" if cache.volume is None else f"volume {cache.volume}"
-        i = plan.input
-        # the plan's own batch: its max-num-seqs sizes the warm profile's sampler peak
-        engine = replace(i.engine, max_num_seqs=plan.prediction.settings.max_num_seqs)
-        lost = cold_compile_loss(i.model, i.gpu.total_bytes, i.gpu.name, i.tp, i.pp, engine)
+        # the plan's own prediction, at its own max-num-seqs (which sizes the warm sampler peak)
+        lost = cold_compile_loss(plan.prediction)
         margin = -lost
         at_risk = lost > 0
         head = f"vLLM's cache {cache.path} is on {where}, which goes with the pod: every pod "

@@ -337,6 +337,9 @@ class RankPrediction:
     #: what it adds to the activation peak: its excess over the warm profile's peak (in
     #: activation_peak)
     compile_excess: int = 0
+    #: what a cold boot's compile would add to this rank's activation peak whatever the cache
+    #: state planned (:func:`cold_compile_loss`; the same as ``compile_excess`` when cold)
+    cold_compile_excess: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -2351,7 +2354,7 @@ def _cold_compile(
     tp: int,
     embedding_bytes: int,
 ) -> int:
-    """:func:`cold_compile_bytes` where it happens, else 0: a cold cache, a version whose
+    """:func:`cold_compile_bytes` where a cold boot holds it, else 0: a version whose
     compile benchmarks (:attr:`VllmRules.cold_compile_benchmark`), a V1 engine that compiles
     (no ``--enforce-eager``), and the first stage with the embedding in its compiled graph: a
     multimodal model's runner embeds outside it
@@ -2359,8 +2362,7 @@ def _cold_compile(
     ``supports_mm_inputs`` the model gets ``inputs_embeds``) unless every modality is at 0."""
     rs = su.rs
     if (
-        settings.compile_cache != "cold"
-        or not rs.rules.cold_compile_benchmark
+        not rs.rules.cold_compile_benchmark
         or rs.era is Era.V0
         or settings.enforce_eager
         or stage != 0
@@ -2371,16 +2373,11 @@ def _cold_compile(
     return cold_compile_bytes(embedding_bytes, su.T, shape.hidden_size, tp, rs.dtype_bytes)
 
 
-def cold_compile_loss(
-    shape: ModelShape, total_bytes: int, gpu_name: str, tp: int, pp: int, settings: EngineSettings
-) -> int:
-    """The KV bytes a rank's pool loses when the engine at ``settings`` boots cold instead of
-    warm: the largest :attr:`RankPrediction.compile_excess` of the same prediction made cold
-    (0 where the warm profile peak is the larger everywhere)."""
-    cold = predict_startup(
-        shape, total_bytes, gpu_name, tp, pp, replace(settings, compile_cache="cold")
-    )
-    return max((r.compile_excess for r in cold.ranks), default=0)
+def cold_compile_loss(prediction: StartupPrediction) -> int:
+    """The KV bytes a rank's pool loses when the engine of ``prediction`` boots cold instead of
+    warm: its largest :attr:`RankPrediction.cold_compile_excess` (0 where the warm profile
+    peak is the larger everywhere), read off the one prediction, not made again."""
+    return max((r.cold_compile_excess for r in prediction.ranks), default=0)
 
 
 def _next_power_of_2(n: int) -> int:
@@ -2551,8 +2548,10 @@ def _predict_stage(
     if stage == 0:
         mm += _calibrated_profile(shape, settings, rs)
     act += mm
-    compile_peak = _cold_compile(shape, settings, su, stage, tp, w.by_group.get("embedding", 0))
-    compile_excess = max(0, compile_peak - act)
+    copy = _cold_compile(shape, settings, su, stage, tp, w.by_group.get("embedding", 0))
+    cold_excess = max(0, copy - act)
+    cold = settings.compile_cache == "cold"
+    compile_peak, compile_excess = (copy, cold_excess) if cold else (0, 0)
     act += compile_excess
     nt = non_torch(era, tp, pp, su.nccl_groups, su.pcie, _compute_capability(gpu_name))
     layout = _stages_layout(shape, tp, pp, (stage,), settings, su)
@@ -2604,6 +2603,7 @@ def _predict_stage(
             and not flashinfer_sampler(gpu_name),
             compile_peak,
             compile_excess,
+            cold_excess,
         )
         for t in range(tp)
     ]
